@@ -1,0 +1,117 @@
+# ptxcache build. `make` builds everything into build/; `make test` runs every
+# test; `make run` starts the daemon on its defaults; `make deps` installs the
+# Debian packages the build needs (as root) or says which ones are missing.
+
+LLVM_CONFIG ?= $(shell command -v llvm-config-22 || echo /usr/lib/llvm-22/bin/llvm-config)
+LLVM_BIN    := $(shell $(LLVM_CONFIG) --bindir 2>/dev/null)
+PKGS        := sqlite3 libevent msgpack libzstd libcrypto
+B           := build
+
+CC      ?= cc
+CXX     ?= c++
+WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+           -Wno-unused-parameter
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=gnu11 $(WARN) -I. -fPIC -D_GNU_SOURCE
+ifdef WERROR
+CFLAGS  += -Werror
+endif
+ifdef SANITIZE
+CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+
+DEP_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+DEP_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+# LLVM is linked statically into the daemon alone: faster start-up and a
+# binary that can be carried to a machine without Debian's LLVM. Clients
+# never link LLVM.
+LLVM_COMPONENTS := nvptx irreader bitreader bitwriter passes linker ipo
+LLVM_CFLAGS = $(shell $(LLVM_CONFIG) --cflags 2>/dev/null)
+LLVM_CXXFLAGS = $(shell $(LLVM_CONFIG) --cxxflags 2>/dev/null)
+LLVM_LIBS = $(shell $(LLVM_CONFIG) --link-static --ldflags --libs $(LLVM_COMPONENTS) 2>/dev/null) \
+            $(shell $(LLVM_CONFIG) --link-static --system-libs 2>/dev/null)
+
+PROTO_SRC  := proto/buf.c proto/frame.c proto/msg.c
+DAEMON_SRC := daemon/main.c daemon/log.c daemon/server.c daemon/worker.c \
+              daemon/store.c daemon/key.c daemon/codegen.c
+DAEMON_CXX := daemon/llvm_shim.cpp
+CLIENT_SRC := client/lib.c
+CLI_SRC    := client/cli.c
+
+obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+.PHONY: all deps run test check bench clean check-asan
+all: $(B)/ptxcached $(B)/ptxcache $(B)/libptxcache.a $(B)/libptxcache.so $(B)/unit
+
+deps:
+	@./mk/deps.sh
+
+$(B)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	@echo "  CC  $<"
+	$(Q)$(CC) $(CFLAGS) $(DEP_CFLAGS) -MMD -MP -c $< -o $@
+
+$(B)/obj/daemon/codegen.o: daemon/codegen.c
+	@mkdir -p $(dir $@)
+	@echo "  CC  $<"
+	$(Q)$(CC) $(CFLAGS) $(LLVM_CFLAGS) -MMD -MP -c $< -o $@
+
+$(B)/obj/daemon/llvm_shim.o: daemon/llvm_shim.cpp
+	@mkdir -p $(dir $@)
+	@echo "  CXX $<"
+	$(Q)$(CXX) -O2 -g -fPIC -Wall -Wextra -Wno-unused-parameter $(LLVM_CXXFLAGS) -MMD -MP -c $< -o $@
+
+# schema.sql is embedded in the daemon as a C string.
+$(B)/gen/schema.h: schema.sql
+	@mkdir -p $(dir $@)
+	$(Q){ echo 'static const char schema_sql[] ='; \
+	     sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $<; \
+	     echo ';'; } > $@
+$(B)/obj/daemon/store.o: $(B)/gen/schema.h
+$(B)/obj/daemon/store.o: CFLAGS += -I$(B)/gen
+
+$(B)/ptxcached: $(call obj,$(DAEMON_SRC) $(PROTO_SRC)) $(B)/obj/daemon/llvm_shim.o
+	@echo "  LD  $@"
+	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ $(LLVM_LIBS) $(DEP_LIBS) -lpthread
+
+$(B)/libptxcache.a: $(call obj,$(CLIENT_SRC) $(PROTO_SRC))
+	@echo "  AR  $@"
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(B)/libptxcache.so: $(call obj,$(CLIENT_SRC) $(PROTO_SRC))
+	@echo "  LD  $@"
+	$(Q)$(CC) $(LDFLAGS) -shared -o $@ $^ -lmsgpackc
+
+$(B)/ptxcache: $(call obj,$(CLI_SRC)) $(B)/libptxcache.a
+	@echo "  LD  $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lmsgpackc
+
+UNIT_SRC := $(wildcard tests/unit/*.c)
+$(B)/unit: $(call obj,$(UNIT_SRC) daemon/store.c daemon/key.c daemon/log.c $(PROTO_SRC))
+	@echo "  LD  $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DEP_LIBS)
+$(call obj,$(UNIT_SRC)): CFLAGS += -I$(B)/gen
+$(call obj,$(UNIT_SRC)): $(B)/gen/schema.h
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	$(B)/ptxcached
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@python3 tests/run.py
+
+check: test
+
+clean:
+	rm -rf $(B)
+
+-include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,21 @@
+#!/bin/sh
+# Install what ptxcache needs to build and test, from Debian's packages.
+# As root it installs whatever is missing; otherwise it names the command to run.
+set -e
+PKGS="llvm-22 llvm-22-dev llvm-22-tools libsqlite3-dev libevent-dev libmsgpack-dev
+libzstd-dev libssl-dev pkg-config python3 sqlite3"
+missing=""
+for p in $PKGS; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
+		missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" != 0 ]; then
+	echo "ptxcache: missing packages:$missing" >&2
+	echo "ptxcache: install them with: sudo apt-get install$missing" >&2
+	exit 1
+fi
+echo "ptxcache: installing$missing"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends $missing >/dev/null
