@@ -1,0 +1,420 @@
+/*
+ * libptxcache: see ptxcache.h for the contract.
+ *
+ * One request at a time per handle: send a frame, then read frames until
+ * the reply with our id arrives, all under one deadline (poll). The library
+ * runs inside other people's processes, so it never exits, never aborts,
+ * never lets SIGPIPE through (MSG_NOSIGNAL), and checks every frame the
+ * daemon sends before trusting it.
+ */
+#include "client/ptxcache.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proto/frame.h"
+#include "proto/msg.h"
+
+/* Replies carry PTX or cubin: generous, but bounded. */
+#define REPLY_MAX (1u << 30)
+
+struct ptxcache {
+	int fd;
+	int timeout_ms;
+	uint64_t next_id;
+	struct buf in;          /* bytes read but not yet consumed */
+	char err[512];
+};
+
+static void set_err(ptxcache *pc, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(pc->err, sizeof pc->err, fmt, ap);
+	va_end(ap);
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+char *ptxcache_default_socket(void)
+{
+	const char *e = getenv("PTXCACHE_SOCKET");
+	char *out = NULL;
+
+	if (e && *e)
+		return strdup(e);
+	e = getenv("XDG_RUNTIME_DIR");
+	if (e && *e) {
+		if (asprintf(&out, "%s/ptxcache/ptxcached.sock", e) < 0)
+			return NULL;
+		return out;
+	}
+	if (asprintf(&out, "/tmp/ptxcache-%u/ptxcached.sock", (unsigned)getuid()) < 0)
+		return NULL;
+	return out;
+}
+
+/* Wait until fd is ready for events or the deadline passes. */
+static int wait_fd(ptxcache *pc, short events, int64_t deadline)
+{
+	for (;;) {
+		int64_t left = deadline - now_ms();
+		if (left <= 0) {
+			set_err(pc, "timed out after %d ms waiting for ptxcached",
+				pc->timeout_ms);
+			return -1;
+		}
+		struct pollfd p = { .fd = pc->fd, .events = events };
+		int r = poll(&p, 1, left > 1000000 ? 1000000 : (int)left);
+		if (r > 0)
+			return 0;
+		if (r < 0 && errno != EINTR) {
+			set_err(pc, "poll: %s", strerror(errno));
+			return -1;
+		}
+	}
+}
+
+ptxcache *ptxcache_connect(const char *path, int timeout_ms, char *err,
+			   size_t errlen)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char *def = NULL;
+	ptxcache *pc = calloc(1, sizeof *pc);
+
+	if (!pc) {
+		if (errlen)
+			snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	pc->timeout_ms = timeout_ms > 0 ? timeout_ms : 10000;
+	pc->fd = -1;
+	if (!path)
+		path = def = ptxcache_default_socket();
+	if (!path || strlen(path) >= sizeof sa.sun_path) {
+		set_err(pc, "bad socket path '%s'", path ? path : "");
+		goto fail;
+	}
+	strcpy(sa.sun_path, path);
+	pc->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (pc->fd < 0) {
+		set_err(pc, "cannot create socket: %s", strerror(errno));
+		goto fail;
+	}
+	if (connect(pc->fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+		if (errno == EINPROGRESS || errno == EAGAIN) {
+			int e = 0;
+			socklen_t l = sizeof e;
+			if (wait_fd(pc, POLLOUT, now_ms() + pc->timeout_ms) < 0)
+				goto fail;
+			getsockopt(pc->fd, SOL_SOCKET, SO_ERROR, &e, &l);
+			errno = e;
+		}
+		if (errno) {
+			set_err(pc, "cannot connect to ptxcached at '%s': %s", path,
+				strerror(errno));
+			goto fail;
+		}
+	}
+	free(def);
+	return pc;
+fail:
+	if (errlen)
+		snprintf(err, errlen, "%s", pc->err);
+	if (pc->fd >= 0)
+		close(pc->fd);
+	free(pc);
+	free(def);
+	return NULL;
+}
+
+void ptxcache_set_timeout(ptxcache *pc, int timeout_ms)
+{
+	pc->timeout_ms = timeout_ms > 0 ? timeout_ms : 10000;
+}
+
+void ptxcache_close(ptxcache *pc)
+{
+	if (!pc)
+		return;
+	close(pc->fd);
+	buf_free(&pc->in);
+	free(pc);
+}
+
+const char *ptxcache_errmsg(const ptxcache *pc)
+{
+	return pc->err;
+}
+
+static int send_all(ptxcache *pc, const struct buf *b, int64_t deadline)
+{
+	size_t off = 0;
+
+	while (off < b->len) {
+		ssize_t w = send(pc->fd, b->data + off, b->len - off, MSG_NOSIGNAL);
+		if (w > 0) {
+			off += (size_t)w;
+			continue;
+		}
+		if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
+			if (wait_fd(pc, POLLOUT, deadline) < 0)
+				return -1;
+			continue;
+		}
+		set_err(pc, "cannot send to ptxcached: %s",
+			w < 0 ? strerror(errno) : "connection closed");
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Send the frame in req (whose "id" is id) and read until the reply to id.
+ * On success, *m is parsed from pc->in, whose first *consumed bytes hold
+ * the frame; the caller frees m and drops those bytes.
+ */
+static int call(ptxcache *pc, const struct buf *req, uint64_t id,
+		uint8_t want_type, struct msg *m, size_t *consumed)
+{
+	int64_t deadline = now_ms() + pc->timeout_ms;
+
+	msgpack_unpacked_init(&m->up);
+	m->map = NULL;
+	if (send_all(pc, req, deadline) < 0)
+		return -1;
+	for (;;) {
+		struct frame_hdr h;
+		int r = frame_parse_hdr(pc->in.data, pc->in.len, REPLY_MAX, &h, NULL);
+		if (r < 0) {
+			set_err(pc, "malformed reply from ptxcached");
+			return -1;
+		}
+		if (r == 1 && pc->in.len >= FRAME_HDR_LEN + (size_t)h.len) {
+			struct buf e = BUF_INIT;
+			int64_t rid = -1;
+			if (msg_parse(m, pc->in.data + FRAME_HDR_LEN, h.len,
+				      &MSG_LIMITS_DEFAULT, &e) < 0 ||
+			    msg_int(m, "id", &rid) != 1) {
+				set_err(pc, "malformed reply from ptxcached: %s",
+					e.data ? e.data : "no id");
+				buf_free(&e);
+				return -1;
+			}
+			*consumed = FRAME_HDR_LEN + h.len;
+			if (h.type == FRAME_ERROR && (rid == (int64_t)id || rid == 0)) {
+				const char *s = "", *code = "";
+				size_t n = 0, cn = 0;
+				msg_bytes(m, "message", &s, &n);
+				msg_bytes(m, "code", &code, &cn);
+				set_err(pc, "ptxcached: %.*s", (int)n, s);
+				return -1;
+			}
+			if (rid == (int64_t)id && h.type == (want_type | FRAME_REPLY))
+				return 0;
+			/* A stray reply (an abandoned earlier request): skip it. */
+			msg_free(m);
+			buf_consume(&pc->in, *consumed);
+			continue;
+		}
+		if (buf_reserve(&pc->in, 65536) < 0) {
+			set_err(pc, "out of memory");
+			return -1;
+		}
+		ssize_t n = recv(pc->fd, pc->in.data + pc->in.len,
+				 pc->in.cap - pc->in.len - 1, 0);
+		if (n > 0) {
+			pc->in.len += (size_t)n;
+			continue;
+		}
+		if (n == 0) {
+			set_err(pc, "ptxcached closed the connection");
+			return -1;
+		}
+		if (errno != EAGAIN && errno != EINTR) {
+			set_err(pc, "cannot read from ptxcached: %s", strerror(errno));
+			return -1;
+		}
+		if (wait_fd(pc, POLLIN, deadline) < 0)
+			return -1;
+	}
+}
+
+/* A request with only an id, whose reply we parse into m. */
+static int simple_call(ptxcache *pc, uint8_t type, struct msg *m, size_t *consumed)
+{
+	struct buf b = BUF_INIT;
+	struct msg_writer w;
+	uint64_t id = ++pc->next_id;
+
+	msg_begin(&w, &b, type);
+	msg_put_int(&w, "id", (int64_t)id);
+	if (msg_end(&w) < 0) {
+		set_err(pc, "out of memory");
+		buf_free(&b);
+		msgpack_unpacked_init(&m->up);
+		return -1;
+	}
+	int r = call(pc, &b, id, type, m, consumed);
+	buf_free(&b);
+	return r;
+}
+
+static char *dup_field(const struct msg *m, const char *key, size_t *len)
+{
+	const char *s;
+	size_t n;
+
+	if (msg_bytes(m, key, &s, &n) != 1)
+		return NULL;
+	char *p = malloc(n + 1);
+	if (p) {
+		memcpy(p, s, n);
+		p[n] = '\0';
+		if (len)
+			*len = n;
+	}
+	return p;
+}
+
+void ptxcache_compile_req_init(struct ptxcache_compile_req *req)
+{
+	memset(req, 0, sizeof *req);
+	req->opt_level = 2;
+	req->emit = 1;
+	req->strict = 1;
+}
+
+int ptxcache_compile(ptxcache *pc, const struct ptxcache_compile_req *req,
+		     struct ptxcache_result *res)
+{
+	struct buf b = BUF_INIT;
+	struct msg_writer w;
+	struct msg m;
+	size_t used = 0;
+	uint64_t id = ++pc->next_id;
+	int64_t st, us = 0;
+
+	memset(res, 0, sizeof *res);
+	msg_begin(&w, &b, FRAME_COMPILE);
+	msg_put_int(&w, "id", (int64_t)id);
+	msg_put_bin(&w, "input", req->input, req->input_len);
+	if (req->triple)
+		msg_put_str(&w, "triple", req->triple);
+	if (req->march)
+		msg_put_str(&w, "march", req->march);
+	if (req->cpu)
+		msg_put_str(&w, "cpu", req->cpu);
+	if (req->features)
+		msg_put_str(&w, "features", req->features);
+	if (req->pipeline)
+		msg_put_str(&w, "pipeline", req->pipeline);
+	msg_put_int(&w, "opt", req->opt_level);
+	msg_put_bool(&w, "emit", req->emit);
+	msg_put_bool(&w, "strict", req->strict);
+	if (req->noptions)
+		msg_put_strv(&w, "options", req->options, req->noptions);
+	if (msg_end(&w) < 0) {
+		set_err(pc, "out of memory");
+		buf_free(&b);
+		return -1;
+	}
+	int r = call(pc, &b, id, FRAME_COMPILE, &m, &used);
+	buf_free(&b);
+	if (r == 0) {
+		const char *k;
+		size_t kn;
+		int cached = 0;
+		if (msg_int(&m, "status", &st) != 1 || st < 0 || st > PTXCACHE_UNAVAILABLE ||
+		    msg_bytes(&m, "key", &k, &kn) != 1 || kn != 64 ||
+		    msg_bool(&m, "cached", &cached) < 0 ||
+		    msg_int(&m, "compile_us", &us) < 0) {
+			set_err(pc, "malformed compile reply from ptxcached");
+			r = -1;
+		} else {
+			res->status = (enum ptxcache_status)st;
+			res->cached = cached;
+			res->compile_us = us;
+			memcpy(res->key, k, 64);
+			res->key[64] = '\0';
+			res->output = dup_field(&m, "output", &res->output_len);
+			res->log = dup_field(&m, "log", &res->log_len);
+		}
+	}
+	msg_free(&m);
+	buf_consume(&pc->in, used);
+	return r;
+}
+
+void ptxcache_result_free(struct ptxcache_result *res)
+{
+	if (!res)
+		return;
+	free(res->output);
+	free(res->log);
+	res->output = res->log = NULL;
+}
+
+int ptxcache_ping(ptxcache *pc)
+{
+	struct msg m;
+	size_t used = 0;
+	int r = simple_call(pc, FRAME_PING, &m, &used);
+
+	msg_free(&m);
+	buf_consume(&pc->in, used);
+	return r;
+}
+
+int ptxcache_stats_json(ptxcache *pc, char **json)
+{
+	struct msg m;
+	size_t used = 0;
+	int r = simple_call(pc, FRAME_STATS, &m, &used);
+
+	*json = NULL;
+	if (r == 0 && !(*json = dup_field(&m, "json", NULL))) {
+		set_err(pc, "malformed stats reply from ptxcached");
+		r = -1;
+	}
+	msg_free(&m);
+	buf_consume(&pc->in, used);
+	return r;
+}
+
+int ptxcache_hello(ptxcache *pc, char **server, char **compiler)
+{
+	struct msg m;
+	size_t used = 0;
+	int r = simple_call(pc, FRAME_HELLO, &m, &used);
+
+	*server = *compiler = NULL;
+	if (r == 0) {
+		*server = dup_field(&m, "server", NULL);
+		*compiler = dup_field(&m, "compiler", NULL);
+		if (!*server || !*compiler) {
+			free(*server);
+			free(*compiler);
+			*server = *compiler = NULL;
+			set_err(pc, "malformed hello reply from ptxcached");
+			r = -1;
+		}
+	}
+	msg_free(&m);
+	buf_consume(&pc->in, used);
+	return r;
+}

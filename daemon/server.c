@@ -1,0 +1,845 @@
+/*
+ * server: the master process of ptxcached.
+ *
+ * One libevent loop owns everything: the listening Unix socket, client
+ * connections, the SQLite store and the worker pool. A request flows:
+ *
+ *   frame in -> header checked against limits -> body validated (msg.c)
+ *   -> request table -> compile: key derived (key.c) -> store hit? reply
+ *   -> in-flight flight for the same key? join it (single flight)
+ *   -> else a new flight, queued on the pool -> worker result -> stored
+ *      (committed) -> replied to every waiter
+ *
+ * Connections are state machines (enum conn_state). Several requests may be
+ * in flight per connection; replies carry the request's id. A connection
+ * that closes while it waits keeps its struct alive until its last waiter
+ * is answered (refcount), so no callback ever touches freed memory.
+ *
+ * The master never runs LLVM code and never waits on a compile.
+ */
+#include "daemon/server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+
+#include "daemon/codegen.h"
+#include "daemon/key.h"
+#include "daemon/log.h"
+#include "daemon/store.h"
+#include "proto/frame.h"
+#include "proto/msg.h"
+
+#define SERVER_NAME "ptxcached 0.1.0"
+/* Single flights are found by the first bytes of their key. */
+#define FLIGHT_BUCKETS 1024
+
+enum conn_state {
+	CONN_READING,   /* reading frames; requests may be in flight */
+	CONN_CLOSING,   /* an error frame is queued; close once it is sent */
+	CONN_CLOSED,    /* socket gone; struct lives while waiters hold it */
+};
+
+struct conn {
+	struct server *srv;
+	struct bufferevent *bev;
+	enum conn_state state;
+	int refs;               /* 1 for the socket + 1 per waiting request */
+	uint64_t serial;
+};
+
+struct waiter {
+	struct conn *conn;
+	uint64_t id;
+	struct waiter *next;
+};
+
+/* One key being compiled, and everyone waiting for it. */
+struct flight {
+	struct key key;
+	char *components;       /* JSON, stored beside the entry */
+	char *arch;
+	struct waiter *waiters;
+	struct pool_job job;
+	struct flight *next;    /* bucket chain */
+	struct server *srv;
+};
+
+struct counters {
+	int64_t requests, hits, misses, compiles, compile_errors, dedup_joins,
+		store_errors, protocol_errors, connections;
+};
+
+struct server {
+	const struct server_config *cfg;
+	struct event_base *base;
+	struct evconnlistener *listener;
+	struct store *store;
+	struct pool *pool;
+	struct flight *flights[FLIGHT_BUCKETS];
+	struct counters n;
+	struct event *flush_timer, *sigterm, *sigint;
+	uint64_t next_serial;
+	time_t started;
+};
+
+static const char *const state_names[] = { "reading", "closing", "closed" };
+
+static void conn_set_state(struct conn *c, enum conn_state s)
+{
+	log_debug("conn %llu: %s -> %s", (unsigned long long)c->serial,
+		  state_names[c->state], state_names[s]);
+	c->state = s;
+}
+
+static void conn_unref(struct conn *c)
+{
+	if (--c->refs == 0)
+		free(c);
+}
+
+static void conn_close(struct conn *c)
+{
+	if (c->state == CONN_CLOSED)
+		return;
+	conn_set_state(c, CONN_CLOSED);
+	bufferevent_free(c->bev);
+	c->bev = NULL;
+	conn_unref(c);
+}
+
+/* Queue a finished frame from out on c (dropped if c has gone). */
+static void conn_send(struct conn *c, const struct buf *out)
+{
+	if (c->state == CONN_CLOSED)
+		return;
+	if (bufferevent_write(c->bev, out->data, out->len) < 0) {
+		log_warn("conn %llu: cannot queue reply; closing",
+			 (unsigned long long)c->serial);
+		conn_close(c);
+	}
+}
+
+/* Answer request id with an error frame. */
+static void send_error(struct conn *c, uint64_t id, const char *code,
+		       const char *message)
+{
+	struct buf out = BUF_INIT;
+	struct msg_writer w;
+
+	msg_begin(&w, &out, FRAME_ERROR);
+	msg_put_int(&w, "id", (int64_t)id);
+	msg_put_str(&w, "code", code);
+	msg_put_str(&w, "message", message);
+	if (msg_end(&w) == 0)
+		conn_send(c, &out);
+	buf_free(&out);
+}
+
+/* A frame that cannot be understood: say why, then close once sent. */
+static void protocol_error(struct conn *c, const char *message)
+{
+	c->srv->n.protocol_errors++;
+	log_info("conn %llu: %s", (unsigned long long)c->serial, message);
+	send_error(c, 0, "protocol", message);
+	if (c->state == CONN_READING) {
+		conn_set_state(c, CONN_CLOSING);
+		bufferevent_disable(c->bev, EV_READ);
+		if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+			conn_close(c);
+	}
+}
+
+/* ---- compile -------------------------------------------------------- */
+
+struct compile_req {
+	const char *input;
+	size_t input_len;
+	char *kind, *triple, *march, *cpu, *features, *pipeline;
+	int64_t opt;
+	int emit, strict;
+	char *optset;           /* '\n'-separated backend options */
+};
+
+static void compile_req_free(struct compile_req *r)
+{
+	free(r->kind);
+	free(r->triple);
+	free(r->march);
+	free(r->cpu);
+	free(r->features);
+	free(r->pipeline);
+	free(r->optset);
+}
+
+/* Bounded text field: 0 ok, -1 with why set. */
+static int text_field(const struct msg *m, const char *name, size_t max,
+		      char **out, const char **why)
+{
+	int r = msg_strdup(m, name, out);
+	if (r < 0 || (*out && strlen(*out) > max) ||
+	    (*out && strpbrk(*out, "\n\r"))) {
+		*why = name;
+		return -1;
+	}
+	return 0;
+}
+
+/* Decode and check a compile request. Returns 0, or -1 with a message. */
+static int parse_compile(const struct msg *m, uint32_t max_input,
+			 struct compile_req *r, struct buf *err)
+{
+	const char *why = NULL;
+	int64_t opt = 2;
+
+	memset(r, 0, sizeof *r);
+	r->emit = 1;
+	if (msg_bytes(m, "input", &r->input, &r->input_len) != 1) {
+		buf_puts(err, "compile request without 'input'");
+		return -1;
+	}
+	if (r->input_len > max_input) {
+		buf_printf(err, "input of %zu bytes exceeds the limit", r->input_len);
+		return -1;
+	}
+	if (text_field(m, "kind", 16, &r->kind, &why) < 0 ||
+	    text_field(m, "triple", 128, &r->triple, &why) < 0 ||
+	    text_field(m, "march", 64, &r->march, &why) < 0 ||
+	    text_field(m, "cpu", 64, &r->cpu, &why) < 0 ||
+	    text_field(m, "features", 1024, &r->features, &why) < 0 ||
+	    text_field(m, "pipeline", 4096, &r->pipeline, &why) < 0 ||
+	    msg_int(m, "opt", &opt) < 0 || msg_bool(m, "emit", &r->emit) < 0 ||
+	    msg_bool(m, "strict", &r->strict) < 0) {
+		buf_printf(err, "bad field '%s' in compile request", why ? why : "opt/emit/strict");
+		return -1;
+	}
+	if (opt < 0 || opt > 3) {
+		buf_printf(err, "bad optimisation level %lld (0-3)", (long long)opt);
+		return -1;
+	}
+	r->opt = opt;
+	if (r->kind && strcmp(r->kind, "ptx") != 0) {
+		buf_printf(err, "unsupported output kind '%s'", r->kind);
+		return -1;
+	}
+
+	/* Backend options: an array of "-name[=value]" strings. */
+	struct buf os = BUF_INIT;
+	const msgpack_object *o = msg_get(m, "options");
+	if (o && o->type != MSGPACK_OBJECT_NIL) {
+		if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size > 32) {
+			buf_puts(err, "'options' must be an array of at most 32 strings");
+			return -1;
+		}
+		for (uint32_t i = 0; i < o->via.array.size; i++) {
+			const msgpack_object *s = &o->via.array.ptr[i];
+			if (s->type != MSGPACK_OBJECT_STR || s->via.str.size < 2 ||
+			    s->via.str.size > 256 || s->via.str.ptr[0] != '-' ||
+			    memchr(s->via.str.ptr, '\n', s->via.str.size) ||
+			    memchr(s->via.str.ptr, '\0', s->via.str.size)) {
+				buf_puts(err, "bad backend option: each must be a string "
+					 "starting with '-'");
+				buf_free(&os);
+				return -1;
+			}
+			if (i)
+				buf_puts(&os, "\n");
+			buf_append(&os, s->via.str.ptr, s->via.str.size);
+		}
+	}
+	r->optset = buf_detach(&os, NULL);
+	return r->optset ? 0 : -1;
+}
+
+/* Key components of a compile request, in their fixed order. The input
+ * enters as its SHA-256; the diagnostic name never enters (clients map it). */
+static int compile_key(const struct compile_req *r, struct key *k,
+		       struct buf *components)
+{
+	char sha[65], opt[4];
+
+	key_sha256_hex(r->input, r->input_len, sha);
+	snprintf(opt, sizeof opt, "%d", (int)r->opt);
+	const struct key_part parts[] = {
+		{ "kind", "ptx" },
+		{ "compiler", codegen_identity() },
+		{ "input_sha256", sha },
+		{ "triple", r->triple },
+		{ "march", r->march },
+		{ "cpu", r->cpu },
+		{ "features", r->features },
+		{ "opt", opt },
+		{ "pipeline", r->pipeline },
+		{ "emit", r->emit ? "1" : "0" },
+		{ "strict", r->strict ? "1" : "0" },
+		{ "options", r->optset },
+	};
+	return key_derive(parts, sizeof parts / sizeof parts[0], k, components);
+}
+
+static void send_compile_reply(struct conn *c, uint64_t id, int status,
+			       int cached, const struct key *k,
+			       const char *out, size_t outn,
+			       const char *lg, size_t lgn, int64_t us)
+{
+	struct buf b = BUF_INIT;
+	struct msg_writer w;
+
+	msg_begin(&w, &b, FRAME_COMPILE | FRAME_REPLY);
+	msg_put_int(&w, "id", (int64_t)id);
+	msg_put_int(&w, "status", status);
+	msg_put_bool(&w, "cached", cached);
+	msg_put_str(&w, "key", k->hex);
+	if (outn)
+		msg_put_bin(&w, "output", out, outn);
+	if (lgn)
+		msg_put_strn(&w, "log", lg, lgn);
+	if (us)
+		msg_put_int(&w, "compile_us", us);
+	if (msg_end(&w) == 0)
+		conn_send(c, &b);
+	else
+		send_error(c, id, "internal", "out of memory building the reply");
+	buf_free(&b);
+}
+
+static unsigned bucket_of(const struct key *k)
+{
+	return ((unsigned)k->hash[0] << 8 | k->hash[1]) % FLIGHT_BUCKETS;
+}
+
+static struct flight *flight_find(struct server *s, const struct key *k)
+{
+	for (struct flight *f = s->flights[bucket_of(k)]; f; f = f->next)
+		if (memcmp(f->key.hash, k->hash, sizeof k->hash) == 0)
+			return f;
+	return NULL;
+}
+
+static void flight_unlink(struct server *s, struct flight *f)
+{
+	struct flight **pp = &s->flights[bucket_of(&f->key)];
+	while (*pp != f)
+		pp = &(*pp)->next;
+	*pp = f->next;
+}
+
+static int add_waiter(struct flight *f, struct conn *c, uint64_t id)
+{
+	struct waiter *wt = malloc(sizeof *wt);
+	if (!wt)
+		return -1;
+	wt->conn = c;
+	wt->id = id;
+	wt->next = f->waiters;
+	f->waiters = wt;
+	c->refs++;
+	return 0;
+}
+
+/* The pool finished a flight's job: store it if deterministic, then answer
+ * every waiter. Storing first means an acknowledged result is durable. */
+static void flight_done(struct pool_job *job, const struct job_result *res)
+{
+	struct flight *f = (struct flight *)((char *)job - offsetof(struct flight, job));
+	struct server *s = f->srv;
+
+	s->n.compiles++;
+	if (res->status != JOB_OK)
+		s->n.compile_errors++;
+	if (JOB_CACHEABLE(res->status)) {
+		struct buf err = BUF_INIT;
+		struct store_entry e = {
+			.kind = STORE_PTX,
+			.status = res->status,
+			.data = res->output,
+			.data_len = res->output_len,
+			.log = res->log,
+			.log_len = res->log_len,
+			.components = f->components,
+			.arch = f->arch,
+			.compile_us = res->compile_us,
+		};
+		if (store_put(s->store, f->key.hash, &e, &err) < 0) {
+			s->n.store_errors++;
+			log_warn("%s", err.data ? err.data : "cannot store entry");
+		}
+		buf_free(&err);
+	} else {
+		log_warn("compile of %.16s failed: %.*s", f->key.hex,
+			 (int)res->log_len, res->log ? res->log : "");
+	}
+	flight_unlink(s, f);
+	while (f->waiters) {
+		struct waiter *wt = f->waiters;
+		f->waiters = wt->next;
+		send_compile_reply(wt->conn, wt->id, res->status, 0, &f->key,
+				   res->output, res->output_len, res->log,
+				   res->log_len, res->compile_us);
+		conn_unref(wt->conn);
+		free(wt);
+	}
+	buf_free(&f->job.frame);
+	free(f->job.optset);
+	free(f->components);
+	free(f->arch);
+	free(f);
+}
+
+/* Build the FRAME_JOB message a worker runs. */
+static int job_frame(const struct compile_req *r, struct buf *out)
+{
+	struct msg_writer w;
+
+	msg_begin(&w, out, FRAME_JOB);
+	msg_put_bin(&w, "input", r->input, r->input_len);
+	msg_put_str(&w, "triple", r->triple);
+	msg_put_str(&w, "march", r->march);
+	msg_put_str(&w, "cpu", r->cpu);
+	msg_put_str(&w, "features", r->features);
+	msg_put_str(&w, "pipeline", r->pipeline);
+	msg_put_int(&w, "opt", r->opt);
+	msg_put_bool(&w, "emit", r->emit);
+	msg_put_bool(&w, "strict", r->strict);
+	return msg_end(&w);
+}
+
+static void handle_compile(struct conn *c, uint64_t id, const struct msg *m)
+{
+	struct server *s = c->srv;
+	struct compile_req r;
+	struct buf err = BUF_INIT;
+	struct key k;
+
+	if (parse_compile(m, s->cfg->max_frame, &r, &err) < 0) {
+		send_error(c, id, "invalid", err.data ? err.data : "out of memory");
+		goto out;
+	}
+	if (compile_key(&r, &k, NULL) < 0) {
+		send_error(c, id, "internal", "out of memory");
+		goto out;
+	}
+
+	struct store_result hit = { 0 };
+	if (store_get(s->store, k.hash, &hit) == 1) {
+		s->n.hits++;
+		send_compile_reply(c, id, hit.status, 1, &k, hit.data.data,
+				   hit.data.len, hit.log.data, hit.log.len, 0);
+		store_result_free(&hit);
+		goto out;
+	}
+	s->n.misses++;
+
+	struct flight *f = flight_find(s, &k);
+	if (f) {
+		if (add_waiter(f, c, id) < 0)
+			send_error(c, id, "internal", "out of memory");
+		else
+			s->n.dedup_joins++;
+		goto out;
+	}
+
+	struct buf comp = BUF_INIT;
+	f = calloc(1, sizeof *f);
+	if (!f || compile_key(&r, &f->key, &comp) < 0 ||
+	    job_frame(&r, &f->job.frame) < 0 || add_waiter(f, c, id) < 0) {
+		send_error(c, id, "internal", "out of memory");
+		if (f)
+			buf_free(&f->job.frame);
+		free(f);
+		buf_free(&comp);
+		goto out;
+	}
+	f->srv = s;
+	f->components = buf_detach(&comp, NULL);
+	f->arch = r.cpu ? strdup(r.cpu) : NULL;
+	f->job.optset = r.optset;
+	r.optset = NULL;
+	f->job.done = flight_done;
+	unsigned b = bucket_of(&f->key);
+	f->next = s->flights[b];
+	s->flights[b] = f;
+	pool_submit(s->pool, &f->job);
+out:
+	compile_req_free(&r);
+	buf_free(&err);
+}
+
+/* ---- other requests ------------------------------------------------- */
+
+static void reply_json(struct conn *c, uint8_t type, uint64_t id,
+		       const struct buf *json)
+{
+	struct buf b = BUF_INIT;
+	struct msg_writer w;
+
+	msg_begin(&w, &b, type | FRAME_REPLY);
+	msg_put_int(&w, "id", (int64_t)id);
+	msg_put_strn(&w, "json", json->data ? json->data : "{}", json->len ? json->len : 2);
+	if (msg_end(&w) == 0)
+		conn_send(c, &b);
+	buf_free(&b);
+}
+
+static void handle_hello(struct conn *c, uint64_t id, const struct msg *m)
+{
+	struct buf b = BUF_INIT;
+	struct msg_writer w;
+
+	msg_begin(&w, &b, FRAME_HELLO | FRAME_REPLY);
+	msg_put_int(&w, "id", (int64_t)id);
+	msg_put_int(&w, "proto", FRAME_VERSION);
+	msg_put_str(&w, "server", SERVER_NAME);
+	msg_put_str(&w, "compiler", codegen_identity());
+	msg_put_int(&w, "pid", getpid());
+	if (msg_end(&w) == 0)
+		conn_send(c, &b);
+	buf_free(&b);
+}
+
+static void handle_ping(struct conn *c, uint64_t id, const struct msg *m)
+{
+	struct buf b = BUF_INIT;
+	struct msg_writer w;
+
+	msg_begin(&w, &b, FRAME_PING | FRAME_REPLY);
+	msg_put_int(&w, "id", (int64_t)id);
+	if (msg_end(&w) == 0)
+		conn_send(c, &b);
+	buf_free(&b);
+}
+
+static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
+{
+	struct server *s = c->srv;
+	struct pool_counters pc;
+	struct store_counters sc;
+	struct buf j = BUF_INIT;
+	int64_t entries = 0, bytes = 0;
+
+	pool_counters(s->pool, &pc);
+	store_counters(s->store, &sc);
+	store_totals(s->store, &entries, &bytes);
+	buf_printf(&j,
+		   "{\"entries\":%lld,\"bytes\":%lld,\"hits\":%lld,\"misses\":%lld,"
+		   "\"compiles\":%lld,\"compile_errors\":%lld,\"worker_crashes\":%lld,"
+		   "\"dedup_joins\":%lld,\"requests\":%lld,\"connections\":%lld,"
+		   "\"protocol_errors\":%lld,\"store_errors\":%lld,"
+		   "\"corrupt_blobs\":%lld,\"evictions\":%lld,"
+		   "\"worker_timeouts\":%lld,\"workers_spawned\":%lld,"
+		   "\"workers_recycled\":%lld,\"jobs_running\":%d,\"jobs_queued\":%d,"
+		   "\"workers\":%d,\"uptime_s\":%lld,\"compiler\":\"%s\"}",
+		   (long long)entries, (long long)bytes, (long long)s->n.hits,
+		   (long long)s->n.misses, (long long)s->n.compiles,
+		   (long long)s->n.compile_errors, (long long)pc.crashes,
+		   (long long)s->n.dedup_joins, (long long)s->n.requests,
+		   (long long)s->n.connections, (long long)s->n.protocol_errors,
+		   (long long)(s->n.store_errors), (long long)sc.corrupt_blobs,
+		   (long long)sc.evictions, (long long)pc.timeouts,
+		   (long long)pc.spawned, (long long)pc.recycled, pc.busy, pc.queued,
+		   s->cfg->pool.size, (long long)(time(NULL) - s->started),
+		   codegen_identity());
+	reply_json(c, FRAME_STATS, id, &j);
+	buf_free(&j);
+}
+
+/* The request table. Checklist when adding a request: frame.h's enum,
+ * frame_type_name(), PROTOCOL.md, and the client. */
+static const struct request_type {
+	uint8_t type;
+	void (*handler)(struct conn *c, uint64_t id, const struct msg *m);
+} requests[] = {
+	{ .type = FRAME_HELLO, .handler = handle_hello },
+	{ .type = FRAME_PING, .handler = handle_ping },
+	{ .type = FRAME_COMPILE, .handler = handle_compile },
+	{ .type = FRAME_STATS, .handler = handle_stats },
+};
+
+static void handle_frame(struct conn *c, const struct frame_hdr *h,
+			 const void *body)
+{
+	struct msg m;
+	struct buf err = BUF_INIT;
+	int64_t id = 0;
+
+	c->srv->n.requests++;
+	if (msg_parse(&m, body, h->len, &MSG_LIMITS_DEFAULT, &err) < 0) {
+		protocol_error(c, err.data ? err.data : "malformed message");
+		goto out;
+	}
+	if (msg_int(&m, "id", &id) < 0 || id < 0) {
+		protocol_error(c, "request 'id' must be a non-negative integer");
+		goto out;
+	}
+	for (size_t i = 0; i < sizeof requests / sizeof requests[0]; i++) {
+		if (requests[i].type == h->type) {
+			requests[i].handler(c, (uint64_t)id, &m);
+			goto out;
+		}
+	}
+	buf_printf(&err, "unknown request type %u", h->type);
+	send_error(c, (uint64_t)id, "unsupported", err.data);
+out:
+	msg_free(&m);
+	buf_free(&err);
+}
+
+/* ---- connections ---------------------------------------------------- */
+
+static void on_conn_read(struct bufferevent *bev, void *arg)
+{
+	struct conn *c = arg;
+	struct evbuffer *in = bufferevent_get_input(bev);
+
+	/* Hold a reference: a handler may close the connection. */
+	c->refs++;
+	while (c->state == CONN_READING) {
+		unsigned char hdr[FRAME_HDR_LEN];
+		struct frame_hdr h;
+		struct buf err = BUF_INIT;
+		ev_ssize_t got = evbuffer_copyout(in, hdr, sizeof hdr);
+		int r = frame_parse_hdr(hdr, got < 0 ? 0 : (size_t)got,
+					c->srv->cfg->max_frame, &h, &err);
+		if (r < 0) {
+			protocol_error(c, err.data);
+			buf_free(&err);
+			break;
+		}
+		if (r == 0 || evbuffer_get_length(in) < FRAME_HDR_LEN + (size_t)h.len)
+			break;
+		unsigned char *all = evbuffer_pullup(in, FRAME_HDR_LEN + (ev_ssize_t)h.len);
+		if (!all) {
+			protocol_error(c, "out of memory reading the request");
+			break;
+		}
+		handle_frame(c, &h, all + FRAME_HDR_LEN);
+		if (c->state != CONN_CLOSED)
+			evbuffer_drain(in, FRAME_HDR_LEN + h.len);
+	}
+	conn_unref(c);
+}
+
+static void on_conn_write(struct bufferevent *bev, void *arg)
+{
+	struct conn *c = arg;
+
+	if (c->state == CONN_CLOSING)
+		conn_close(c);
+}
+
+static void on_conn_event(struct bufferevent *bev, short what, void *arg)
+{
+	struct conn *c = arg;
+
+	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+		conn_close(c);
+}
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
+		      struct sockaddr *sa, int socklen, void *arg)
+{
+	struct server *s = arg;
+	struct conn *c = calloc(1, sizeof *c);
+
+	if (!c) {
+		close(fd);
+		return;
+	}
+	c->srv = s;
+	c->refs = 1;
+	c->serial = ++s->next_serial;
+	c->state = CONN_READING;
+	c->bev = bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE);
+	if (!c->bev) {
+		close(fd);
+		free(c);
+		return;
+	}
+	s->n.connections++;
+	bufferevent_setcb(c->bev, on_conn_read, on_conn_write, on_conn_event, c);
+	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+}
+
+/* ---- start and stop ------------------------------------------------- */
+
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+	store_flush(((struct server *)arg)->store);
+}
+
+static void on_stop(evutil_socket_t sig, short what, void *arg)
+{
+	struct server *s = arg;
+
+	log_info("signal %d: stopping", (int)sig);
+	event_base_loopexit(s->base, NULL);
+}
+
+/* mkdir -p with the last component 0700. */
+static int make_dir(const char *path, struct buf *err)
+{
+	char tmp[4096];
+
+	if (strlen(path) >= sizeof tmp) {
+		buf_printf(err, "path too long: '%s'", path);
+		return -1;
+	}
+	strcpy(tmp, path);
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(tmp, 0755) < 0 && errno != EEXIST) {
+			buf_printf(err, "cannot create '%s': %s", tmp, strerror(errno));
+			return -1;
+		}
+		*p = '/';
+	}
+	if (mkdir(tmp, 0700) < 0 && errno != EEXIST) {
+		buf_printf(err, "cannot create '%s': %s", tmp, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* Bind the Unix socket (0600 in a 0700 directory unless the directory
+ * exists already). A live socket of another daemon is never taken over. */
+static int listen_socket(const char *path, struct buf *err)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+	if (strlen(path) >= sizeof sa.sun_path) {
+		buf_printf(err, "socket path too long: '%s'", path);
+		return -1;
+	}
+	strcpy(sa.sun_path, path);
+	char dir[sizeof sa.sun_path];
+	strcpy(dir, path);
+	char *slash = strrchr(dir, '/');
+	if (slash && slash != dir) {
+		*slash = '\0';
+		if (make_dir(dir, err) < 0)
+			return -1;
+	}
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		buf_printf(err, "cannot create socket: %s", strerror(errno));
+		return -1;
+	}
+	/* A leftover socket file: take it over only if nobody answers. */
+	int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof sa) == 0) {
+		close(probe);
+		close(fd);
+		buf_printf(err, "another daemon is serving '%s'", path);
+		return -1;
+	}
+	if (probe >= 0)
+		close(probe);
+	unlink(path);
+	mode_t old = umask(0177);
+	int r = bind(fd, (struct sockaddr *)&sa, sizeof sa);
+	umask(old);
+	if (r < 0 || listen(fd, 128) < 0) {
+		buf_printf(err, "cannot listen on '%s': %s", path, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* One daemon per cache directory, through a lock on DIR/lock. */
+static int lock_cache(const char *dir, struct buf *err)
+{
+	char path[4096];
+
+	snprintf(path, sizeof path, "%s/lock", dir);
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		buf_printf(err, "cannot open '%s': %s", path, strerror(errno));
+		return -1;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		buf_printf(err, "cache directory '%s' is in use by another daemon", dir);
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+int server_run(const struct server_config *cfg)
+{
+	struct server s = { .cfg = cfg, .started = time(NULL) };
+	struct buf err = BUF_INIT;
+	int lock = -1, lfd = -1, rc = 1;
+
+	signal(SIGPIPE, SIG_IGN);
+	if (make_dir(cfg->cache_dir, &err) < 0 ||
+	    (lock = lock_cache(cfg->cache_dir, &err)) < 0)
+		goto out;
+	s.store = store_open(cfg->cache_dir, cfg->max_size, &err);
+	if (!s.store)
+		goto out;
+	s.base = event_base_new();
+	if (!s.base) {
+		buf_puts(&err, "cannot create event loop");
+		goto out;
+	}
+	s.pool = pool_new(s.base, &cfg->pool, &err);
+	if (!s.pool)
+		goto out;
+	if ((lfd = listen_socket(cfg->socket_path, &err)) < 0)
+		goto out;
+	s.listener = evconnlistener_new(s.base, on_accept, &s, LEV_OPT_CLOSE_ON_FREE,
+					-1, lfd);
+	if (!s.listener) {
+		buf_puts(&err, "cannot watch the listening socket");
+		close(lfd);
+		goto out;
+	}
+	struct timeval second = { 1, 0 };
+	s.flush_timer = event_new(s.base, -1, EV_PERSIST, on_flush, &s);
+	s.sigterm = evsignal_new(s.base, SIGTERM, on_stop, &s);
+	s.sigint = evsignal_new(s.base, SIGINT, on_stop, &s);
+	event_add(s.flush_timer, &second);
+	evsignal_add(s.sigterm, NULL);
+	evsignal_add(s.sigint, NULL);
+	log_info("serving on '%s', cache '%s', %d workers, %s", cfg->socket_path,
+		 cfg->cache_dir, cfg->pool.size, codegen_identity());
+
+	event_base_dispatch(s.base);
+	rc = 0;
+	unlink(cfg->socket_path);
+out:
+	if (err.len)
+		log_err("%s", err.data);
+	if (s.listener)
+		evconnlistener_free(s.listener);
+	pool_free(s.pool);
+	if (s.flush_timer)
+		event_free(s.flush_timer);
+	if (s.sigterm)
+		event_free(s.sigterm);
+	if (s.sigint)
+		event_free(s.sigint);
+	store_close(s.store);
+	if (s.base)
+		event_base_free(s.base);
+	if (lock >= 0)
+		close(lock);
+	buf_free(&err);
+	return rc;
+}

@@ -1,0 +1,100 @@
+/*
+ * worker: the pool of long-lived compile processes.
+ *
+ * Each worker is forked from the master, initialises LLVM with the backend
+ * options of its option set, compiles the built-in warm-up kernels, tells
+ * the master it is ready, and then serves one job at a time over its
+ * socketpair. A worker holds no database handle and no client socket.
+ *
+ * The pool runs in the master's event loop. Jobs wait in one FIFO queue; a
+ * job goes to an idle worker of its option set, or an idle worker of another
+ * set is replaced by one of the job's set. A worker that dies, exceeds the
+ * per-job timeout or sends a malformed reply fails only its job, and is
+ * replaced; a worker is also retired after recycle_after jobs, to bound
+ * leaks.
+ */
+#ifndef PTXCACHE_WORKER_H
+#define PTXCACHE_WORKER_H
+
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "proto/buf.h"
+
+struct event_base;
+struct pool;
+
+/* The result of a job, as seen by the master. Status values: */
+enum job_status {
+	JOB_OK = 0,
+	JOB_PARSE_ERROR = 1,    /* = CG_PARSE_ERROR */
+	JOB_ERROR = 2,          /* = CG_ERROR */
+	JOB_INVALID = 3,        /* = CG_INVALID, also bad backend options */
+	JOB_FATAL = 4,          /* LLVM fatal error: log holds its reason;
+	                           llc would die of SIGABRT */
+	JOB_CRASH = 5,          /* worker killed by a signal, no reason */
+	JOB_TIMEOUT = 6,        /* killed after the per-job timeout */
+	JOB_UNAVAILABLE = 7,    /* the daemon cannot run this job at all */
+};
+
+/* Deterministic outcomes may be cached (as negative entries if failed). */
+#define JOB_CACHEABLE(s) ((s) <= JOB_FATAL)
+
+struct job_result {
+	enum job_status status;
+	const char *output;     /* PTX (valid during the callback only) */
+	size_t output_len;
+	const char *log;        /* diagnostics (valid during the callback) */
+	size_t log_len;
+	int signal;             /* the signal the worker died of, if any */
+	int64_t compile_us;     /* time spent in the worker */
+};
+
+struct pool_job {
+	/* Filled in by the submitter. */
+	struct buf frame;       /* the whole FRAME_JOB frame to send; see
+	                           PROTOCOL.md */
+	char *optset;           /* backend options, '\n'-separated; "" = none */
+	void (*done)(struct pool_job *job, const struct job_result *res);
+	/* Pool-private. */
+	TAILQ_ENTRY(pool_job) q;
+	struct worker *w;
+};
+
+struct pool_config {
+	int size;               /* number of workers */
+	int job_timeout_s;      /* per-job wall-clock limit */
+	int recycle_after;      /* jobs before a worker is replaced; 0 = never */
+	int64_t mem_limit;      /* RLIMIT_AS per worker in bytes; 0 = none */
+	const char *warm_cpu;   /* CPU for the warm-up kernels ("sm_90a") */
+	const char *warm_features;
+};
+
+struct pool_counters {
+	int64_t spawned;
+	int64_t crashes;        /* deaths by signal or timeouts during a job */
+	int64_t timeouts;
+	int64_t recycled;
+	int busy;
+	int queued;
+};
+
+/* Create the pool and start its default workers. Returns NULL with a
+ * message in err. */
+struct pool *pool_new(struct event_base *base, const struct pool_config *cfg,
+		      struct buf *err);
+
+/* Queue a job; done() is called exactly once, from the event loop, unless
+ * the job is cancelled first. The pool does not own the job. */
+void pool_submit(struct pool *p, struct pool_job *job);
+
+void pool_counters(struct pool *p, struct pool_counters *c);
+
+/* Kill all workers (waiting for none) and fail queued jobs as unavailable. */
+void pool_free(struct pool *p);
+
+/* Entry point of a forked worker (worker.c): never returns. */
+void worker_main(int fd, const char *optset, const struct pool_config *cfg)
+	__attribute__((noreturn));
+
+#endif
