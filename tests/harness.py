@@ -1,0 +1,199 @@
+"""Shared pieces of ptxcache's black-box tests: the real daemon on a private
+socket in a temp dir, the real CLI, and a raw-protocol client for sending
+what a well-behaved client never would.
+
+A test is a function named test_* in a tests/test_*.py module; it gets no
+arguments, raises AssertionError (or anything) to fail, and may raise Skip.
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.path.join(ROOT, "build")
+DAEMON = os.path.join(BUILD, "ptxcached")
+CLI = os.path.join(BUILD, "ptxcache")
+SHARED = os.environ.get("PTXCACHE_SHARED", os.path.join(os.path.dirname(ROOT), "shared"))
+CORPUS = os.path.join(SHARED, "corpus")
+TRITON = os.path.join(CORPUS, "triton")
+LLVM_BIN = os.environ.get("LLVM_BIN", "/usr/lib/llvm-22/bin")
+LLC = os.path.join(LLVM_BIN, "llc")
+TRITON_FLAGS = ["-O3", "-mtriple=nvptx64-nvidia-cuda", "-mcpu=sm_90a", "-mattr=+ptx90"]
+
+
+class Skip(Exception):
+    pass
+
+
+def triton_kernels():
+    if not os.path.isdir(TRITON):
+        raise Skip("corpus not found at %s" % TRITON)
+    return sorted(os.path.join(TRITON, f) for f in os.listdir(TRITON) if f.endswith(".ll"))
+
+
+class Daemon:
+    """ptxcached on a private socket and cache dir; stop() kills it."""
+
+    def __init__(self, workers=2, cache_dir=None, extra=(), env=None):
+        self.tmp = tempfile.mkdtemp(prefix="ptxcache-test-")
+        self.socket = os.path.join(self.tmp, "run", "ptxcached.sock")
+        self.cache_dir = cache_dir or os.path.join(self.tmp, "cache")
+        self.args = [DAEMON, "--socket", self.socket, "--cache-dir", self.cache_dir,
+                     "--workers", str(workers), "--log-level", "warning"] + list(extra)
+        self.env = dict(os.environ, **(env or {}))
+        self.proc = None
+        self.log_path = os.path.join(self.tmp, "daemon.log")
+        self.start()
+
+    def start(self, wait=True):
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=self.log, env=self.env)
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError("daemon exited with %s:\n%s" % (self.proc.returncode, self.logtext()))
+            r = self.cli("ping", check=False, timeout=10)
+            if r.returncode == 0:
+                return
+            time.sleep(0.05)
+        raise AssertionError("daemon did not answer within %d s" % timeout)
+
+    def logtext(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def cli(self, *args, check=True, input=None, timeout=300, env=None):
+        e = dict(os.environ, PTXCACHE_SOCKET=self.socket, **(env or {}))
+        r = subprocess.run([CLI] + list(args), input=input, capture_output=True,
+                           timeout=timeout, env=e)
+        if check and r.returncode != 0:
+            raise AssertionError("ptxcache %s failed (%d): %s" % (" ".join(args), r.returncode,
+                                                                   r.stderr.decode(errors="replace")))
+        return r
+
+    def stats(self):
+        return json.loads(self.cli("stats", "--json").stdout)
+
+    def workers(self):
+        """Pids of the daemon's worker processes."""
+        out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True)
+        return [int(p) for p in out.stdout.split()]
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc:
+            self.log.close()
+        return self.proc.returncode if self.proc else None
+
+    def cleanup(self):
+        self.stop(signal.SIGKILL)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.cleanup()
+
+
+def llc(args, input=None):
+    return subprocess.run([LLC] + list(args), input=input, capture_output=True, timeout=120)
+
+
+# ---- raw protocol ------------------------------------------------------
+
+def mp_pack(obj):
+    """A tiny msgpack encoder for tests (maps, arrays, str, bytes, ints, bools)."""
+    if obj is None:
+        return b"\xc0"
+    if obj is True:
+        return b"\xc3"
+    if obj is False:
+        return b"\xc2"
+    if isinstance(obj, int):
+        if 0 <= obj < 128:
+            return bytes([obj])
+        if obj >= 0:
+            return b"\xcf" + struct.pack(">Q", obj)
+        return b"\xd3" + struct.pack(">q", obj)
+    if isinstance(obj, str):
+        b = obj.encode()
+        return b"\xdb" + struct.pack(">I", len(b)) + b
+    if isinstance(obj, (bytes, bytearray)):
+        return b"\xc6" + struct.pack(">I", len(obj)) + bytes(obj)
+    if isinstance(obj, (list, tuple)):
+        return b"\xdd" + struct.pack(">I", len(obj)) + b"".join(mp_pack(x) for x in obj)
+    if isinstance(obj, dict):
+        return b"\xdf" + struct.pack(">I", len(obj)) + b"".join(
+            mp_pack(k) + mp_pack(v) for k, v in obj.items())
+    raise TypeError(obj)
+
+
+def frame(ftype, body, version=1, magic=b"PX"):
+    return magic + bytes([version, ftype]) + struct.pack(">I", len(body)) + body
+
+
+class Raw:
+    """A raw connection to the daemon's socket."""
+
+    def __init__(self, path, timeout=10):
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.s.settimeout(timeout)
+        self.s.connect(path)
+
+    def send(self, data):
+        self.s.sendall(data)
+
+    def recv_frame(self):
+        """(type, body bytes), or None if the daemon closed the connection."""
+        hdr = self._read(8)
+        if hdr is None:
+            return None
+        assert hdr[:2] == b"PX", hdr
+        n = struct.unpack(">I", hdr[4:8])[0]
+        body = self._read(n)
+        return hdr[3], body
+
+    def _read(self, n):
+        out = b""
+        while len(out) < n:
+            try:
+                c = self.s.recv(n - len(out))
+            except ConnectionResetError:
+                return None
+            if not c:
+                return None
+            out += c
+        return out
+
+    def closed(self):
+        """True if the daemon closes the connection (reads to EOF)."""
+        try:
+            while True:
+                c = self.s.recv(65536)
+                if not c:
+                    return True
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except socket.timeout:
+            return False
+
+    def close(self):
+        self.s.close()

@@ -1,0 +1,295 @@
+"""The service end to end: IR in, PTX out, through the real daemon, cached in
+a real SQLite file; checked against the real llc of the same LLVM."""
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+from harness import (CLI, CORPUS, LLC, LLVM_BIN, TRITON_FLAGS, Daemon, Raw, Skip,
+                     frame, llc, mp_pack, triton_kernels)
+
+SMALL = """
+target triple = "nvptx64-nvidia-cuda"
+define ptx_kernel void @add(ptr addrspace(1) %a, ptr addrspace(1) %b, float %x) {
+  %v = load float, ptr addrspace(1) %a
+  %w = fadd float %v, %x
+  store float %w, ptr addrspace(1) %b
+  ret void
+}
+"""
+
+
+def small_ir(tag):
+    """A distinct small kernel per tag, so tests do not share cache entries."""
+    return SMALL.replace("@add", "@add_" + tag).encode()
+
+
+def test_ping_and_hello():
+    with Daemon() as d:
+        r = d.cli("ping")
+        assert b"ptxcached" in r.stdout and b"LLVM 22" in r.stdout, r.stdout
+
+
+def test_compile_matches_llc_then_hits():
+    kernels = triton_kernels()[:3]
+    with Daemon() as d:
+        for k in kernels:
+            want = llc(TRITON_FLAGS + [k, "-o", "-"]).stdout
+            r = d.cli("compile", "--arch", "sm_90a", "--ptx-isa", "90", "-O3", k)
+            assert r.stdout == want, "PTX of %s differs from llc's" % k
+        s1 = d.stats()
+        assert s1["compiles"] == len(kernels) and s1["misses"] == len(kernels), s1
+        assert s1["entries"] == len(kernels) and s1["bytes"] > 0, s1
+        for k in kernels:
+            r = d.cli("compile", "--arch", "sm_90a", "--ptx-isa", "90", "-O3", "--json", k)
+            assert b'"cached":true' in r.stdout, r.stdout
+        s2 = d.stats()
+        assert s2["hits"] == s1["hits"] + len(kernels) and s2["compiles"] == s1["compiles"], s2
+
+
+def test_differential_triton_corpus_through_llc_front():
+    """Every corpus kernel through `ptxcache llc`, from a file and from
+    stdin, is byte-identical to llc-22; a second pass is all hits."""
+    kernels = triton_kernels()
+    with Daemon() as d:
+        for k in kernels:
+            want = llc(TRITON_FLAGS + [k, "-o", "-"])
+            assert want.returncode == 0, k
+            got = d.cli("llc", *TRITON_FLAGS, k, "-o", "-")
+            assert got.stdout == want.stdout, "file %s differs" % k
+            assert got.stderr == b"", got.stderr
+            with open(k, "rb") as f:
+                got2 = d.cli("llc", *TRITON_FLAGS, input=f.read())
+            assert got2.stdout == want.stdout, "stdin %s differs" % k
+        s1 = d.stats()
+        assert s1["compiles"] == len(kernels), s1
+        for k in kernels:
+            d.cli("llc", *TRITON_FLAGS, k, "-o", os.devnull)
+        s2 = d.stats()
+        assert s2["compiles"] == s1["compiles"], (s1, s2)
+        assert s2["hits"] - s1["hits"] == len(kernels), (s1, s2)
+
+
+def test_llc_default_output_name_and_bitcode():
+    k = triton_kernels()[0]
+    with Daemon() as d, tempfile.TemporaryDirectory() as t:
+        bc = os.path.join(t, "k.bc")
+        subprocess.run([os.path.join(LLVM_BIN, "llvm-as"), k, "-o", bc], check=True)
+        d.cli("llc", "-mtriple=nvptx64-nvidia-cuda", "-mcpu=sm_90a", bc)
+        want = llc(["-mtriple=nvptx64-nvidia-cuda", "-mcpu=sm_90a", bc, "-o", "-"]).stdout
+        with open(os.path.join(t, "k.s"), "rb") as f:
+            assert f.read() == want
+
+
+def test_fatal_error_returns_llvm_reason_and_daemon_serves_on():
+    """IR that makes LLVM abort: the front prints LLVM's reason and dies of
+    SIGABRT like llc; the worker is replaced; the error is cached."""
+    src = os.path.join(CORPUS, "llvm-nvptx", "fcos-no-fast-math.ll")
+    args = ["-mtriple=nvptx", "-mcpu=sm_20", src]
+    with Daemon() as d:
+        before = d.stats()
+        r = d.cli("llc", *args, check=False)
+        assert r.returncode == -signal.SIGABRT, r.returncode
+        assert b"LLVM ERROR: Cannot select" in r.stderr and b"In function: test_fcos_safe" in r.stderr, r.stderr
+        s = d.stats()
+        assert s["worker_crashes"] == before["worker_crashes"] + 1, s
+        assert s["compile_errors"] == before["compile_errors"] + 1, s
+        # The next request is served.
+        d.cli("compile", "-", input=small_ir("after_fatal"))
+        # A repeat is answered from the negative entry, without a compile.
+        r2 = d.cli("llc", *args, check=False)
+        assert r2.returncode == -signal.SIGABRT and b"Cannot select" in r2.stderr
+        s2 = d.stats()
+        assert s2["compiles"] == s["compiles"] + 1 and s2["worker_crashes"] == s["worker_crashes"], s2
+
+
+def test_parse_error_reported_like_llc():
+    with Daemon() as d, tempfile.TemporaryDirectory() as t:
+        r = d.cli("llc", "-mtriple=nvptx64", input=b"garbage\n", check=False)
+        want = llc(["-mtriple=nvptx64"], input=b"garbage\n")
+        assert r.returncode == want.returncode == 1
+        assert r.stderr == want.stderr.replace(LLC.encode(), b"llc"), (r.stderr, want.stderr)
+        bad = os.path.join(t, "bad.ll")
+        with open(bad, "wb") as f:
+            f.write(b"define void @f() {\n  ret i32\n}\n")
+        r = d.cli("llc", "-mtriple=nvptx64", bad, "-o", "-", check=False)
+        want = llc(["-mtriple=nvptx64", bad, "-o", "-"])
+        assert r.returncode == 1 and r.stderr == want.stderr.replace(LLC.encode(), b"llc"), r.stderr
+
+
+def test_compile_refuses_host_triple():
+    ir = small_ir("host").replace(b"nvptx64-nvidia-cuda", b"x86_64-unknown-linux-gnu")
+    with Daemon() as d:
+        r = d.cli("compile", "-", input=ir, check=False)
+        assert r.returncode != 0 and b"x86_64-unknown-linux-gnu" in r.stderr, r.stderr
+
+
+def test_compile_refuses_unknown_cpu_and_option():
+    with Daemon() as d:
+        r = d.cli("compile", "--arch", "sm_999", "-", input=small_ir("cpu"), check=False)
+        assert r.returncode != 0 and b"sm_999" in r.stderr, r.stderr
+        r = d.cli("compile", "--option", "-no-such-llvm-option", "-", input=small_ir("opt"), check=False)
+        assert r.returncode != 0 and b"no-such-llvm-option" in r.stderr, r.stderr
+        d.cli("compile", "-", input=small_ir("after_bad"))
+
+
+def test_backend_options_route_to_matching_workers():
+    """A process-wide LLVM option changes the output exactly as in llc, and
+    does not leak into jobs without it."""
+    k = triton_kernels()[0]
+    base = ["-mtriple=nvptx64-nvidia-cuda", "-mcpu=sm_90a", "-mattr=+ptx90"]
+    with Daemon(workers=1) as d:
+        for extra in (["-nvptx-fma-level=0"], [], ["-nvptx-fma-level=0", "-nvptx-short-ptr"], []):
+            want = llc(base + extra + [k, "-o", "-"]).stdout
+            got = d.cli("llc", *(base + extra), k, "-o", "-").stdout
+            assert got == want, extra
+        assert d.stats()["compiles"] == 3
+
+
+def test_results_survive_restart():
+    ir = small_ir("persist")
+    with Daemon() as d:
+        first = d.cli("compile", "-", input=ir).stdout
+        d.stop(signal.SIGKILL)
+        d.start()
+        r = d.cli("compile", "--json", "-", input=ir)
+        assert b'"cached":true' in r.stdout, r.stdout
+        assert d.cli("compile", "-", input=ir).stdout == first
+        assert d.stats()["compiles"] == 0
+
+
+def test_second_daemon_on_same_cache_refused():
+    with Daemon() as d:
+        other = os.path.join(d.tmp, "other.sock")
+        r = subprocess.run([d.args[0], "--socket", other, "--cache-dir", d.cache_dir],
+                           capture_output=True, timeout=30)
+        assert r.returncode != 0 and b"in use" in r.stderr, r.stderr
+        d.cli("ping")
+
+
+def test_worker_killed_mid_job_fails_only_that_job():
+    with Daemon(workers=1) as d:
+        (w,) = d.workers()
+        os.kill(w, signal.SIGSTOP)
+        out = {}
+        t = threading.Thread(target=lambda: out.update(r=d.cli("compile", "--json", "-",
+                                                               input=small_ir("killed"), check=False)))
+        t.start()
+        time.sleep(0.5)
+        os.kill(w, signal.SIGKILL)
+        t.join(60)
+        r = out["r"]
+        assert r.returncode != 0 and b'"status":"crash"' in r.stdout and b"signal 9" in r.stdout, r.stdout
+        s = d.stats()
+        assert s["worker_crashes"] == 1 and s["entries"] == 0, s
+        # Not cached: the same request now compiles and succeeds.
+        r = d.cli("compile", "--json", "-", input=small_ir("killed"))
+        assert b'"status":"ok"' in r.stdout and b'"cached":false' in r.stdout
+
+
+def test_job_timeout_kills_worker_and_daemon_serves_on():
+    with Daemon(workers=1, extra=["--job-timeout", "1"]) as d:
+        (w,) = d.workers()
+        os.kill(w, signal.SIGSTOP)
+        r = d.cli("compile", "--json", "-", input=small_ir("timeout"), check=False)
+        assert r.returncode != 0 and b'"status":"timeout"' in r.stdout, r.stdout
+        assert d.stats()["worker_timeouts"] == 1
+        r = d.cli("compile", "--json", "-", input=small_ir("timeout"))
+        assert b'"status":"ok"' in r.stdout
+
+
+def test_client_timeout_never_hangs():
+    with Daemon(workers=1) as d:
+        (w,) = d.workers()
+        os.kill(w, signal.SIGSTOP)
+        t0 = time.time()
+        r = d.cli("--timeout", "0.5", "compile", "-", input=small_ir("ctimeout"), check=False)
+        assert r.returncode != 0 and b"timed out" in r.stderr, r.stderr
+        assert time.time() - t0 < 30
+        os.kill(w, signal.SIGCONT)
+
+
+def test_no_daemon_clear_error():
+    with tempfile.TemporaryDirectory() as t:
+        r = subprocess.run([CLI, "--socket", os.path.join(t, "none.sock"), "ping"],
+                           capture_output=True, timeout=30)
+        assert r.returncode != 0 and b"cannot connect" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_default_socket_and_cache_locations():
+    with tempfile.TemporaryDirectory() as t:
+        env = dict(os.environ, XDG_RUNTIME_DIR=os.path.join(t, "run"),
+                   XDG_CACHE_HOME=os.path.join(t, "cache"))
+        env.pop("PTXCACHE_SOCKET", None)
+        os.makedirs(env["XDG_RUNTIME_DIR"], mode=0o700)
+        p = subprocess.Popen([os.path.join(os.path.dirname(CLI), "ptxcached"), "--workers", "1"],
+                             env=env, stderr=subprocess.DEVNULL)
+        try:
+            sock = os.path.join(t, "run", "ptxcache", "ptxcached.sock")
+            for _ in range(600):
+                if subprocess.run([CLI, "ping"], env=env, capture_output=True).returncode == 0:
+                    break
+                time.sleep(0.05)
+            else:
+                raise AssertionError("daemon on defaults did not answer")
+            assert os.stat(sock).st_mode & 0o777 == 0o600
+            assert os.stat(os.path.dirname(sock)).st_mode & 0o777 == 0o700
+            assert os.path.exists(os.path.join(t, "cache", "ptxcache", "cache.db"))
+        finally:
+            p.kill()
+            p.wait()
+
+
+def test_malformed_frames_get_errors_and_daemon_serves_on():
+    with Daemon() as d:
+        cases = [
+            b"GET / HTTP/1.0\r\n\r\n",                                  # bad magic
+            frame(3, b"", version=9),                                   # bad version
+            b"PX\x01\x03\xff\xff\xff\xff",                              # absurd length
+            frame(3, b"\xdd\xff\xff\xff\xff"),                          # array bomb
+            frame(3, mp_pack({"id": 1}) + b"x"),                        # trailing bytes
+            frame(3, b"\x81" * 200 + b"\x00"),                          # deep nesting
+        ]
+        for data in cases:
+            c = Raw(d.socket)
+            c.send(data)
+            f = c.recv_frame()
+            assert f is not None and f[0] == 0xFF, (data[:16], f)
+            assert c.closed(), data[:16]
+            c.close()
+        # Well-formed frame, bad request: an error frame, connection kept.
+        c = Raw(d.socket)
+        c.send(frame(3, mp_pack({"id": 7, "input": b"x", "opt": 9})))
+        t, body = c.recv_frame()
+        assert t == 0xFF and b"optimisation level" in body, body
+        c.send(frame(2, mp_pack({"id": 8})))
+        t, body = c.recv_frame()
+        assert t == 0x82, t
+        c.close()
+        # Vanished client mid-frame.
+        c = Raw(d.socket)
+        c.send(frame(3, mp_pack({"id": 1, "input": b"x" * 1000}))[:500])
+        c.close()
+        assert d.stats()["protocol_errors"] == len(cases)
+        d.cli("compile", "-", input=small_ir("after_garbage"))
+
+
+def test_pipelined_requests_answered_by_id():
+    """Several requests on one connection, answered by id."""
+    with Daemon() as d:
+        c = Raw(d.socket, timeout=120)
+        reqs = [frame(3, mp_pack({"id": 100 + i, "input": small_ir("pipe%d" % i), "strict": True}))
+                for i in range(4)]
+        c.send(b"".join(reqs) + frame(2, mp_pack({"id": 200})))
+        ids = set()
+        for _ in range(5):
+            t, body = c.recv_frame()
+            assert t in (0x83, 0x82), t
+            for i in list(range(100, 104)) + [200]:
+                if b"\xa2id" + bytes([i]) in body:
+                    ids.add(i)
+        assert ids == set(range(100, 104)) | {200}, ids
+        c.close()
