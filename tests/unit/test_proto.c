@@ -1,0 +1,122 @@
+/* Unit tests for proto/: frame headers, the msgpack validator, the writer. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/frame.h"
+#include "proto/msg.h"
+#include "tests/unit/unit.h"
+
+static int valid(const char *p, size_t n)
+{
+	return msg_validate(p, n, &MSG_LIMITS_DEFAULT, NULL) == 0;
+}
+
+TEST(frame_header_checks_magic_version_and_length)
+{
+	struct frame_hdr h;
+	struct buf err = BUF_INIT;
+
+	CHECK(frame_parse_hdr("PX\x01\x03\x00\x00\x00\x05", 8, 100, &h, NULL) == 1);
+	CHECK(h.type == 3 && h.len == 5);
+	CHECK(frame_parse_hdr("PX\x01", 3, 100, &h, NULL) == 0);
+	CHECK(frame_parse_hdr("QX\x01\x03\x00\x00\x00\x05", 8, 100, &h, NULL) == -1);
+	CHECK(frame_parse_hdr("PX\x02\x03\x00\x00\x00\x05", 8, 100, &h, &err) == -1);
+	CHECK(strstr(err.data, "version 2") != NULL);
+	buf_reset(&err);
+	CHECK(frame_parse_hdr("PX\x01\x03\xff\xff\xff\xff", 8, 100, &h, &err) == -1);
+	CHECK(strstr(err.data, "exceeds the limit") != NULL);
+	buf_free(&err);
+}
+
+TEST(validator_accepts_well_formed_messages)
+{
+	CHECK(valid("\x80", 1));                                /* {} */
+	CHECK(valid("\x81\xa1" "a\x01", 4));                    /* {"a":1} */
+	CHECK(valid("\x81\xa1" "a\x92\xa1x\xc4\x01z", 9));      /* {"a":["x",bin]} */
+	CHECK(valid("\xcb\0\0\0\0\0\0\0\0", 9));                /* float64 */
+}
+
+TEST(validator_refuses_bombs_truncation_and_trailing_bytes)
+{
+	CHECK(!valid("\xdd\xff\xff\xff\xff", 5));               /* 4G-element array */
+	CHECK(!valid("\xdf\x00\x01\x00\x00\xa1" "a", 7));       /* 65536-entry map, 2 bytes */
+	CHECK(!valid("\xc6\xff\xff\xff\xff" "abc", 8));         /* bin longer than data */
+	CHECK(!valid("\xa5" "abc", 4));                         /* truncated str */
+	CHECK(!valid("\x80\x00", 2));                           /* trailing byte */
+	CHECK(!valid("", 0));
+	CHECK(!valid("\xc1", 1));                               /* reserved */
+	CHECK(!valid("\xd4\x01\x02", 3));                       /* ext type */
+	char deep[64];
+	memset(deep, 0x91, sizeof deep - 1);                    /* [[[[...]]]] */
+	deep[sizeof deep - 1] = 0x00;
+	CHECK(!valid(deep, sizeof deep));
+	CHECK(valid(deep + sizeof deep - 5, 5));                /* 4 deep is fine */
+}
+
+TEST(validator_bounds_total_elements)
+{
+	struct msg_limits lim = { .max_depth = 4, .max_elems = 3 };
+	CHECK(msg_validate("\x94\x01\x02\x03\x04", 5, &lim, NULL) == -1);
+	CHECK(msg_validate("\x93\x01\x02\x03", 4, &lim, NULL) == 0);
+}
+
+TEST(writer_round_trips_through_parser)
+{
+	struct buf out = BUF_INIT;
+	struct msg_writer w;
+	struct msg m;
+	struct frame_hdr h;
+	const char *opts[] = { "-a", "-b=1" };
+
+	msg_begin(&w, &out, FRAME_COMPILE);
+	msg_put_int(&w, "id", 42);
+	msg_put_bin(&w, "input", "\0\1\2", 3);
+	msg_put_str(&w, "cpu", "sm_90a");
+	msg_put_bool(&w, "emit", 0);
+	msg_put_strv(&w, "options", opts, 2);
+	REQUIRE(msg_end(&w) == 0);
+	REQUIRE(frame_parse_hdr(out.data, out.len, 1000, &h, NULL) == 1);
+	CHECK(h.type == FRAME_COMPILE && h.len == out.len - FRAME_HDR_LEN);
+	REQUIRE(msg_parse(&m, out.data + FRAME_HDR_LEN, h.len, &MSG_LIMITS_DEFAULT, NULL) == 0);
+	int64_t id;
+	const char *p;
+	size_t n;
+	char *cpu;
+	int emit = 1;
+	CHECK(msg_int(&m, "id", &id) == 1 && id == 42);
+	CHECK(msg_bytes(&m, "input", &p, &n) == 1 && n == 3 && p[2] == 2);
+	CHECK(msg_strdup(&m, "cpu", &cpu) == 1 && strcmp(cpu, "sm_90a") == 0);
+	CHECK(msg_bool(&m, "emit", &emit) == 1 && emit == 0);
+	CHECK(msg_int(&m, "cpu", &id) == -1);                  /* wrong type */
+	CHECK(msg_int(&m, "missing", &id) == 0);
+	const msgpack_object *o = msg_get(&m, "options");
+	CHECK(o && o->type == MSGPACK_OBJECT_ARRAY && o->via.array.size == 2);
+	free(cpu);
+	msg_free(&m);
+	buf_free(&out);
+}
+
+TEST(parser_requires_a_map)
+{
+	struct msg m;
+	struct buf err = BUF_INIT;
+	CHECK(msg_parse(&m, "\x92\x01\x02", 3, &MSG_LIMITS_DEFAULT, &err) == -1);
+	CHECK(strstr(err.data, "not a map") != NULL);
+	msg_free(&m);
+	buf_free(&err);
+}
+
+TEST(buf_grows_and_detaches)
+{
+	struct buf b = BUF_INIT;
+	for (int i = 0; i < 1000; i++)
+		CHECK(buf_printf(&b, "%d,", i) == 0);
+	CHECK(b.len == strlen(b.data));
+	buf_consume(&b, 2);
+	CHECK(strncmp(b.data, "1,2,", 4) == 0);
+	size_t n;
+	char *p = buf_detach(&b, &n);
+	CHECK(p && n == strlen(p) && b.data == NULL && b.len == 0);
+	free(p);
+	buf_free(&b);
+}
