@@ -92,4 +92,44 @@ int store_verify(struct store *s, struct buf *report);
 
 void store_result_free(struct store_result *r);
 
+/*
+ * Queries and maintenance, for ptxcache show / ls / explain / evict and the
+ * daemon's --verify mode. None of these is on the hit path; each flushes the
+ * pending hit bookkeeping first, so the counts and times they show are
+ * current. Notes that apply to the functions above as well:
+ *  - store_get() initialises *out itself (its old contents are not read, so
+ *    free a result before reusing it); after a miss or an error *out is
+ *    empty, and store_result_free() on it is harmless.
+ *  - Times ("created", "last_used") are unix seconds in the JSON below.
+ */
+
+/* Append key's metadata to json as one object: "key" (hex), "kind" ("ptx"
+ * or "cubin"), "status", "arch", "data_len" (raw bytes), "stored_bytes",
+ * "hits", "created", "last_used", "compile_us", "components" (the key's
+ * components, as an embedded object), and for a negative entry "log" (its
+ * error text, only if its checksum verifies). Returns 1 if found, 0 if not,
+ * -1 on a database error or when memory runs out. */
+int store_show(struct store *s, const unsigned char key[32], struct buf *json);
+
+/* Append a JSON array of up to limit entries (limit <= 0: all), newest
+ * first, each the object store_show() gives, without "log". Returns the
+ * number of entries listed, or -1 on failure. */
+int store_list(struct store *s, int limit, struct buf *json);
+
+/* Find the stored entry whose components (as key_derive() writes them)
+ * differ from components_json in the fewest fields, and append
+ * {"key": hex, "kind": "ptx"|"cubin", "differing": [{"name", "stored",
+ * "requested"}...]} to json (a field present on one side only shows null on
+ * the other). The stage (PTX or cubin) is part of the components, so the
+ * nearest entry is naturally one of the same kind; ties go to the most
+ * recently used. Returns 1 if an entry was found, 0 if the cache is empty or
+ * components_json is not a flat JSON object, -1 on a database error. */
+int store_nearest(struct store *s, const char *components_json, struct buf *json);
+
+/* Remove least recently used entries until the stored bytes are at most
+ * target_bytes (0: remove everything), in one transaction. Returns the
+ * number of entries removed (counted in evictions), or -1 on a database
+ * error, in which case nothing is removed. */
+int store_evict_lru(struct store *s, int64_t target_bytes);
+
 #endif

@@ -1,0 +1,1458 @@
+/*
+ * store: the SQLite cache of compiled blobs; see store.h for the contract
+ * and schema.sql for the table.
+ *
+ * Design:
+ *  - One connection, opened by the master, used from its one thread
+ *    (SQLITE_OPEN_NOMUTEX). Every statement the hit and put paths run is
+ *    prepared once at open (SQLITE_PREPARE_PERSISTENT) and reused; the
+ *    maintenance queries (show, ls, explain, verify) prepare their own.
+ *
+ *  - Durability: WAL with synchronous=NORMAL, on purpose. The contract is
+ *    that a put acknowledged to a client survives a kill -9 of the daemon.
+ *    In WAL mode a commit is complete once its frames are write(2)n to
+ *    cache.db-wal; from then on the data is in the kernel's page cache and
+ *    outlives the process, however it dies (tests/unit/test_store.c kills a
+ *    child with SIGKILL right after a put to check exactly this). What
+ *    synchronous=FULL adds is an fsync of the WAL per commit, which guards
+ *    against power loss and kernel crashes only, and it would cost a disk
+ *    flush (0.1 ms on a good SSD, many ms on network or busy disks) inside
+ *    the master's single-threaded event loop on every put, stalling every
+ *    concurrent hit behind it. After a power loss WAL+NORMAL still leaves a
+ *    consistent database that has lost at most the last few puts, and for a
+ *    cache a lost entry is just a recompile. Checkpoints do fsync.
+ *
+ *  - Integrity: each blob (data and log) is one zstd frame (level 3), and
+ *    the checksum column holds XXH64 of the raw data, continued over the raw
+ *    log (seeded with the data's hash). A read decompresses into exactly
+ *    data_len / log_len bytes (anything else fails) and recomputes the hash
+ *    over the raw bytes: an end-to-end 64-bit check that catches damage to
+ *    the compressed bytes, the lengths, or the row's pairing, at about 10
+ *    GB/s (a few us for 50 KB of PTX, small beside decompression). zstd's
+ *    own content checksum would be only 32 bits and is switched off, so the
+ *    raw bytes are hashed once. A row that fails is deleted, counted in
+ *    corrupt_blobs and reported as a miss; no byte of it is returned.
+ *
+ *  - Hits write nothing: a small open-addressing table in memory holds
+ *    key -> (hits, last use) until store_flush() writes it in one
+ *    transaction. Times are unix microseconds from a per-store clock that
+ *    never repeats, so LRU order is exact even within one second.
+ *
+ *  - Size cap: the total of the rows' size column is kept in memory (one
+ *    SUM at open); a put that pushes it over max_bytes evicts in LRU order
+ *    down to 90% of the cap, walking the covering (last_used, size) index.
+ *    An entry that alone exceeds 90% of the cap is evicted with the rest:
+ *    the cap wins (the put still succeeded and the client has its answer).
+ *
+ *  - A database that SQLite rejects as not a database or corrupt, or that
+ *    fails PRAGMA quick_check, or whose schema version is not ours, is moved
+ *    aside (cache.db.corrupt-<time>, with its -wal and -shm) and a fresh one
+ *    created. Any other failure (locked, permissions) is an error: a cache
+ *    is never thrown away because it could not be opened.
+ */
+#include "daemon/store.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+#include <zstd.h>
+
+#include "daemon/log.h"
+#include "schema.h"
+
+#define STORE_SCHEMA_VERSION "1"
+#define ZSTD_LEVEL 3
+#define BUSY_TIMEOUT_MS 2000
+/* Per-row bytes beyond the blobs and texts: record header, integers, key,
+ * and the two index entries; an estimate, used only for the size cap. */
+#define ROW_OVERHEAD 128
+/* A stored length beyond this is damage, not data (no allocation for it). */
+#define MAX_RAW_LEN ((int64_t)1 << 30)
+/* Rows read per eviction query; the LIMIT in stmt_sql[ST_LRU]. */
+#define EVICT_BATCH 256
+
+enum {
+	ST_GET,
+	ST_DEL_KEY,
+	ST_OLD_SIZE,
+	ST_PUT,
+	ST_HIT,
+	ST_LRU,
+	ST_DEL_ROWID,
+	ST_BEGIN,
+	ST_COMMIT,
+	ST_ROLLBACK,
+	ST_N
+};
+
+static const char *const stmt_sql[ST_N] = {
+	[ST_GET] = "SELECT kind, status, data_len, log_len, checksum, size, data, log "
+		   "FROM entries WHERE key = ?1",
+	[ST_DEL_KEY] = "DELETE FROM entries WHERE key = ?1",
+	[ST_OLD_SIZE] = "SELECT size FROM entries WHERE key = ?1",
+	[ST_PUT] = "INSERT INTO entries (key, kind, status, arch, created, last_used, "
+		   "hits, compile_us, size, data_len, log_len, checksum, components, "
+		   "data, log) VALUES (?1, ?2, ?3, ?4, ?5, ?5, 0, ?6, ?7, ?8, ?9, ?10, "
+		   "?11, ?12, ?13) ON CONFLICT (key) DO UPDATE SET kind = excluded.kind, "
+		   "status = excluded.status, arch = excluded.arch, "
+		   "created = excluded.created, last_used = excluded.last_used, "
+		   "compile_us = excluded.compile_us, size = excluded.size, "
+		   "data_len = excluded.data_len, log_len = excluded.log_len, "
+		   "checksum = excluded.checksum, components = excluded.components, "
+		   "data = excluded.data, log = excluded.log",
+	[ST_HIT] = "UPDATE entries SET hits = hits + ?2, last_used = max(last_used, ?3) "
+		   "WHERE key = ?1",
+	/* LIMIT is EVICT_BATCH. last_used values are unique (store_clock()). */
+	[ST_LRU] = "SELECT rowid, size FROM entries ORDER BY last_used LIMIT 256",
+	[ST_DEL_ROWID] = "DELETE FROM entries WHERE rowid = ?1",
+	[ST_BEGIN] = "BEGIN IMMEDIATE",
+	[ST_COMMIT] = "COMMIT",
+	[ST_ROLLBACK] = "ROLLBACK",
+};
+
+/* A pending hit: used is 0 for an empty slot. */
+struct hit {
+	unsigned char key[32];
+	uint32_t used;
+	uint32_t hits;
+	int64_t last_used;
+};
+
+struct store {
+	sqlite3 *db;
+	sqlite3_stmt *st[ST_N];
+	char *dir;
+	char *path;             /* <dir>/cache.db */
+	int64_t max_bytes;
+	int64_t entries;
+	int64_t bytes;
+	int64_t clock_us;       /* last time handed out; strictly increasing */
+	struct store_counters ctr;
+	ZSTD_CCtx *cctx;
+	ZSTD_DCtx *dctx;
+	struct buf zdata;       /* compression scratch for puts */
+	struct buf zlog;
+	struct hit *hits;       /* pending hits, open addressing, cap a power of 2 */
+	size_t hits_cap;
+	size_t hits_n;
+};
+
+/* ---- XXH64 (the reference algorithm, seedable) ---- */
+
+#define P64_1 0x9E3779B185EBCA87ULL
+#define P64_2 0xC2B2AE3D27D4EB4FULL
+#define P64_3 0x165667B19E3779F9ULL
+#define P64_4 0x85EBCA77C2B2AE63ULL
+#define P64_5 0x27D4EB2F165667C5ULL
+
+static inline uint64_t rotl64(uint64_t x, int r)
+{
+	return (x << r) | (x >> (64 - r));
+}
+
+static inline uint64_t rd64(const unsigned char *p)
+{
+	uint64_t v;
+	memcpy(&v, p, 8);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+	v = __builtin_bswap64(v);
+#endif
+	return v;
+}
+
+static inline uint32_t rd32(const unsigned char *p)
+{
+	uint32_t v;
+	memcpy(&v, p, 4);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+	v = __builtin_bswap32(v);
+#endif
+	return v;
+}
+
+static inline uint64_t xxh_round(uint64_t acc, uint64_t in)
+{
+	acc += in * P64_2;
+	acc = rotl64(acc, 31);
+	return acc * P64_1;
+}
+
+static inline uint64_t xxh_merge(uint64_t acc, uint64_t v)
+{
+	acc ^= xxh_round(0, v);
+	return acc * P64_1 + P64_4;
+}
+
+static uint64_t xxh64(const void *data, size_t len, uint64_t seed)
+{
+	const unsigned char *p = data, *end = p + len;
+	uint64_t h;
+
+	if (len >= 32) {
+		const unsigned char *limit = end - 32;
+		uint64_t v1 = seed + P64_1 + P64_2, v2 = seed + P64_2;
+		uint64_t v3 = seed, v4 = seed - P64_1;
+		do {
+			v1 = xxh_round(v1, rd64(p));
+			v2 = xxh_round(v2, rd64(p + 8));
+			v3 = xxh_round(v3, rd64(p + 16));
+			v4 = xxh_round(v4, rd64(p + 24));
+			p += 32;
+		} while (p <= limit);
+		h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
+		h = xxh_merge(h, v1);
+		h = xxh_merge(h, v2);
+		h = xxh_merge(h, v3);
+		h = xxh_merge(h, v4);
+	} else {
+		h = seed + P64_5;
+	}
+	h += (uint64_t)len;
+	for (; p + 8 <= end; p += 8) {
+		h ^= xxh_round(0, rd64(p));
+		h = rotl64(h, 27) * P64_1 + P64_4;
+	}
+	if (p + 4 <= end) {
+		h ^= (uint64_t)rd32(p) * P64_1;
+		h = rotl64(h, 23) * P64_2 + P64_3;
+		p += 4;
+	}
+	for (; p < end; p++) {
+		h ^= *p * P64_5;
+		h = rotl64(h, 11) * P64_1;
+	}
+	h ^= h >> 33;
+	h *= P64_2;
+	h ^= h >> 29;
+	h *= P64_3;
+	h ^= h >> 32;
+	return h;
+}
+
+/* The checksum column: data's hash, continued over the log. */
+static int64_t entry_checksum(const void *data, size_t dlen, const void *log,
+			      size_t llen)
+{
+	return (int64_t)xxh64(log ? log : "", llen, xxh64(data ? data : "", dlen, 0));
+}
+
+/* ---- small helpers ---- */
+
+static int64_t store_clock(struct store *s)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	int64_t now = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	if (now <= s->clock_us)
+		now = s->clock_us + 1;
+	return s->clock_us = now;
+}
+
+static void key_hex(const unsigned char key[32], char out[65])
+{
+	static const char hexdig[] = "0123456789abcdef";
+	for (int i = 0; i < 32; i++) {
+		out[2 * i] = hexdig[key[i] >> 4];
+		out[2 * i + 1] = hexdig[key[i] & 15];
+	}
+	out[64] = '\0';
+}
+
+/* Step a statement that returns no rows and reset it; the step's result. */
+static int run_st(struct store *s, int which)
+{
+	sqlite3_stmt *st = s->st[which];
+	int rc = sqlite3_step(st);
+	sqlite3_reset(st);
+	return rc;
+}
+
+/* Roll back if a transaction is open (SQLite rolls back by itself after
+ * some errors, such as SQLITE_FULL). */
+static void rollback(struct store *s)
+{
+	if (!sqlite3_get_autocommit(s->db))
+		run_st(s, ST_ROLLBACK);
+}
+
+static int mkdirs(const char *dir)
+{
+	char *p = strdup(dir);
+	struct stat st;
+
+	if (!p)
+		return -1;
+	for (char *q = p + 1; *q; q++) {
+		if (*q != '/')
+			continue;
+		*q = '\0';
+		if (mkdir(p, 0700) < 0 && errno != EEXIST) {
+			free(p);
+			return -1;
+		}
+		*q = '/';
+	}
+	int rc = mkdir(p, 0700);
+	free(p);
+	if (rc < 0 && errno != EEXIST)
+		return -1;
+	if (stat(dir, &st) < 0)
+		return -1;
+	if (!S_ISDIR(st.st_mode)) {
+		errno = ENOTDIR;
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- JSON output ---- */
+
+/* Length of a valid UTF-8 sequence at p (n bytes left), 0 if not one. */
+static size_t utf8_seq(const unsigned char *p, size_t n)
+{
+	unsigned char c = p[0];
+	size_t len;
+	uint32_t cp;
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf) {
+		len = 2;
+		cp = c & 0x1f;
+	} else if (c >= 0xe0 && c <= 0xef) {
+		len = 3;
+		cp = c & 0x0f;
+	} else if (c >= 0xf0 && c <= 0xf4) {
+		len = 4;
+		cp = c & 0x07;
+	} else {
+		return 0;
+	}
+	if (len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		cp = (cp << 6) | (p[i] & 0x3f);
+	}
+	if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+	    cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return len;
+}
+
+/* Append s[0..n) as a JSON string (the same escaping as key.c: bytes that
+ * are not UTF-8 become \u00XX, so the output is always valid JSON). */
+static int json_str(struct buf *b, const char *s, size_t n)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t i = 0, run = 0;
+
+	if (buf_reserve(b, n + 2) < 0 || buf_append(b, "\"", 1) < 0)
+		return -1;
+	while (i < n) {
+		unsigned char c = p[i];
+		size_t l = (c >= 0x20 && c != '"' && c != '\\') ? utf8_seq(p + i, n - i) : 0;
+		if (l) {
+			i += l;
+			continue;
+		}
+		if (buf_append(b, s + run, i - run) < 0)
+			return -1;
+		char esc[8];
+		const char *e = esc;
+		switch (c) {
+		case '"': e = "\\\""; break;
+		case '\\': e = "\\\\"; break;
+		case '\n': e = "\\n"; break;
+		case '\r': e = "\\r"; break;
+		case '\t': e = "\\t"; break;
+		case '\b': e = "\\b"; break;
+		case '\f': e = "\\f"; break;
+		default:
+			snprintf(esc, sizeof esc, "\\u%04x", c);
+		}
+		if (buf_puts(b, e) < 0)
+			return -1;
+		run = ++i;
+	}
+	if (buf_append(b, s + run, n - run) < 0 || buf_append(b, "\"", 1) < 0)
+		return -1;
+	return 0;
+}
+
+/* ---- the flat components format ---- */
+
+/* One field of a flat JSON object, pointing into the text: the name and,
+ * for a string value, its contents as raw JSON (escapes kept, no quotes);
+ * other scalars (numbers, true, false, null) raw, with is_str 0. Two texts
+ * key.c wrote compare equal field by field exactly when their raw forms do. */
+struct field {
+	const char *name;
+	size_t name_len;
+	const char *val;
+	size_t val_len;
+	int is_str;
+};
+
+#define MAX_FIELDS 64
+
+static const char *skip_ws(const char *p)
+{
+	while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+		p++;
+	return p;
+}
+
+static int is_hex(char c)
+{
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+/* Scan a JSON string at p (at its opening quote); its contents go to *s,
+ * *n. Returns the position after the closing quote, or NULL if malformed. */
+static const char *scan_str(const char *p, const char **s, size_t *n)
+{
+	if (*p != '"')
+		return NULL;
+	const char *start = ++p;
+	for (;;) {
+		unsigned char c = (unsigned char)*p;
+		if (c == '"')
+			break;
+		if (c < 0x20)
+			return NULL; /* includes the NUL at the end of the text */
+		if (c == '\\') {
+			p++;
+			if (*p == 'u') {
+				for (int i = 1; i <= 4; i++)
+					if (!is_hex(p[i]))
+						return NULL;
+				p += 4;
+			} else if (!*p || !strchr("\"\\/bfnrt", *p)) {
+				return NULL;
+			}
+		}
+		p++;
+	}
+	*s = start;
+	*n = (size_t)(p - start);
+	return p + 1;
+}
+
+/* Parse a flat object into f[0..max). Returns the field count, or -1 if the
+ * text is not such an object (nested values are not part of the format). */
+static int flat_parse(const char *text, struct field *f, int max)
+{
+	const char *p = skip_ws(text);
+	int n = 0;
+
+	if (*p++ != '{')
+		return -1;
+	p = skip_ws(p);
+	if (*p == '}')
+		return *skip_ws(p + 1) ? -1 : 0;
+	for (;;) {
+		if (n == max)
+			return -1;
+		p = scan_str(skip_ws(p), &f[n].name, &f[n].name_len);
+		if (!p)
+			return -1;
+		p = skip_ws(p);
+		if (*p++ != ':')
+			return -1;
+		p = skip_ws(p);
+		if (*p == '"') {
+			p = scan_str(p, &f[n].val, &f[n].val_len);
+			if (!p)
+				return -1;
+			f[n].is_str = 1;
+		} else {
+			const char *v = p;
+			while (*p && strchr("+-.0123456789abcdefghijklmnopqrstuvwxyzE", *p))
+				p++;
+			if (p == v)
+				return -1;
+			f[n].val = v;
+			f[n].val_len = (size_t)(p - v);
+			f[n].is_str = 0;
+		}
+		n++;
+		p = skip_ws(p);
+		if (*p == ',') {
+			p++;
+			continue;
+		}
+		if (*p++ != '}')
+			return -1;
+		return *skip_ws(p) ? -1 : n;
+	}
+}
+
+static int field_eq_name(const struct field *a, const struct field *b)
+{
+	return a->name_len == b->name_len && !memcmp(a->name, b->name, a->name_len);
+}
+
+static int field_eq_val(const struct field *a, const struct field *b)
+{
+	return a->is_str == b->is_str && a->val_len == b->val_len &&
+	       !memcmp(a->val, b->val, a->val_len);
+}
+
+static const struct field *field_find(const struct field *f, int n,
+				      const struct field *like)
+{
+	for (int i = 0; i < n; i++)
+		if (field_eq_name(&f[i], like))
+			return &f[i];
+	return NULL;
+}
+
+/* Fields that differ between a and b, counting names present in one only. */
+static int flat_diff(const struct field *a, int na, const struct field *b, int nb)
+{
+	int d = 0;
+
+	for (int i = 0; i < na; i++) {
+		const struct field *o = field_find(b, nb, &a[i]);
+		if (!o || !field_eq_val(&a[i], o))
+			d++;
+	}
+	for (int i = 0; i < nb; i++)
+		if (!field_find(a, na, &b[i]))
+			d++;
+	return d;
+}
+
+static int field_val_json(struct buf *b, const struct field *f)
+{
+	if (!f)
+		return buf_puts(b, "null");
+	if (!f->is_str)
+		return buf_append(b, f->val, f->val_len);
+	if (buf_append(b, "\"", 1) < 0 || buf_append(b, f->val, f->val_len) < 0)
+		return -1;
+	return buf_append(b, "\"", 1);
+}
+
+/* ---- blobs ---- */
+
+/* Compress src into dst (replacing its contents): one zstd frame, or
+ * nothing for empty input. */
+static int compress_into(struct store *s, struct buf *dst, const void *src,
+			 size_t len)
+{
+	buf_reset(dst);
+	if (!len)
+		return 0;
+	size_t bound = ZSTD_compressBound(len);
+	if (buf_reserve(dst, bound) < 0)
+		return -1;
+	size_t r = ZSTD_compress2(s->cctx, dst->data, bound, src, len);
+	if (ZSTD_isError(r)) {
+		ZSTD_CCtx_reset(s->cctx, ZSTD_reset_session_only);
+		return -1;
+	}
+	dst->len = r;
+	dst->data[r] = '\0';
+	return 0;
+}
+
+/* Decompress one stored blob into dst (replacing its contents), which must
+ * come out at exactly raw_len bytes. Returns 0, 1 if the blob is damaged
+ * (*why says how), or -1 if memory runs out. */
+static int decode_blob(struct store *s, const void *src, int src_len,
+		       int64_t raw_len, struct buf *dst, const char **why)
+{
+	buf_reset(dst);
+	if (raw_len < 0 || raw_len > MAX_RAW_LEN) {
+		*why = "impossible length";
+		return 1;
+	}
+	if (raw_len == 0) {
+		if (src_len != 0) {
+			*why = "blob present for an empty value";
+			return 1;
+		}
+		return 0;
+	}
+	if (!src || src_len <= 0) {
+		*why = "blob missing";
+		return 1;
+	}
+	if (buf_reserve(dst, (size_t)raw_len) < 0)
+		return -1;
+	size_t r = ZSTD_decompressDCtx(s->dctx, dst->data, (size_t)raw_len, src,
+				       (size_t)src_len);
+	if (ZSTD_isError(r)) {
+		ZSTD_DCtx_reset(s->dctx, ZSTD_reset_session_only);
+		*why = "blob does not decompress";
+		return 1;
+	}
+	if (r != (size_t)raw_len) {
+		*why = "blob decompresses to the wrong length";
+		return 1;
+	}
+	dst->len = r;
+	dst->data[r] = '\0';
+	return 0;
+}
+
+/* Decode and check a row's data and log, with columns at the given indexes
+ * of st: kind, data_len, log_len, checksum, data, log. Same returns as
+ * decode_blob(). */
+static int check_row(struct store *s, sqlite3_stmt *st, int c_kind, int c_dlen,
+		     int c_llen, int c_sum, int c_data, int c_log, struct buf *data,
+		     struct buf *log, const char **why)
+{
+	int64_t kind = sqlite3_column_int64(st, c_kind);
+	if (kind != STORE_PTX && kind != STORE_CUBIN) {
+		*why = "unknown kind";
+		return 1;
+	}
+	const void *zd = sqlite3_column_blob(st, c_data);
+	int zdl = sqlite3_column_bytes(st, c_data);
+	int rc = decode_blob(s, zd, zdl, sqlite3_column_int64(st, c_dlen), data, why);
+	if (rc)
+		return rc;
+	const void *zl = sqlite3_column_blob(st, c_log);
+	int zll = sqlite3_column_bytes(st, c_log);
+	rc = decode_blob(s, zl, zll, sqlite3_column_int64(st, c_llen), log, why);
+	if (rc)
+		return rc;
+	if (entry_checksum(data->data, data->len, log->data, log->len) !=
+	    sqlite3_column_int64(st, c_sum)) {
+		*why = "checksum mismatch";
+		return 1;
+	}
+	return 0;
+}
+
+/* ---- pending hits ---- */
+
+static size_t hit_slot(const struct hit *tab, size_t cap, const unsigned char key[32])
+{
+	uint64_t h;
+	memcpy(&h, key, sizeof h); /* a SHA-256: already uniform */
+	size_t i = (size_t)h & (cap - 1);
+	while (tab[i].used && memcmp(tab[i].key, key, 32))
+		i = (i + 1) & (cap - 1);
+	return i;
+}
+
+static int hits_grow(struct store *s)
+{
+	size_t cap = s->hits_cap ? s->hits_cap * 2 : 256;
+	struct hit *tab = calloc(cap, sizeof *tab);
+	if (!tab)
+		return -1;
+	for (size_t i = 0; i < s->hits_cap; i++)
+		if (s->hits[i].used)
+			tab[hit_slot(tab, cap, s->hits[i].key)] = s->hits[i];
+	free(s->hits);
+	s->hits = tab;
+	s->hits_cap = cap;
+	return 0;
+}
+
+static void hit_record(struct store *s, const unsigned char key[32])
+{
+	int64_t now = store_clock(s);
+
+	/* Out of memory: the hit goes unrecorded, which only ages the entry. */
+	if ((s->hits_n + 1) * 2 > s->hits_cap && hits_grow(s) < 0)
+		return;
+	struct hit *h = &s->hits[hit_slot(s->hits, s->hits_cap, key)];
+	if (!h->used) {
+		memcpy(h->key, key, 32);
+		h->used = 1;
+		h->hits = 0;
+		s->hits_n++;
+	}
+	h->hits++;
+	h->last_used = now;
+}
+
+/* ---- open and close ---- */
+
+static int is_corrupt_rc(int rc)
+{
+	rc &= 0xff;
+	return rc == SQLITE_NOTADB || rc == SQLITE_CORRUPT || rc == SQLITE_FORMAT;
+}
+
+/* Open path and check it. Returns 0 with s->db set, or -1 with a message in
+ * why and *aside set if the file should be moved aside (1: damaged, 2: not
+ * our schema version). */
+static int db_open(struct store *s, struct buf *why, int *aside)
+{
+	sqlite3 *db = NULL;
+	sqlite3_stmt *st = NULL;
+	char *emsg = NULL;
+	int rc;
+
+	*aside = 0;
+	rc = sqlite3_open_v2(s->path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+			     SQLITE_OPEN_NOMUTEX, NULL);
+	if (rc != SQLITE_OK)
+		goto fail;
+	sqlite3_extended_result_codes(db, 1);
+	sqlite3_busy_timeout(db, BUSY_TIMEOUT_MS);
+
+	/* The first statement reads the header: a file that is not SQLite
+	 * fails here with SQLITE_NOTADB. */
+	rc = sqlite3_prepare_v2(db, "PRAGMA journal_mode=WAL", -1, &st, NULL);
+	if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+		const char *mode = (const char *)sqlite3_column_text(st, 0);
+		if (!mode || strcmp(mode, "wal")) {
+			buf_printf(why, "cannot switch to WAL mode (journal mode is %s)",
+				   mode ? mode : "unknown");
+			goto fail_msg;
+		}
+		rc = SQLITE_OK;
+	}
+	sqlite3_finalize(st);
+	st = NULL;
+	if (rc != SQLITE_OK)
+		goto fail;
+
+	rc = sqlite3_prepare_v2(db, "PRAGMA quick_check", -1, &st, NULL);
+	if (rc != SQLITE_OK)
+		goto fail;
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		const char *r = (const char *)sqlite3_column_text(st, 0);
+		if (!r || strcmp(r, "ok")) {
+			/* Its report is many lines; the log gets one. */
+			buf_printf(why, "quick_check failed: %.200s", r ? r : "?");
+			for (char *c = why->data; c && *c; c++)
+				if (*c == '\n')
+					*c = ' ';
+			*aside = 1;
+			goto fail_msg;
+		}
+		rc = SQLITE_OK;
+	}
+	sqlite3_finalize(st);
+	st = NULL;
+	if (rc != SQLITE_OK && rc != SQLITE_DONE)
+		goto fail;
+
+	rc = sqlite3_exec(db, "PRAGMA synchronous=NORMAL;"
+			  "PRAGMA journal_size_limit=67108864;"
+			  "PRAGMA cache_size=-16384;"
+			  "PRAGMA temp_store=MEMORY;", NULL, NULL, NULL);
+	if (rc != SQLITE_OK)
+		goto fail;
+	rc = sqlite3_exec(db, schema_sql, NULL, NULL, &emsg);
+	if (rc != SQLITE_OK) {
+		buf_printf(why, "cannot apply the schema: %s", emsg ? emsg : sqlite3_errstr(rc));
+		sqlite3_free(emsg);
+		/* SQLITE_ERROR here: tables of another layout (no version). */
+		*aside = is_corrupt_rc(rc) ? 1 : (rc & 0xff) == SQLITE_ERROR ? 2 : 0;
+		goto fail_msg;
+	}
+
+	rc = sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE name = 'schema_version'",
+				-1, &st, NULL);
+	if (rc != SQLITE_OK)
+		goto fail;
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		const char *v = (const char *)sqlite3_column_text(st, 0);
+		if (!v || strcmp(v, STORE_SCHEMA_VERSION)) {
+			buf_printf(why, "schema version %s, this daemon uses %s",
+				   v ? v : "?", STORE_SCHEMA_VERSION);
+			*aside = 2;
+			goto fail_msg;
+		}
+		rc = SQLITE_OK;
+	}
+	sqlite3_finalize(st);
+	st = NULL;
+	if (rc != SQLITE_OK)
+		goto fail;
+	s->db = db;
+	return 0;
+
+fail:
+	buf_puts(why, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+	if (is_corrupt_rc(rc))
+		*aside = 1;
+fail_msg:
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+	return -1;
+}
+
+/* Rename cache.db (and its -wal and -shm) to <path>.<tag>-<time>[.N]. */
+static int move_aside(struct store *s, const char *tag, struct buf *to)
+{
+	static const char *const sfx[] = { "", "-wal", "-shm" };
+	long t = (long)time(NULL);
+
+	for (int n = 0; n < 100; n++) {
+		buf_reset(to);
+		if (buf_printf(to, "%s.%s-%ld", s->path, tag, t) < 0 ||
+		    (n && buf_printf(to, ".%d", n) < 0))
+			return -1;
+		if (access(to->data, F_OK) < 0 && errno == ENOENT)
+			break;
+	}
+	for (int i = 0; i < 3; i++) {
+		char from[4096], dst[4096];
+		snprintf(from, sizeof from, "%s%s", s->path, sfx[i]);
+		snprintf(dst, sizeof dst, "%s%s", to->data, sfx[i]);
+		if (rename(from, dst) < 0 && errno != ENOENT)
+			return -1;
+	}
+	return 0;
+}
+
+static int load_totals(struct store *s)
+{
+	sqlite3_stmt *st;
+	int rc = sqlite3_prepare_v2(s->db, "SELECT count(*), total(size), "
+				    "(SELECT max(last_used) FROM entries) FROM entries",
+				    -1, &st, NULL);
+	if (rc != SQLITE_OK)
+		return -1;
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		s->entries = sqlite3_column_int64(st, 0);
+		s->bytes = (int64_t)sqlite3_column_double(st, 1);
+		s->clock_us = sqlite3_column_int64(st, 2);
+	}
+	sqlite3_finalize(st);
+	return rc == SQLITE_ROW ? 0 : -1;
+}
+
+struct store *store_open(const char *dir, int64_t max_bytes, struct buf *err)
+{
+	struct store *s = calloc(1, sizeof *s);
+	struct buf why = BUF_INIT, aside_to = BUF_INIT;
+
+	if (!s || !(s->dir = strdup(dir)) ||
+	    asprintf(&s->path, "%s/cache.db", dir) < 0) {
+		if (s)
+			s->path = NULL;
+		buf_printf(err, "cannot open cache in '%s': out of memory", dir);
+		goto fail;
+	}
+	s->max_bytes = max_bytes > 0 ? max_bytes : 0;
+	if (mkdirs(dir) < 0) {
+		buf_printf(err, "cannot create cache directory '%s': %s", dir,
+			   strerror(errno));
+		goto fail;
+	}
+	s->cctx = ZSTD_createCCtx();
+	s->dctx = ZSTD_createDCtx();
+	if (!s->cctx || !s->dctx ||
+	    ZSTD_isError(ZSTD_CCtx_setParameter(s->cctx, ZSTD_c_compressionLevel, ZSTD_LEVEL)) ||
+	    ZSTD_isError(ZSTD_CCtx_setParameter(s->cctx, ZSTD_c_checksumFlag, 0)) ||
+	    ZSTD_isError(ZSTD_CCtx_setParameter(s->cctx, ZSTD_c_contentSizeFlag, 1))) {
+		buf_printf(err, "cannot open cache in '%s': cannot set up zstd", dir);
+		goto fail;
+	}
+
+	for (int attempt = 0;; attempt++) {
+		int aside;
+		buf_reset(&why);
+		if (db_open(s, &why, &aside) == 0)
+			break;
+		if (!aside || attempt > 0) {
+			buf_printf(err, "cannot open cache database '%s': %s", s->path,
+				   why.data ? why.data : "unknown error");
+			goto fail;
+		}
+		if (move_aside(s, aside == 2 ? "old" : "corrupt", &aside_to) < 0) {
+			buf_printf(err, "cache database '%s' is unusable (%s) and cannot "
+				   "be moved aside: %s", s->path, why.data, strerror(errno));
+			goto fail;
+		}
+		if (aside == 2)
+			log_warn("cache database '%s' has another %s; moved it to '%s' "
+				 "and starting an empty cache", s->path, why.data,
+				 aside_to.data);
+		else
+			log_err("cache database '%s' is corrupt (%s); moved it to '%s' "
+				"and starting an empty cache", s->path, why.data,
+				aside_to.data);
+	}
+
+	for (int i = 0; i < ST_N; i++) {
+		int rc = sqlite3_prepare_v3(s->db, stmt_sql[i], -1,
+					    SQLITE_PREPARE_PERSISTENT, &s->st[i], NULL);
+		if (rc != SQLITE_OK) {
+			buf_printf(err, "cannot open cache database '%s': %s", s->path,
+				   sqlite3_errmsg(s->db));
+			goto fail;
+		}
+	}
+	if (load_totals(s) < 0) {
+		buf_printf(err, "cannot open cache database '%s': %s", s->path,
+			   sqlite3_errmsg(s->db));
+		goto fail;
+	}
+	buf_free(&why);
+	buf_free(&aside_to);
+	return s;
+
+fail:
+	buf_free(&why);
+	buf_free(&aside_to);
+	store_close(s);
+	return NULL;
+}
+
+void store_close(struct store *s)
+{
+	if (!s)
+		return;
+	if (s->db) {
+		if (s->st[ST_N - 1])
+			store_flush(s);
+		sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_TRUNCATE,
+					  NULL, NULL);
+	}
+	for (int i = 0; i < ST_N; i++)
+		sqlite3_finalize(s->st[i]);
+	sqlite3_close(s->db);
+	ZSTD_freeCCtx(s->cctx);
+	ZSTD_freeDCtx(s->dctx);
+	buf_free(&s->zdata);
+	buf_free(&s->zlog);
+	free(s->hits);
+	free(s->dir);
+	free(s->path);
+	free(s);
+}
+
+/* ---- the hit and put paths ---- */
+
+/* Delete a row that failed its check; count it and say so. */
+static void drop_corrupt(struct store *s, const unsigned char key[32], int64_t size,
+			 const char *why)
+{
+	char hex[65];
+
+	key_hex(key, hex);
+	s->ctr.corrupt_blobs++;
+	sqlite3_bind_blob(s->st[ST_DEL_KEY], 1, key, 32, SQLITE_STATIC);
+	int rc = run_st(s, ST_DEL_KEY);
+	if (rc == SQLITE_DONE && sqlite3_changes(s->db) > 0) {
+		s->entries--;
+		s->bytes -= size;
+		log_warn("cache entry %s is corrupt (%s); deleted it", hex, why);
+	} else {
+		log_warn("cache entry %s is corrupt (%s) and cannot be deleted: %s",
+			 hex, why, sqlite3_errmsg(s->db));
+	}
+}
+
+int store_get(struct store *s, const unsigned char key[32], struct store_result *out)
+{
+	sqlite3_stmt *st = s->st[ST_GET];
+	const char *why = NULL;
+
+	memset(out, 0, sizeof *out);
+	sqlite3_bind_blob(st, 1, key, 32, SQLITE_STATIC);
+	int rc = sqlite3_step(st);
+	if (rc == SQLITE_DONE) {
+		sqlite3_reset(st);
+		return 0;
+	}
+	if (rc != SQLITE_ROW) {
+		log_warn("cache lookup failed in '%s': %s", s->path, sqlite3_errmsg(s->db));
+		sqlite3_reset(st);
+		return -1;
+	}
+	int bad = check_row(s, st, 0, 2, 3, 4, 6, 7, &out->data, &out->log, &why);
+	out->kind = (enum store_kind)sqlite3_column_int(st, 0);
+	out->status = sqlite3_column_int(st, 1);
+	int64_t size = sqlite3_column_int64(st, 5);
+	sqlite3_reset(st);
+	if (bad) {
+		store_result_free(out);
+		memset(out, 0, sizeof *out);
+		if (bad < 0) {
+			log_warn("cache lookup: out of memory");
+			return -1;
+		}
+		drop_corrupt(s, key, size, why);
+		return 0;
+	}
+	hit_record(s, key);
+	return 1;
+}
+
+int store_put(struct store *s, const unsigned char key[32], const struct store_entry *e,
+	      struct buf *err)
+{
+	const char *components = e->components ? e->components : "{}";
+	const char *arch = e->arch ? e->arch : "";
+	const char *log = e->log ? e->log : "";
+	size_t log_len = e->log ? e->log_len : 0;
+	char msg[512];
+	int rc;
+
+	if (e->kind != STORE_PTX && e->kind != STORE_CUBIN) {
+		snprintf(msg, sizeof msg, "unknown entry kind %d", (int)e->kind);
+		goto fail_nodb;
+	}
+	if ((int64_t)e->data_len > MAX_RAW_LEN || (int64_t)log_len > MAX_RAW_LEN) {
+		snprintf(msg, sizeof msg, "entry too large (%zu bytes)", e->data_len);
+		goto fail_nodb;
+	}
+	if (compress_into(s, &s->zdata, e->data, e->data_len) < 0 ||
+	    compress_into(s, &s->zlog, log, log_len) < 0) {
+		snprintf(msg, sizeof msg, "cannot compress (out of memory)");
+		goto fail_nodb;
+	}
+	int64_t sum = entry_checksum(e->data, e->data_len, log, log_len);
+	int64_t size = (int64_t)(s->zdata.len + s->zlog.len + strlen(components) +
+				 strlen(arch)) + ROW_OVERHEAD;
+	int64_t now = store_clock(s);
+	int64_t old_size = 0;
+	int existed = 0;
+
+	rc = run_st(s, ST_BEGIN);
+	if (rc != SQLITE_DONE)
+		goto fail;
+
+	sqlite3_stmt *st = s->st[ST_OLD_SIZE];
+	sqlite3_bind_blob(st, 1, key, 32, SQLITE_STATIC);
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		existed = 1;
+		old_size = sqlite3_column_int64(st, 0);
+		rc = SQLITE_DONE;
+	}
+	sqlite3_reset(st);
+	if (rc != SQLITE_DONE)
+		goto fail;
+
+	st = s->st[ST_PUT];
+	sqlite3_bind_blob(st, 1, key, 32, SQLITE_STATIC);
+	sqlite3_bind_int(st, 2, (int)e->kind);
+	sqlite3_bind_int(st, 3, e->status);
+	sqlite3_bind_text(st, 4, arch, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 5, now);
+	sqlite3_bind_int64(st, 6, e->compile_us);
+	sqlite3_bind_int64(st, 7, size);
+	sqlite3_bind_int64(st, 8, (int64_t)e->data_len);
+	sqlite3_bind_int64(st, 9, (int64_t)log_len);
+	sqlite3_bind_int64(st, 10, sum);
+	sqlite3_bind_text(st, 11, components, -1, SQLITE_STATIC);
+	/* zeroblob(0) rather than NULL for an empty value: the column is NOT NULL. */
+	sqlite3_bind_blob(st, 12, s->zdata.len ? s->zdata.data : "", (int)s->zdata.len,
+			  SQLITE_STATIC);
+	sqlite3_bind_blob(st, 13, s->zlog.len ? s->zlog.data : "", (int)s->zlog.len,
+			  SQLITE_STATIC);
+	rc = sqlite3_step(st);
+	if (rc != SQLITE_DONE) {
+		snprintf(msg, sizeof msg, "%s", sqlite3_errmsg(s->db));
+		sqlite3_reset(st);
+		goto fail_msg;
+	}
+	sqlite3_reset(st);
+
+	rc = run_st(s, ST_COMMIT);
+	if (rc != SQLITE_DONE)
+		goto fail;
+
+	if (existed) {
+		s->bytes += size - old_size;
+	} else {
+		s->entries++;
+		s->bytes += size;
+	}
+	if (s->max_bytes && s->bytes > s->max_bytes)
+		store_evict_lru(s, s->max_bytes - s->max_bytes / 10);
+	return 0;
+
+fail:
+	snprintf(msg, sizeof msg, "%s", sqlite3_errcode(s->db) == rc ?
+		 sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+fail_msg:
+	rollback(s);
+fail_nodb:
+	s->ctr.write_errors++;
+	if (err)
+		buf_printf(err, "cannot store entry in '%s': %s", s->path, msg);
+	log_warn("cannot store entry in '%s': %s", s->path, msg);
+	return -1;
+}
+
+void store_flush(struct store *s)
+{
+	if (!s || !s->hits_n)
+		return;
+	sqlite3_stmt *st = s->st[ST_HIT];
+	int rc = run_st(s, ST_BEGIN);
+	for (size_t i = 0; rc == SQLITE_DONE && i < s->hits_cap; i++) {
+		struct hit *h = &s->hits[i];
+		if (!h->used)
+			continue;
+		sqlite3_bind_blob(st, 1, h->key, 32, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 2, h->hits);
+		sqlite3_bind_int64(st, 3, h->last_used);
+		rc = sqlite3_step(st);
+		sqlite3_reset(st);
+	}
+	if (rc == SQLITE_DONE)
+		rc = run_st(s, ST_COMMIT);
+	if (rc != SQLITE_DONE) {
+		/* Keep the pending hits; the next flush tries again. */
+		log_warn("cannot record cache hits in '%s': %s", s->path,
+			 sqlite3_errmsg(s->db));
+		rollback(s);
+		return;
+	}
+	memset(s->hits, 0, s->hits_cap * sizeof *s->hits);
+	s->hits_n = 0;
+}
+
+void store_totals(struct store *s, int64_t *entries, int64_t *bytes)
+{
+	if (entries)
+		*entries = s->entries;
+	if (bytes)
+		*bytes = s->bytes;
+}
+
+void store_counters(struct store *s, struct store_counters *c)
+{
+	*c = s->ctr;
+}
+
+void store_result_free(struct store_result *r)
+{
+	if (!r)
+		return;
+	buf_free(&r->data);
+	buf_free(&r->log);
+}
+
+int store_evict_lru(struct store *s, int64_t target_bytes)
+{
+	int64_t rowid[EVICT_BATCH], size[EVICT_BATCH];
+	int64_t bytes, removed = 0;
+	int rc;
+
+	if (target_bytes < 0)
+		target_bytes = 0;
+	store_flush(s); /* so recent hits count as recent */
+	if (s->bytes <= target_bytes)
+		return 0;
+	bytes = s->bytes;
+	rc = run_st(s, ST_BEGIN);
+	while (rc == SQLITE_DONE && bytes > target_bytes) {
+		sqlite3_stmt *st = s->st[ST_LRU];
+		int n = 0;
+		while (n < EVICT_BATCH && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+			rowid[n] = sqlite3_column_int64(st, 0);
+			size[n] = sqlite3_column_int64(st, 1);
+			n++;
+		}
+		sqlite3_reset(st);
+		if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+			break;
+		rc = SQLITE_DONE;
+		if (!n)
+			break;
+		for (int i = 0; i < n && bytes > target_bytes; i++) {
+			sqlite3_bind_int64(s->st[ST_DEL_ROWID], 1, rowid[i]);
+			rc = run_st(s, ST_DEL_ROWID);
+			if (rc != SQLITE_DONE)
+				break;
+			bytes -= size[i];
+			removed++;
+		}
+	}
+	if (rc == SQLITE_DONE)
+		rc = run_st(s, ST_COMMIT);
+	if (rc != SQLITE_DONE) {
+		log_warn("cannot evict from cache '%s': %s", s->path, sqlite3_errmsg(s->db));
+		rollback(s);
+		return -1;
+	}
+	s->entries -= removed;
+	s->bytes = s->entries ? bytes : 0;
+	s->ctr.evictions += removed;
+	if (removed)
+		log_info("evicted %lld cache entries; %lld bytes in %lld entries remain",
+			 (long long)removed, (long long)s->bytes, (long long)s->entries);
+	return (int)removed;
+}
+
+/* ---- maintenance ---- */
+
+static const char *kind_name(int64_t kind)
+{
+	return kind == STORE_PTX ? "ptx" : kind == STORE_CUBIN ? "cubin" : "unknown";
+}
+
+/* Columns shared by show and list, in this order. */
+#define ROW_COLS "key, kind, status, arch, data_len, size, hits, created, " \
+		 "last_used, compile_us, components"
+
+/* Append the metadata object of the row st is on (ROW_COLS first), without
+ * its closing brace. */
+static int row_json(sqlite3_stmt *st, struct buf *j)
+{
+	char hex[65];
+	const void *k = sqlite3_column_blob(st, 0);
+	unsigned char key[32] = { 0 };
+	struct field f[MAX_FIELDS];
+
+	if (k && sqlite3_column_bytes(st, 0) == 32)
+		memcpy(key, k, 32);
+	key_hex(key, hex);
+	const char *arch = (const char *)sqlite3_column_text(st, 3);
+	const char *comp = (const char *)sqlite3_column_text(st, 10);
+	if (!arch)
+		arch = "";
+	if (!comp)
+		comp = "";
+	if (buf_printf(j, "{\"key\":\"%s\",\"kind\":\"%s\",\"status\":%lld,\"arch\":",
+		       hex, kind_name(sqlite3_column_int64(st, 1)),
+		       (long long)sqlite3_column_int64(st, 2)) < 0 ||
+	    json_str(j, arch, strlen(arch)) < 0 ||
+	    buf_printf(j, ",\"data_len\":%lld,\"stored_bytes\":%lld,\"hits\":%lld,"
+		       "\"created\":%lld,\"last_used\":%lld,\"compile_us\":%lld,"
+		       "\"components\":",
+		       (long long)sqlite3_column_int64(st, 4),
+		       (long long)sqlite3_column_int64(st, 5),
+		       (long long)sqlite3_column_int64(st, 6),
+		       (long long)(sqlite3_column_int64(st, 7) / 1000000),
+		       (long long)(sqlite3_column_int64(st, 8) / 1000000),
+		       (long long)sqlite3_column_int64(st, 9)) < 0)
+		return -1;
+	/* Embed the components as an object when they are ours; anything else
+	 * (a damaged row) as a string, so the output is always valid JSON. */
+	if (flat_parse(comp, f, MAX_FIELDS) >= 0)
+		return buf_puts(j, comp);
+	return json_str(j, comp, strlen(comp));
+}
+
+int store_show(struct store *s, const unsigned char key[32], struct buf *json)
+{
+	sqlite3_stmt *st;
+	struct buf data = BUF_INIT, log = BUF_INIT;
+	const char *why = NULL;
+	int ret = -1;
+
+	store_flush(s);
+	if (sqlite3_prepare_v2(s->db, "SELECT " ROW_COLS ", log_len, checksum, data, log "
+			       "FROM entries WHERE key = ?1", -1, &st, NULL) != SQLITE_OK)
+		return -1;
+	sqlite3_bind_blob(st, 1, key, 32, SQLITE_STATIC);
+	int rc = sqlite3_step(st);
+	if (rc == SQLITE_DONE) {
+		ret = 0;
+		goto out;
+	}
+	if (rc != SQLITE_ROW || row_json(st, json) < 0)
+		goto out;
+	if (sqlite3_column_int64(st, 2) != 0) {
+		int bad = check_row(s, st, 1, 4, 11, 12, 13, 14, &data, &log, &why);
+		if (bad < 0)
+			goto out;
+		if (bad) {
+			if (buf_puts(json, ",\"log_error\":") < 0 ||
+			    json_str(json, why, strlen(why)) < 0)
+				goto out;
+		} else if (buf_puts(json, ",\"log\":") < 0 ||
+			   json_str(json, log.data ? log.data : "", log.len) < 0) {
+			goto out;
+		}
+	}
+	if (buf_puts(json, "}") < 0)
+		goto out;
+	ret = 1;
+out:
+	sqlite3_finalize(st);
+	buf_free(&data);
+	buf_free(&log);
+	return ret;
+}
+
+int store_list(struct store *s, int limit, struct buf *json)
+{
+	sqlite3_stmt *st;
+	int n = 0, rc;
+
+	store_flush(s);
+	if (sqlite3_prepare_v2(s->db, "SELECT " ROW_COLS " FROM entries "
+			       "ORDER BY created DESC, rowid DESC LIMIT ?1",
+			       -1, &st, NULL) != SQLITE_OK)
+		return -1;
+	sqlite3_bind_int64(st, 1, limit > 0 ? limit : -1);
+	if (buf_puts(json, "[") < 0)
+		goto fail;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if ((n && buf_puts(json, ",") < 0) || row_json(st, json) < 0 ||
+		    buf_puts(json, "}") < 0)
+			goto fail;
+		n++;
+	}
+	if (rc != SQLITE_DONE || buf_puts(json, "]") < 0)
+		goto fail;
+	sqlite3_finalize(st);
+	return n;
+fail:
+	sqlite3_finalize(st);
+	return -1;
+}
+
+int store_nearest(struct store *s, const char *components_json, struct buf *json)
+{
+	struct field want[MAX_FIELDS], have[MAX_FIELDS];
+	struct buf best = BUF_INIT;
+	unsigned char best_key[32];
+	int64_t best_kind = 0;
+	int best_diff = -1, ret = -1, rc;
+	sqlite3_stmt *st;
+
+	int nw = flat_parse(components_json ? components_json : "", want, MAX_FIELDS);
+	if (nw < 0)
+		return 0;
+	store_flush(s);
+	if (sqlite3_prepare_v2(s->db, "SELECT key, kind, components FROM entries "
+			       "ORDER BY last_used DESC", -1, &st, NULL) != SQLITE_OK)
+		return -1;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		const char *comp = (const char *)sqlite3_column_text(st, 2);
+		const void *k = sqlite3_column_blob(st, 0);
+		if (!comp || !k || sqlite3_column_bytes(st, 0) != 32)
+			continue;
+		int nh = flat_parse(comp, have, MAX_FIELDS);
+		if (nh < 0)
+			continue;
+		int d = flat_diff(have, nh, want, nw);
+		if (best_diff >= 0 && d >= best_diff)
+			continue;
+		best_diff = d;
+		best_kind = sqlite3_column_int64(st, 1);
+		memcpy(best_key, k, 32);
+		buf_reset(&best);
+		if (buf_puts(&best, comp) < 0)
+			goto out;
+		if (!d)
+			break;
+	}
+	if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+		goto out;
+	if (best_diff < 0) {
+		ret = 0;
+		goto out;
+	}
+
+	char hex[65];
+	int nh = flat_parse(best.data, have, MAX_FIELDS);
+	int first = 1;
+	key_hex(best_key, hex);
+	if (buf_printf(json, "{\"key\":\"%s\",\"kind\":\"%s\",\"differing\":[", hex,
+		       kind_name(best_kind)) < 0)
+		goto out;
+	/* Requested order first, then the fields only the stored entry has. */
+	for (int i = 0; i < nw + nh; i++) {
+		const struct field *sf, *rf;
+		const struct field *name;
+		if (i < nw) {
+			name = &want[i];
+			rf = name;
+			sf = field_find(have, nh, name);
+			if (sf && field_eq_val(sf, rf))
+				continue;
+		} else {
+			name = &have[i - nw];
+			sf = name;
+			if (field_find(want, nw, name))
+				continue;
+			rf = NULL;
+		}
+		if ((!first && buf_puts(json, ",") < 0) ||
+		    buf_puts(json, "{\"name\":\"") < 0 ||
+		    buf_append(json, name->name, name->name_len) < 0 ||
+		    buf_puts(json, "\",\"stored\":") < 0 || field_val_json(json, sf) < 0 ||
+		    buf_puts(json, ",\"requested\":") < 0 || field_val_json(json, rf) < 0 ||
+		    buf_puts(json, "}") < 0)
+			goto out;
+		first = 0;
+	}
+	if (buf_puts(json, "]}") < 0)
+		goto out;
+	ret = 1;
+out:
+	sqlite3_finalize(st);
+	buf_free(&best);
+	return ret;
+}
+
+int store_verify(struct store *s, struct buf *report)
+{
+	sqlite3_stmt *st;
+	struct buf data = BUF_INIT, log = BUF_INIT;
+	int problems = 0, rc;
+
+	store_flush(s);
+	if (sqlite3_prepare_v2(s->db, "SELECT key, kind, data_len, log_len, checksum, "
+			       "data, log FROM entries", -1, &st, NULL) != SQLITE_OK) {
+		buf_printf(report, "cannot read entries: %s\n", sqlite3_errmsg(s->db));
+		return -1;
+	}
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		const char *why = NULL;
+		char hex[65] = "(bad key)";
+		const void *k = sqlite3_column_blob(st, 0);
+		if (k && sqlite3_column_bytes(st, 0) == 32)
+			key_hex(k, hex);
+		int bad = check_row(s, st, 1, 2, 3, 4, 5, 6, &data, &log, &why);
+		if (bad < 0) {
+			buf_printf(report, "out of memory while checking entry %s\n", hex);
+			problems = -1;
+			break;
+		}
+		if (bad) {
+			buf_printf(report, "entry %s: %s\n", hex, why);
+			problems++;
+		}
+	}
+	if (problems >= 0 && rc != SQLITE_DONE) {
+		buf_printf(report, "cannot read entries: %s\n", sqlite3_errmsg(s->db));
+		problems = -1;
+	}
+	sqlite3_finalize(st);
+	buf_free(&data);
+	buf_free(&log);
+	if (problems < 0)
+		return -1;
+
+	if (sqlite3_prepare_v2(s->db, "PRAGMA integrity_check", -1, &st, NULL) != SQLITE_OK) {
+		buf_printf(report, "cannot run integrity_check: %s\n", sqlite3_errmsg(s->db));
+		return -1;
+	}
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		const char *r = (const char *)sqlite3_column_text(st, 0);
+		if (r && !strcmp(r, "ok"))
+			continue;
+		buf_printf(report, "integrity_check: %s\n", r ? r : "?");
+		problems++;
+	}
+	if (rc != SQLITE_DONE) {
+		buf_printf(report, "integrity_check failed: %s\n", sqlite3_errmsg(s->db));
+		problems++;
+	}
+	sqlite3_finalize(st);
+	return problems;
+}

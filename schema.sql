@@ -1,0 +1,41 @@
+-- ptxcache cache database schema (cache.db). Embedded into the daemon at
+-- build time and applied at every open, so every statement here must be
+-- idempotent. Bump meta.schema_version (and STORE_SCHEMA_VERSION in
+-- daemon/store.c) on any incompatible change: a cache whose version differs
+-- is moved aside and a fresh one created (it is a cache, nothing is lost that
+-- cannot be recompiled).
+
+CREATE TABLE IF NOT EXISTS meta (
+	name  TEXT PRIMARY KEY NOT NULL,
+	value TEXT NOT NULL
+) WITHOUT ROWID;
+
+INSERT OR IGNORE INTO meta (name, value) VALUES ('schema_version', '1');
+
+-- One row per cache entry. A rowid table (not WITHOUT ROWID): rows carry
+-- blobs of tens of KB to MBs, which belong in a table b-tree whose interior
+-- pages hold only rowids; the key's own index stays small. The small columns
+-- come first and the blobs last, so listing, eviction and explain never
+-- walk a blob's overflow pages.
+CREATE TABLE IF NOT EXISTS entries (
+	key        BLOB PRIMARY KEY NOT NULL CHECK (length(key) = 32),
+	kind       INTEGER NOT NULL,          -- 1 ptx, 2 cubin (enum store_kind)
+	status     INTEGER NOT NULL,          -- 0 compiled; else a negative entry
+	arch       TEXT NOT NULL DEFAULT '',  -- "sm_90a"
+	created    INTEGER NOT NULL,          -- unix time, microseconds
+	last_used  INTEGER NOT NULL,          -- unix time, microseconds (LRU)
+	hits       INTEGER NOT NULL DEFAULT 0,
+	compile_us INTEGER NOT NULL DEFAULT 0,
+	size       INTEGER NOT NULL,          -- bytes this entry takes (cap accounting)
+	data_len   INTEGER NOT NULL,          -- raw length of data
+	log_len    INTEGER NOT NULL,          -- raw length of log
+	checksum   INTEGER NOT NULL,          -- XXH64 of raw data, then raw log
+	components TEXT NOT NULL,             -- JSON object of the key's components
+	data       BLOB NOT NULL,             -- one zstd frame, or empty if data_len = 0
+	log        BLOB NOT NULL              -- one zstd frame, or empty if log_len = 0
+);
+
+-- LRU eviction walks this index alone (it covers last_used, size, rowid).
+CREATE INDEX IF NOT EXISTS entries_lru ON entries (last_used, size);
+-- Listing, newest first.
+CREATE INDEX IF NOT EXISTS entries_created ON entries (created);
