@@ -64,7 +64,8 @@ def test_differential_triton_corpus_through_llc_front():
                 got2 = d.cli("llc", *TRITON_FLAGS, input=f.read())
             assert got2.stdout == want.stdout, "stdin %s differs" % k
         s1 = d.stats()
-        assert s1["compiles"] == len(kernels), s1
+        distinct = len(set(open(k, "rb").read() for k in kernels))
+        assert s1["compiles"] == distinct, (distinct, s1)
         for k in kernels:
             d.cli("llc", *TRITON_FLAGS, k, "-o", os.devnull)
         s2 = d.stats()
@@ -283,13 +284,13 @@ def test_pipelined_requests_answered_by_id():
         c = Raw(d.socket, timeout=120)
         reqs = [frame(3, mp_pack({"id": 100 + i, "input": small_ir("pipe%d" % i), "strict": True}))
                 for i in range(4)]
-        c.send(b"".join(reqs) + frame(2, mp_pack({"id": 200})))
+        c.send(b"".join(reqs) + frame(2, mp_pack({"id": 50})))
         ids = set()
         for _ in range(5):
             t, body = c.recv_frame()
             assert t in (0x83, 0x82), t
-            for i in list(range(100, 104)) + [200]:
+            for i in list(range(100, 104)) + [50]:
                 if b"\xa2id" + bytes([i]) in body:
                     ids.add(i)
-        assert ids == set(range(100, 104)) | {200}, ids
+        assert ids == set(range(100, 104)) | {50}, ids
         c.close()
