@@ -235,7 +235,10 @@ static int cmd_llc(int argc, char **argv)
 		print_log(res.log, res.log_len, name);
 		return 1;
 	case PTXCACHE_ERROR:
+		/* llc writes what it produced before failing; so do we. */
 		print_log(res.log, res.log_len, name);
+		if (!filetype_null && res.output_len)
+			write_file(out ? out : "-", res.output, res.output_len);
 		return 1;
 	case PTXCACHE_FATAL:
 		print_log(res.log, res.log_len, name);

@@ -64,7 +64,8 @@ struct ptxcache_compile_req {
 	const char *pipeline;   /* middle-end pipeline, or NULL for none */
 	int emit;               /* 1: return PTX; 0: only diagnostics */
 	int strict;             /* 1: refuse unknown CPUs, features and
-	                           non-NVPTX module triples */
+	                           non-NVPTX module triples; a module with no
+	                           triple gets nvptx64-nvidia-cuda */
 	const char *const *options; /* backend options ("-nvptx-fma-level=1") */
 	size_t noptions;
 };

@@ -343,7 +343,13 @@ static LLVMTargetMachineRef pick_target(void *arg, const char *own)
 	}
 	if (override)
 		norm = LLVMNormalizeTargetTriple(job->triple);
-	deftriple = LLVMGetDefaultTargetTriple();
+	/* Strict requests come from GPU JITs, whose IR often carries no
+	 * triple (Triton's does not): there the default is NVPTX, not the
+	 * host, which llc would pick. */
+	if (job->strict && !override && !*own)
+		deftriple = LLVMNormalizeTargetTriple("nvptx64-nvidia-cuda");
+	else
+		deftriple = LLVMGetDefaultTargetTriple();
 	st->triple = ptxc_resolve_triple(override ? norm : own, job->march,
 					 deftriple, &msg);
 	LLVMDisposeMessage(deftriple);
