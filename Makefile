@@ -101,6 +101,21 @@ $(B)/unit: $(call obj,$(UNIT_SRC) daemon/store.c daemon/key.c daemon/log.c $(PRO
 $(call obj,$(UNIT_SRC)): CFLAGS += -I$(B)/gen
 $(call obj,$(UNIT_SRC)): $(B)/gen/schema.h
 
+# Benchmarks (bench/): not tests, no timing asserts. QUICK=1 runs a subset.
+# The chart needs matplotlib (`mk/deps.sh bench` installs it); without it
+# the figures are still written and the chart is skipped.
+PLOT_PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
+$(B)/bench/bench: bench/bench.c $(B)/libptxcache.a
+	@mkdir -p $(dir $@)
+	@echo "  LD  $@"
+	$(Q)$(CC) $(CFLAGS) $(DEP_CFLAGS) -o $@ $< $(B)/libptxcache.a -lmsgpackc -lcrypto -lm
+
+bench: deps
+	@$(MAKE) --no-print-directory all $(B)/bench/bench
+	@./mk/deps.sh bench || true
+	$(B)/bench/bench --out $(B)/bench $(if $(QUICK),--quick)
+	@$(PLOT_PYTHON) bench/plot.py $(B)/bench/results.json $(B)/bench/latency.png
+
 run: deps
 	@$(MAKE) --no-print-directory all
 	$(B)/ptxcached

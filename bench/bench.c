@@ -1,0 +1,1189 @@
+/*
+ * bench: ptxcache measured against the real alternatives, in one run.
+ *
+ * Over the kernels of ../shared/corpus/triton, with private daemons on
+ * empty cache directories in a temp dir, this measures:
+ *
+ *   cold     one llc process and one ptxas process per kernel (the tools
+ *            ptxcache replaces), wall time per process;
+ *   miss     one client, one request at a time, through a warm daemon;
+ *   hit      the same requests again, from one process through libptxcache,
+ *            per request (p50, p99) and per corpus pass;
+ *   floor    a bare Unix-socket echo of the same request and reply sizes
+ *            that SHA-256es each request: what any socket service must pay.
+ *            Floor and hit passes alternate, so both see the same noise;
+ *   ranks    eight processes asking for the same kernels from an empty
+ *            cache versus one (single flight: compiles must equal kernels);
+ *   start    the first request after the daemon answers versus steady state;
+ *   size     bytes stored versus raw bytes, daemon memory, and hit
+ *            throughput with 16 client processes.
+ *
+ * Results go to OUT/results.json (the key names are the contract of
+ * `make bench`; null where a figure cannot be measured, with a note) and a
+ * table on stdout; bench/plot.py draws the chart from the JSON.
+ *
+ * Cubin figures need a daemon that accepts compile requests of kind
+ * "cubin" (probed) and a ptxas; without them they are null. Benchmarks are
+ * not tests: nothing here fails on a slow figure, only on a wrong answer
+ * (a hit that is not a hit, a compile that fails).
+ *
+ * Each client process holds its own handle (handles are not thread-safe);
+ * concurrency is fork()ed processes released together through a pipe.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/sha.h>
+
+#include "client/ptxcache.h"
+#include "proto/frame.h"
+#include "proto/msg.h"
+
+#define CALL_TIMEOUT_MS 600000
+#define NONCE_FMT "\n; ptxcache-bench nonce %d\n"
+
+struct kernel {
+	char *name;             /* file name without .ll */
+	char *ir;
+	size_t ir_len;
+	size_t ptx_len, cubin_len;
+	size_t req_frame, rep_frame;    /* hit request and reply frame sizes */
+	double cold_llc_ms, cold_ptxas_ms;
+	double miss_ptx_ms, miss_cubin_ms;
+	double hit_ptx_us, hit_cubin_us, floor_us; /* medians */
+};
+
+static struct {
+	const char *daemon, *corpus, *out, *llc, *ptxas;
+	int quick, workers;
+	char tmp[256];
+	struct kernel *k;
+	int nk;
+	char notes[16][256];
+	int nnotes;
+} g = {
+	.daemon = "build/ptxcached",
+	.corpus = "../shared/corpus/triton",
+	.out = "build/bench",
+	.llc = "/usr/lib/llvm-22/bin/llc",
+	.workers = 2,
+};
+
+struct daemon {
+	pid_t pid;
+	char dir[300], sock[340], cache[340];
+	double start_ms;        /* spawn until it answers a ping */
+};
+
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	fputs("bench: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(1);
+}
+
+static void note(const char *fmt, ...)
+{
+	va_list ap;
+
+	if (g.nnotes == 16)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(g.notes[g.nnotes++], sizeof g.notes[0], fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "bench: note: %s\n", g.notes[g.nnotes - 1]);
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* The q-quantile of v[0..n) (sorts v). */
+static double quantile(double *v, size_t n, double q)
+{
+	if (!n)
+		return NAN;
+	qsort(v, n, sizeof *v, cmp_double);
+	size_t i = (size_t)(q * (double)(n - 1) + 0.5);
+	return v[i < n ? i : n - 1];
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	char *p = NULL;
+	long n;
+
+	if (!f)
+		return NULL;
+	if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 &&
+	    fseek(f, 0, SEEK_SET) == 0 && (p = malloc((size_t)n + 1)) &&
+	    fread(p, 1, (size_t)n, f) == (size_t)n) {
+		p[n] = '\0';
+		*len = (size_t)n;
+	} else {
+		free(p);
+		p = NULL;
+	}
+	fclose(f);
+	return p;
+}
+
+/* Fill a Unix socket address with path (which must fit). */
+static void set_path(struct sockaddr_un *sa, const char *path)
+{
+	size_t n = strlen(path);
+
+	if (n >= sizeof sa->sun_path)
+		die("socket path too long: '%s'", path);
+	memcpy(sa->sun_path, path, n + 1);
+}
+
+/* ---- child processes ---- */
+
+/* Run argv with stdout and stderr to /dev/null; its wall time in ms, or a
+ * negative number if it did not exit 0. */
+static double run_timed(char *const argv[])
+{
+	double t0 = now_ms();
+	pid_t pid = fork();
+	int st;
+
+	if (pid < 0)
+		die("cannot fork: %s", strerror(errno));
+	if (pid == 0) {
+		int fd = open("/dev/null", O_WRONLY);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	double t = now_ms() - t0;
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? t : -1;
+}
+
+static ptxcache *connect_or_die(const char *sock)
+{
+	char err[512];
+	ptxcache *pc = ptxcache_connect(sock, CALL_TIMEOUT_MS, err, sizeof err);
+	if (!pc)
+		die("%s", err);
+	return pc;
+}
+
+static void daemon_start(struct daemon *d, const char *name)
+{
+	char log[400];
+
+	snprintf(d->dir, sizeof d->dir, "%s/%s", g.tmp, name);
+	snprintf(d->sock, sizeof d->sock, "%s/sock", d->dir);
+	snprintf(d->cache, sizeof d->cache, "%s/cache", d->dir);
+	snprintf(log, sizeof log, "%s/daemon.log", d->dir);
+	if (mkdir(d->dir, 0700) < 0)
+		die("cannot create '%s': %s", d->dir, strerror(errno));
+	char workers[16];
+	snprintf(workers, sizeof workers, "%d", g.workers);
+	double t0 = now_ms();
+	d->pid = fork();
+	if (d->pid < 0)
+		die("cannot fork: %s", strerror(errno));
+	if (d->pid == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		execl(g.daemon, g.daemon, "--socket", d->sock, "--cache-dir", d->cache,
+		      "--workers", workers, "--log-level", "warning", (char *)NULL);
+		_exit(127);
+	}
+	for (;;) {
+		char err[512];
+		ptxcache *pc = ptxcache_connect(d->sock, 1000, err, sizeof err);
+		if (pc && ptxcache_ping(pc) == 0) {
+			ptxcache_close(pc);
+			break;
+		}
+		ptxcache_close(pc);
+		if (waitpid(d->pid, NULL, WNOHANG) == d->pid)
+			die("'%s' exited at start; see %s", g.daemon, log);
+		if (now_ms() - t0 > 60000)
+			die("'%s' did not answer within 60 s", g.daemon);
+		usleep(2000);
+	}
+	d->start_ms = now_ms() - t0;
+}
+
+static void daemon_stop(struct daemon *d)
+{
+	int st;
+
+	kill(d->pid, SIGTERM);
+	for (int i = 0; i < 500; i++) {
+		if (waitpid(d->pid, &st, WNOHANG) == d->pid)
+			return;
+		usleep(10000);
+	}
+	kill(d->pid, SIGKILL);
+	waitpid(d->pid, &st, 0);
+}
+
+/* An integer field of the daemon's stats JSON, or -1. */
+static long long stat_of(const char *sock, const char *name)
+{
+	ptxcache *pc = connect_or_die(sock);
+	char *json = NULL, pat[64];
+	long long v = -1;
+
+	snprintf(pat, sizeof pat, "\"%s\":", name);
+	if (ptxcache_stats_json(pc, &json) == 0) {
+		const char *p = strstr(json, pat);
+		if (p)
+			v = strtoll(p + strlen(pat), NULL, 10);
+	}
+	free(json);
+	ptxcache_close(pc);
+	return v;
+}
+
+/* Resident memory of pid and of its children (the workers), in kB. */
+static long long tree_rss_kb(pid_t pid)
+{
+	long long total = 0;
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d))) {
+		char path[300], line[256];
+		pid_t p = (pid_t)atoi(e->d_name), ppid = 0;
+		long long rss = 0;
+		if (p <= 0)
+			continue;
+		snprintf(path, sizeof path, "/proc/%d/status", (int)p);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		while (fgets(line, sizeof line, f)) {
+			sscanf(line, "PPid: %d", &ppid);
+			sscanf(line, "VmRSS: %lld", &rss);
+		}
+		fclose(f);
+		if (p == pid || ppid == pid)
+			total += rss;
+	}
+	closedir(d);
+	return total;
+}
+
+/* ---- requests ---- */
+
+/* The request every figure uses: Triton's own llc flags. */
+static void kernel_req(struct ptxcache_compile_req *r, const char *ir, size_t n)
+{
+	ptxcache_compile_req_init(r);
+	r->input = ir;
+	r->input_len = n;
+	r->triple = "nvptx64-nvidia-cuda";
+	r->cpu = "sm_90a";
+	r->features = "+ptx90";
+	r->opt_level = 3;
+}
+
+/* The kernel's IR with a comment appended: the same compile, a new key. */
+static char *with_nonce(const struct kernel *k, int nonce, size_t *n)
+{
+	char *p = malloc(k->ir_len + 64);
+
+	if (!p)
+		die("out of memory");
+	memcpy(p, k->ir, k->ir_len);
+	*n = k->ir_len + (size_t)sprintf(p + k->ir_len, NONCE_FMT, nonce);
+	return p;
+}
+
+/* One PTX compile; its wall time in ms. want_cached: 0 or 1 must match,
+ * -1 either. */
+static double compile_ptx(ptxcache *pc, const char *ir, size_t n, int want_cached,
+			  const char *what, size_t *out_len)
+{
+	struct ptxcache_compile_req r;
+	struct ptxcache_result res;
+
+	kernel_req(&r, ir, n);
+	double t0 = now_ms();
+	if (ptxcache_compile(pc, &r, &res) < 0)
+		die("%s: %s", what, ptxcache_errmsg(pc));
+	double t = now_ms() - t0;
+	if (res.status != PTXCACHE_OK)
+		die("%s: status %d: %s", what, res.status, res.log ? res.log : "");
+	if (want_cached >= 0 && res.cached != want_cached)
+		die("%s: expected a %s", what, want_cached ? "hit" : "miss");
+	if (out_len)
+		*out_len = res.output_len;
+	ptxcache_result_free(&res);
+	return t;
+}
+
+/*
+ * Cubin requests. libptxcache has no cubin call yet, so these speak the
+ * protocol directly (proto/msg.h): a compile frame with kind "cubin" on
+ * the kernel's IR, which the daemon takes through both cached stages.
+ */
+struct raw {
+	int fd;
+	struct buf in;
+};
+
+static void raw_connect(struct raw *c, const char *sock)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+	set_path(&sa, sock);
+	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	memset(&c->in, 0, sizeof c->in);
+	if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&sa, sizeof sa) < 0)
+		die("cannot connect to '%s': %s", sock, strerror(errno));
+}
+
+static void raw_close(struct raw *c)
+{
+	close(c->fd);
+	buf_free(&c->in);
+}
+
+/* Send a cubin compile; return 0 with status, cached and the output length,
+ * or -1 with the error frame's message in err (the daemon refused it). */
+static int raw_cubin(struct raw *c, const char *ir, size_t n, int *status,
+		     int *cached, size_t *out_len, char *err, size_t errlen)
+{
+	struct buf b = BUF_INIT;
+	struct msg_writer w;
+	static int64_t id;
+
+	msg_begin(&w, &b, FRAME_COMPILE);
+	msg_put_int(&w, "id", ++id);
+	msg_put_bin(&w, "input", ir, n);
+	msg_put_str(&w, "kind", "cubin");
+	msg_put_str(&w, "triple", "nvptx64-nvidia-cuda");
+	msg_put_str(&w, "cpu", "sm_90a");
+	msg_put_str(&w, "features", "+ptx90");
+	msg_put_int(&w, "opt", 3);
+	if (msg_end(&w) < 0)
+		die("out of memory");
+	for (size_t off = 0; off < b.len;) {
+		ssize_t k = send(c->fd, b.data + off, b.len - off, MSG_NOSIGNAL);
+		if (k <= 0)
+			die("cannot send: %s", strerror(errno));
+		off += (size_t)k;
+	}
+	buf_free(&b);
+	for (;;) {
+		struct frame_hdr h;
+		int r = frame_parse_hdr(c->in.data, c->in.len, 1u << 30, &h, NULL);
+		if (r < 0)
+			die("malformed reply");
+		if (r == 1 && c->in.len >= FRAME_HDR_LEN + h.len) {
+			struct msg m;
+			int64_t st = -1;
+			const char *s = "";
+			size_t sn = 0;
+			int ret = 0;
+			if (msg_parse(&m, c->in.data + FRAME_HDR_LEN, h.len,
+				      &MSG_LIMITS_DEFAULT, NULL) < 0)
+				die("malformed reply");
+			if (h.type == FRAME_ERROR) {
+				msg_bytes(&m, "message", &s, &sn);
+				snprintf(err, errlen, "%.*s", (int)sn, s);
+				ret = -1;
+			} else {
+				*cached = 0;
+				*out_len = 0;
+				msg_int(&m, "status", &st);
+				msg_bool(&m, "cached", cached);
+				if (msg_bytes(&m, "output", &s, &sn) == 1)
+					*out_len = sn;
+				*status = (int)st;
+				if (st != 0 && msg_bytes(&m, "log", &s, &sn) == 1)
+					snprintf(err, errlen, "%.*s", (int)sn, s);
+			}
+			msg_free(&m);
+			buf_consume(&c->in, FRAME_HDR_LEN + h.len);
+			return ret;
+		}
+		if (buf_reserve(&c->in, 65536) < 0)
+			die("out of memory");
+		ssize_t k = recv(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len - 1, 0);
+		if (k <= 0)
+			die("daemon closed the connection");
+		c->in.len += (size_t)k;
+	}
+}
+
+static double cubin_one(struct raw *c, const char *ir, size_t n, int want_cached,
+			const char *what, size_t *out_len)
+{
+	char err[512] = "";
+	int status, cached;
+	size_t len;
+
+	double t0 = now_ms();
+	if (raw_cubin(c, ir, n, &status, &cached, &len, err, sizeof err) < 0)
+		die("%s: %s", what, err);
+	double t = now_ms() - t0;
+	if (status != 0)
+		die("%s: status %d: %s", what, status, err);
+	if (want_cached >= 0 && cached != want_cached)
+		die("%s: expected a %s", what, want_cached ? "hit" : "miss");
+	if (out_len)
+		*out_len = len;
+	return t;
+}
+
+/* Does the daemon compile cubin? 1 yes, 0 no (with a note). */
+static int probe_cubin(const char *sock, const struct kernel *k)
+{
+	struct raw c;
+	char err[512] = "";
+	int status = -1, cached;
+	size_t len, n;
+	char *ir = with_nonce(k, 999, &n);
+
+	raw_connect(&c, sock);
+	int r = raw_cubin(&c, ir, n, &status, &cached, &len, err, sizeof err);
+	raw_close(&c);
+	free(ir);
+	if (r < 0) {
+		note("cubin figures are null: the daemon refuses kind \"cubin\" (%s)", err);
+		return 0;
+	}
+	if (status != 0) {
+		note("cubin figures are null: a cubin compile returned status %d (%s)",
+		     status, err);
+		return 0;
+	}
+	return 1;
+}
+
+/* ---- the floor: a bare echo server ---- */
+
+/* Requests are [u32 request length][u32 reply length][body]; the server
+ * hashes the body with SHA-256 and answers reply-length bytes. */
+static int read_full(int fd, void *p, size_t n)
+{
+	for (size_t off = 0; off < n;) {
+		ssize_t k = read(fd, (char *)p + off, n - off);
+		if (k <= 0) {
+			if (k < 0 && errno == EINTR)
+				continue;
+			return -1;
+		}
+		off += (size_t)k;
+	}
+	return 0;
+}
+
+static int write_full(int fd, const void *p, size_t n)
+{
+	for (size_t off = 0; off < n;) {
+		ssize_t k = write(fd, (const char *)p + off, n - off);
+		if (k <= 0) {
+			if (k < 0 && errno == EINTR)
+				continue;
+			return -1;
+		}
+		off += (size_t)k;
+	}
+	return 0;
+}
+
+static pid_t floor_start(const char *path, size_t maxlen)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	set_path(&sa, path);
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) < 0 ||
+	    listen(lfd, 4) < 0)
+		die("cannot listen on '%s': %s", path, strerror(errno));
+	pid_t pid = fork();
+	if (pid != 0) {
+		close(lfd);
+		return pid;
+	}
+	char *body = malloc(maxlen), *reply = calloc(1, maxlen);
+	int fd = accept(lfd, NULL, NULL);
+	uint32_t hdr[2];
+	unsigned char md[32];
+	while (body && reply && fd >= 0 && read_full(fd, hdr, sizeof hdr) == 0 &&
+	       hdr[0] <= maxlen && hdr[1] <= maxlen &&
+	       read_full(fd, body, hdr[0]) == 0) {
+		SHA256((unsigned char *)body, hdr[0], md);
+		memcpy(reply, md, hdr[1] < 32 ? hdr[1] : 32);
+		if (write_full(fd, reply, hdr[1]) < 0)
+			break;
+	}
+	_exit(0);
+}
+
+/* ---- the measurements ---- */
+
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(((const struct kernel *)a)->name, ((const struct kernel *)b)->name);
+}
+
+static void load_corpus(void)
+{
+	DIR *d = opendir(g.corpus);
+	struct dirent *e;
+	int cap = 0;
+
+	if (!d)
+		die("cannot open corpus '%s': %s", g.corpus, strerror(errno));
+	while ((e = readdir(d))) {
+		size_t l = strlen(e->d_name);
+		if (l < 4 || strcmp(e->d_name + l - 3, ".ll"))
+			continue;
+		if (g.nk == cap) {
+			cap = cap ? cap * 2 : 64;
+			g.k = realloc(g.k, (size_t)cap * sizeof *g.k);
+			if (!g.k)
+				die("out of memory");
+		}
+		struct kernel *k = &g.k[g.nk++];
+		char path[1024];
+		memset(k, 0, sizeof *k);
+		k->name = strndup(e->d_name, l - 3);
+		snprintf(path, sizeof path, "%s/%s", g.corpus, e->d_name);
+		if (!(k->ir = read_file(path, &k->ir_len)))
+			die("cannot read '%s'", path);
+	}
+	closedir(d);
+	if (!g.nk)
+		die("no .ll files in '%s'", g.corpus);
+	qsort(g.k, (size_t)g.nk, sizeof *g.k, by_name);
+	if (g.quick) {
+		/* Every 12th kernel: ten of the 118, spread over the kinds. */
+		int n = 0;
+		for (int i = 0; i < g.nk; i += 12)
+			g.k[n++] = g.k[i];
+		g.nk = n;
+	}
+}
+
+static const char *find_ptxas(void)
+{
+	static char path[1024];
+	const char *e = getenv("PTXCACHE_PTXAS");
+
+	if (e && *e)
+		return access(e, X_OK) == 0 ? e : NULL;
+	if ((e = getenv("CUDA_HOME")) && *e) {
+		snprintf(path, sizeof path, "%s/bin/ptxas", e);
+		if (access(path, X_OK) == 0)
+			return path;
+	}
+	if (access("/usr/local/cuda/bin/ptxas", X_OK) == 0)
+		return "/usr/local/cuda/bin/ptxas";
+	const char *p = getenv("PATH");
+	while (p && *p) {
+		size_t n = strcspn(p, ":");
+		snprintf(path, sizeof path, "%.*s/ptxas", (int)n, p);
+		if (n && access(path, X_OK) == 0)
+			return path;
+		p += n + (p[n] == ':');
+	}
+	return NULL;
+}
+
+struct figures {
+	double cold_llc_ms, cold_ptxas_ms, miss_ptx_ms, miss_cubin_ms;
+	double hit_ptx_ms, hit_cubin_ms, hit_p50_us, hit_p99_us;
+	double floor_p50_us, floor_p99_us, hit_cubin_p50_us;
+	double ranks8_wall_ms, ranks1_wall_ms;
+	long long ranks8_compiles, ranks1_compiles;
+	double first_request_ms, steady_request_ms, daemon_start_ms;
+	long long stored_bytes, raw_bytes, daemon_rss_kb;
+	double hits_per_s;
+	int ptx_identical;      /* kernels whose daemon PTX matches llc's */
+};
+
+static void cold_runs(struct figures *f)
+{
+	char out[400], in[1024], cub[400];
+	int ok_ptxas = !!g.ptxas;
+
+	f->cold_llc_ms = 0;
+	f->cold_ptxas_ms = ok_ptxas ? 0 : NAN;
+	for (int i = 0; i < g.nk; i++) {
+		struct kernel *k = &g.k[i];
+		snprintf(in, sizeof in, "%s/%s.ll", g.corpus, k->name);
+		snprintf(out, sizeof out, "%s/cold/%s.ptx", g.tmp, k->name);
+		char *llc[] = { (char *)g.llc, "-O3", "-mtriple=nvptx64-nvidia-cuda",
+				"-mcpu=sm_90a", "-mattr=+ptx90", in, "-o", out, NULL };
+		k->cold_llc_ms = run_timed(llc);
+		if (k->cold_llc_ms < 0)
+			die("%s failed on %s", g.llc, in);
+		f->cold_llc_ms += k->cold_llc_ms;
+		k->cold_ptxas_ms = NAN;
+		if (!ok_ptxas)
+			continue;
+		snprintf(cub, sizeof cub, "%s/cold/%s.cubin", g.tmp, k->name);
+		char *ptxas[] = { (char *)g.ptxas, "-arch=sm_90a", out, "-o", cub, NULL };
+		k->cold_ptxas_ms = run_timed(ptxas);
+		if (k->cold_ptxas_ms < 0)
+			die("%s failed on %s", g.ptxas, out);
+		f->cold_ptxas_ms += k->cold_ptxas_ms;
+	}
+}
+
+/* The smallest kernel: the subject of the first-versus-steady figures. */
+static struct kernel *smallest(void)
+{
+	struct kernel *s = &g.k[0];
+	for (int i = 1; i < g.nk; i++)
+		if (g.k[i].ir_len < s->ir_len)
+			s = &g.k[i];
+	return s;
+}
+
+static void miss_runs(struct figures *f, const struct daemon *d, int cubin)
+{
+	ptxcache *pc = connect_or_die(d->sock);
+	struct kernel *sm = smallest();
+	double st[5];
+	size_t n;
+	char *ir;
+
+	/* The first request after start: a miss on a warm-up-sized kernel. */
+	ir = with_nonce(sm, 0, &n);
+	f->first_request_ms = compile_ptx(pc, ir, n, 0, "first request", NULL);
+	free(ir);
+	f->miss_ptx_ms = 0;
+	f->ptx_identical = 0;
+	for (int i = 0; i < g.nk; i++) {
+		struct kernel *k = &g.k[i];
+		struct ptxcache_compile_req r;
+		struct ptxcache_result res;
+		char path[400];
+		size_t cn = 0;
+
+		kernel_req(&r, k->ir, k->ir_len);
+		double t0 = now_ms();
+		if (ptxcache_compile(pc, &r, &res) < 0)
+			die("miss %s: %s", k->name, ptxcache_errmsg(pc));
+		k->miss_ptx_ms = now_ms() - t0;
+		if (res.status != PTXCACHE_OK || res.cached)
+			die("miss %s: status %d, cached %d", k->name, res.status, res.cached);
+		f->miss_ptx_ms += k->miss_ptx_ms;
+		k->ptx_len = res.output_len;
+		snprintf(path, sizeof path, "%s/cold/%s.ptx", g.tmp, k->name);
+		char *cold = read_file(path, &cn);
+		f->ptx_identical += cold && cn == res.output_len &&
+				    !memcmp(cold, res.output, cn);
+		free(cold);
+		ptxcache_result_free(&res);
+	}
+	for (int i = 0; i < 5; i++) {
+		ir = with_nonce(sm, i + 1, &n);
+		st[i] = compile_ptx(pc, ir, n, 0, "steady request", NULL);
+		free(ir);
+	}
+	f->steady_request_ms = quantile(st, 5, 0.5);
+	ptxcache_close(pc);
+
+	f->miss_cubin_ms = NAN;
+	if (!cubin)
+		return;
+	struct raw c;
+	raw_connect(&c, d->sock);
+	f->miss_cubin_ms = 0;
+	for (int i = 0; i < g.nk; i++) {
+		struct kernel *k = &g.k[i];
+		k->miss_cubin_ms = cubin_one(&c, k->ir, k->ir_len, 0, k->name, &k->cubin_len);
+		f->miss_cubin_ms += k->miss_cubin_ms;
+	}
+	raw_close(&c);
+}
+
+/* Frame sizes of a hit's request and reply, as libptxcache and the daemon
+ * build them, so the floor moves the same bytes. */
+static void frame_sizes(struct kernel *k)
+{
+	struct buf b = BUF_INIT;
+	struct msg_writer w;
+	char key[65];
+
+	memset(key, 'a', 64);
+	key[64] = '\0';
+	msg_begin(&w, &b, FRAME_COMPILE);
+	msg_put_int(&w, "id", 1000);
+	msg_put_bin(&w, "input", k->ir, k->ir_len);
+	msg_put_str(&w, "triple", "nvptx64-nvidia-cuda");
+	msg_put_str(&w, "cpu", "sm_90a");
+	msg_put_str(&w, "features", "+ptx90");
+	msg_put_int(&w, "opt", 3);
+	msg_put_bool(&w, "emit", 1);
+	msg_put_bool(&w, "strict", 1);
+	msg_end(&w);
+	k->req_frame = b.len;
+	buf_reset(&b);
+	msg_begin(&w, &b, FRAME_COMPILE | FRAME_REPLY);
+	msg_put_int(&w, "id", 1000);
+	msg_put_int(&w, "status", 0);
+	msg_put_bool(&w, "cached", 1);
+	msg_put_str(&w, "key", key);
+	msg_put_bin(&w, "output", "", 0);
+	msg_end(&w);
+	k->rep_frame = b.len + k->ptx_len;
+	buf_free(&b);
+}
+
+static void hit_runs(struct figures *f, const struct daemon *d, int cubin)
+{
+	int passes = g.quick ? 5 : 15;
+	size_t n = (size_t)passes * (size_t)g.nk, maxlen = 0;
+	double *hit = calloc(n, sizeof *hit), *flo = calloc(n, sizeof *flo);
+	double *pass = calloc((size_t)passes, sizeof *pass);
+	double *per = calloc((size_t)passes, sizeof *per);
+	char path[400];
+
+	if (!hit || !flo || !pass || !per)
+		die("out of memory");
+	for (int i = 0; i < g.nk; i++) {
+		frame_sizes(&g.k[i]);
+		if (g.k[i].req_frame > maxlen)
+			maxlen = g.k[i].req_frame;
+		if (g.k[i].rep_frame > maxlen)
+			maxlen = g.k[i].rep_frame;
+	}
+	snprintf(path, sizeof path, "%s/floor.sock", g.tmp);
+	pid_t fpid = floor_start(path, maxlen);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	set_path(&sa, path);
+	int ffd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (ffd < 0 || connect(ffd, (struct sockaddr *)&sa, sizeof sa) < 0)
+		die("cannot connect to the floor server: %s", strerror(errno));
+	char *req = calloc(1, maxlen + 8), *rep = malloc(maxlen);
+	if (!req || !rep)
+		die("out of memory");
+
+	ptxcache *pc = connect_or_die(d->sock);
+	for (int p = 0; p < passes; p++) {
+		for (int i = 0; i < g.nk; i++) {
+			struct kernel *k = &g.k[i];
+			uint32_t hdr[2] = { (uint32_t)k->req_frame, (uint32_t)k->rep_frame };
+			memcpy(req, hdr, sizeof hdr);
+			memcpy(req + 8, k->ir, k->ir_len < k->req_frame ? k->ir_len : k->req_frame);
+			double t0 = now_ms();
+			if (write_full(ffd, req, 8 + k->req_frame) < 0 ||
+			    read_full(ffd, rep, k->rep_frame) < 0)
+				die("floor server failed");
+			flo[(size_t)p * g.nk + i] = (now_ms() - t0) * 1e3;
+		}
+		double t0 = now_ms();
+		for (int i = 0; i < g.nk; i++) {
+			struct kernel *k = &g.k[i];
+			hit[(size_t)p * g.nk + i] =
+				compile_ptx(pc, k->ir, k->ir_len, 1, k->name, NULL) * 1e3;
+		}
+		pass[p] = now_ms() - t0;
+	}
+	ptxcache_close(pc);
+	close(ffd);
+	waitpid(fpid, NULL, 0);
+
+	/* Per-kernel medians for the chart, before the sorts below. */
+	for (int i = 0; i < g.nk; i++) {
+		for (int p = 0; p < passes; p++)
+			per[p] = hit[(size_t)p * g.nk + i];
+		g.k[i].hit_ptx_us = quantile(per, (size_t)passes, 0.5);
+		for (int p = 0; p < passes; p++)
+			per[p] = flo[(size_t)p * g.nk + i];
+		g.k[i].floor_us = quantile(per, (size_t)passes, 0.5);
+	}
+	f->hit_ptx_ms = quantile(pass, (size_t)passes, 0.5);
+	f->hit_p50_us = quantile(hit, n, 0.5);
+	f->hit_p99_us = quantile(hit, n, 0.99);
+	f->floor_p50_us = quantile(flo, n, 0.5);
+	f->floor_p99_us = quantile(flo, n, 0.99);
+
+	f->hit_cubin_ms = f->hit_cubin_p50_us = NAN;
+	if (cubin) {
+		struct raw c;
+		raw_connect(&c, d->sock);
+		for (int p = 0; p < passes; p++) {
+			double t0 = now_ms();
+			for (int i = 0; i < g.nk; i++) {
+				struct kernel *k = &g.k[i];
+				hit[(size_t)p * g.nk + i] = cubin_one(&c, k->ir, k->ir_len, 1,
+								      k->name, NULL) * 1e3;
+			}
+			pass[p] = now_ms() - t0;
+		}
+		raw_close(&c);
+		for (int i = 0; i < g.nk; i++) {
+			for (int p = 0; p < passes; p++)
+				per[p] = hit[(size_t)p * g.nk + i];
+			g.k[i].hit_cubin_us = quantile(per, (size_t)passes, 0.5);
+		}
+		f->hit_cubin_ms = quantile(pass, (size_t)passes, 0.5);
+		f->hit_cubin_p50_us = quantile(hit, n, 0.5);
+	} else {
+		for (int i = 0; i < g.nk; i++)
+			g.k[i].hit_cubin_us = NAN;
+	}
+	free(hit);
+	free(flo);
+	free(pass);
+	free(per);
+	free(req);
+	free(rep);
+}
+
+/*
+ * nproc client processes, released together: each sends every kernel (in
+ * corpus order) until the corpus is done (duration_ms 0: all start at the
+ * first kernel) or the time is up (each starts at its own kernel, all
+ * hits), and reports how many requests it made. Returns the wall time in ms from
+ * release to the last exit; *total gets the requests made.
+ */
+static double clients(const char *sock, int nproc, double duration_ms,
+		      long long *total)
+{
+	int go[2], res[2];
+	pid_t pids[64];
+
+	if (pipe(go) < 0 || pipe(res) < 0)
+		die("cannot create pipes");
+	for (int c = 0; c < nproc; c++) {
+		if ((pids[c] = fork()) < 0)
+			die("cannot fork");
+		if (pids[c])
+			continue;
+		close(go[1]);
+		close(res[0]);
+		ptxcache *pc = connect_or_die(sock);
+		char x;
+		long long made = 0;
+		if (read(go[0], &x, 1) < 0)
+			_exit(1);
+		double end = now_ms() + duration_ms;
+		for (int i = duration_ms ? c % g.nk : 0;; i = (i + 1) % g.nk) {
+			if (duration_ms ? now_ms() >= end : made == g.nk)
+				break;
+			compile_ptx(pc, g.k[i].ir, g.k[i].ir_len, duration_ms ? 1 : -1,
+				    g.k[i].name, NULL);
+			made++;
+		}
+		ptxcache_close(pc);
+		if (write(res[1], &made, sizeof made) != sizeof made)
+			_exit(1);
+		_exit(0);
+	}
+	close(go[0]);
+	close(res[1]);
+	usleep(200000); /* let every client connect */
+	double t0 = now_ms();
+	close(go[1]);
+	*total = 0;
+	for (int c = 0; c < nproc; c++) {
+		int st;
+		waitpid(pids[c], &st, 0);
+		if (!WIFEXITED(st) || WEXITSTATUS(st))
+			die("client %d failed", c);
+	}
+	double t = now_ms() - t0;
+	long long made;
+	while (read(res[0], &made, sizeof made) == sizeof made)
+		*total += made;
+	close(res[0]);
+	return t;
+}
+
+/* Ranks: n processes, each the whole corpus in the same order, on an empty
+ * cache, so for n > 1 the ranks ask for the same kernel at nearly the same
+ * time, as the ranks of one job do. */
+static double ranks(int n, long long *compiles)
+{
+	struct daemon d;
+	char name[32];
+	long long made;
+	size_t len;
+
+	snprintf(name, sizeof name, "ranks%d", n);
+	daemon_start(&d, name);
+	/* One compile first, so every daemon is measured with a worker up. */
+	ptxcache *pc = connect_or_die(d.sock);
+	char *ir = with_nonce(smallest(), 0, &len);
+	compile_ptx(pc, ir, len, 0, "warm-up", NULL);
+	free(ir);
+	ptxcache_close(pc);
+	long long before = stat_of(d.sock, "compiles");
+	double t = clients(d.sock, n, 0, &made);
+	*compiles = stat_of(d.sock, "compiles") - before;
+	daemon_stop(&d);
+	return t;
+}
+
+/* ---- output ---- */
+
+static void jnum(FILE *f, const char *key, double v, int last)
+{
+	if (isnan(v))
+		fprintf(f, "  \"%s\": null%s\n", key, last ? "" : ",");
+	else if (v == floor(v) && fabs(v) < 1e15)
+		fprintf(f, "  \"%s\": %.0f%s\n", key, v, last ? "" : ",");
+	else
+		fprintf(f, "  \"%s\": %.3f%s\n", key, v, last ? "" : ",");
+}
+
+static void jval(FILE *f, double v)
+{
+	if (isnan(v))
+		fputs("null", f);
+	else
+		fprintf(f, "%.3f", v);
+}
+
+static void write_json(const struct figures *x, const char *path)
+{
+	FILE *f = fopen(path, "w");
+
+	if (!f)
+		die("cannot write '%s': %s", path, strerror(errno));
+	fputs("{\n", f);
+	jnum(f, "corpus_kernels", g.nk, 0);
+	jnum(f, "cold_llc_ms", x->cold_llc_ms, 0);
+	jnum(f, "cold_ptxas_ms", x->cold_ptxas_ms, 0);
+	jnum(f, "miss_ptx_ms", x->miss_ptx_ms, 0);
+	jnum(f, "miss_cubin_ms", x->miss_cubin_ms, 0);
+	jnum(f, "hit_ptx_ms", x->hit_ptx_ms, 0);
+	jnum(f, "hit_cubin_ms", x->hit_cubin_ms, 0);
+	jnum(f, "hit_p50_us", x->hit_p50_us, 0);
+	jnum(f, "hit_p99_us", x->hit_p99_us, 0);
+	jnum(f, "floor_p50_us", x->floor_p50_us, 0);
+	jnum(f, "ranks8_wall_ms", x->ranks8_wall_ms, 0);
+	jnum(f, "ranks1_wall_ms", x->ranks1_wall_ms, 0);
+	jnum(f, "ranks8_compiles", (double)x->ranks8_compiles, 0);
+	jnum(f, "first_request_ms", x->first_request_ms, 0);
+	jnum(f, "steady_request_ms", x->steady_request_ms, 0);
+	jnum(f, "stored_bytes", (double)x->stored_bytes, 0);
+	jnum(f, "raw_bytes", (double)x->raw_bytes, 0);
+	jnum(f, "daemon_rss_kb", (double)x->daemon_rss_kb, 0);
+	jnum(f, "hits_per_s", x->hits_per_s, 0);
+	/* Beyond the contract: context for the figures above. */
+	jnum(f, "floor_p99_us", x->floor_p99_us, 0);
+	jnum(f, "hit_cubin_p50_us", x->hit_cubin_p50_us, 0);
+	jnum(f, "ranks1_compiles", (double)x->ranks1_compiles, 0);
+	jnum(f, "daemon_start_ms", x->daemon_start_ms, 0);
+	jnum(f, "ptx_identical_to_llc", x->ptx_identical, 0);
+	fprintf(f, "  \"quick\": %s,\n  \"workers\": %d,\n", g.quick ? "true" : "false",
+		g.workers);
+	fputs("  \"notes\": [", f);
+	for (int i = 0; i < g.nnotes; i++) {
+		fputs(i ? ", \"" : "\"", f);
+		for (const char *p = g.notes[i]; *p; p++) {
+			if (*p == '"' || *p == '\\')
+				fputc('\\', f);
+			fputc((unsigned char)*p < 0x20 ? ' ' : *p, f);
+		}
+		fputc('"', f);
+	}
+	fputs("],\n  \"per_kernel\": [\n", f);
+	for (int i = 0; i < g.nk; i++) {
+		const struct kernel *k = &g.k[i];
+		fprintf(f, "    {\"name\": \"%s\", \"ir_bytes\": %zu, \"ptx_bytes\": %zu, "
+			"\"cubin_bytes\": %zu, \"cold_llc_ms\": ", k->name, k->ir_len,
+			k->ptx_len, k->cubin_len);
+		jval(f, k->cold_llc_ms);
+		fputs(", \"cold_ptxas_ms\": ", f);
+		jval(f, k->cold_ptxas_ms);
+		fputs(", \"miss_ptx_ms\": ", f);
+		jval(f, k->miss_ptx_ms);
+		fputs(", \"miss_cubin_ms\": ", f);
+		jval(f, g.k[i].cubin_len ? k->miss_cubin_ms : NAN);
+		fputs(", \"hit_ptx_us\": ", f);
+		jval(f, k->hit_ptx_us);
+		fputs(", \"hit_cubin_us\": ", f);
+		jval(f, k->hit_cubin_us);
+		fputs(", \"floor_us\": ", f);
+		jval(f, k->floor_us);
+		fprintf(f, "}%s\n", i + 1 < g.nk ? "," : "");
+	}
+	fputs("  ]\n}\n", f);
+	if (fclose(f) != 0)
+		die("cannot write '%s'", path);
+}
+
+static void row(const char *what, double v, const char *unit, const char *ratio_what,
+		double ratio)
+{
+	char val[32], rat[64] = "";
+
+	if (isnan(v))
+		snprintf(val, sizeof val, "null");
+	else
+		snprintf(val, sizeof val, v >= 100 ? "%.0f %s" : "%.3g %s", v, unit);
+	if (ratio_what && !isnan(ratio))
+		snprintf(rat, sizeof rat, "%s %.3gx", ratio_what, ratio);
+	else if (ratio_what)
+		snprintf(rat, sizeof rat, "%s null", ratio_what);
+	printf("  %-34s %14s   %s\n", what, val, rat);
+}
+
+static void print_table(const struct figures *x)
+{
+	double cold = x->cold_llc_ms + (isnan(x->cold_ptxas_ms) ? 0 : x->cold_ptxas_ms);
+	double hit = x->hit_ptx_ms + (isnan(x->hit_cubin_ms) ? 0 : x->hit_cubin_ms);
+	double miss = x->miss_ptx_ms + (isnan(x->miss_cubin_ms) ? 0 : x->miss_cubin_ms);
+
+	printf("\nptxcache bench: %d kernels%s, %d workers\n\n", g.nk,
+	       g.quick ? " (QUICK subset)" : "", g.workers);
+	row("cold llc, a process per kernel", x->cold_llc_ms, "ms", NULL, 0);
+	row("cold ptxas, a process per kernel", x->cold_ptxas_ms, "ms", NULL, 0);
+	row("miss ptx, warm daemon", x->miss_ptx_ms, "ms", "cold llc /",
+	    x->cold_llc_ms / x->miss_ptx_ms);
+	row("miss cubin, warm daemon", x->miss_cubin_ms, "ms", "cold ptxas /",
+	    x->cold_ptxas_ms / x->miss_cubin_ms);
+	row("hit ptx, whole corpus", x->hit_ptx_ms, "ms", "cold llc /",
+	    x->cold_llc_ms / x->hit_ptx_ms);
+	row("hit cubin, whole corpus", x->hit_cubin_ms, "ms", "cold ptxas /",
+	    x->cold_ptxas_ms / x->hit_cubin_ms);
+	row("hit ptx+cubin vs cold llc+ptxas", hit, "ms", "cold /", cold / hit);
+	row("miss ptx+cubin vs cold llc+ptxas", miss, "ms", "cold /", cold / miss);
+	row("hit p50 per request", x->hit_p50_us, "us", "/ floor", x->hit_p50_us / x->floor_p50_us);
+	row("hit p99 per request", x->hit_p99_us, "us", "/ floor p99",
+	    x->hit_p99_us / x->floor_p99_us);
+	row("floor p50 (echo + SHA-256)", x->floor_p50_us, "us", NULL, 0);
+	row("8 ranks, empty cache, wall", x->ranks8_wall_ms, "ms", "/ 1 rank",
+	    x->ranks8_wall_ms / x->ranks1_wall_ms);
+	row("1 rank, empty cache, wall", x->ranks1_wall_ms, "ms", NULL, 0);
+	row("compiles for 8 ranks", (double)x->ranks8_compiles, "", "per kernel",
+	    (double)x->ranks8_compiles / g.nk);
+	row("first request after start", x->first_request_ms, "ms", "/ steady",
+	    x->first_request_ms / x->steady_request_ms);
+	row("steady request (same kernel, miss)", x->steady_request_ms, "ms", NULL, 0);
+	row("stored bytes", (double)x->stored_bytes, "B", "raw /",
+	    (double)x->raw_bytes / (double)x->stored_bytes);
+	row("raw ptx+cubin bytes", (double)x->raw_bytes, "B", NULL, 0);
+	row("daemon rss (master + workers)", (double)x->daemon_rss_kb, "kB", NULL, 0);
+	row("hits/s, 16 clients", x->hits_per_s, "/s", NULL, 0);
+	printf("\n  daemon PTX identical to llc's for %d of %d kernels\n",
+	       x->ptx_identical, g.nk);
+	for (int i = 0; i < g.nnotes; i++)
+		printf("  note: %s\n", g.notes[i]);
+}
+
+static void usage(void)
+{
+	fputs("usage: bench [--quick] [--out DIR] [--corpus DIR] [--daemon PATH]\n"
+	      "             [--llc PATH] [--workers N]\n", stderr);
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	struct figures f;
+	struct daemon d;
+	char path[512];
+
+	memset(&f, 0, sizeof f);
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--quick"))
+			g.quick = 1;
+		else if (i + 1 >= argc)
+			usage();
+		else if (!strcmp(a, "--out"))
+			g.out = argv[++i];
+		else if (!strcmp(a, "--corpus"))
+			g.corpus = argv[++i];
+		else if (!strcmp(a, "--daemon"))
+			g.daemon = argv[++i];
+		else if (!strcmp(a, "--llc"))
+			g.llc = argv[++i];
+		else if (!strcmp(a, "--workers"))
+			g.workers = atoi(argv[++i]);
+		else
+			usage();
+	}
+	signal(SIGPIPE, SIG_IGN);
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	load_corpus();
+	g.ptxas = find_ptxas();
+	if (!g.ptxas)
+		note("no ptxas ($PTXCACHE_PTXAS, $CUDA_HOME, /usr/local/cuda, PATH): "
+		     "cubin figures are null");
+	snprintf(g.tmp, sizeof g.tmp, "/tmp/ptxcache-bench-XXXXXX");
+	if (!mkdtemp(g.tmp))
+		die("cannot create a temp dir: %s", strerror(errno));
+	snprintf(path, sizeof path, "%s/cold", g.tmp);
+	mkdir(path, 0700);
+	mkdir(g.out, 0755);
+
+	double t0 = now_ms();
+	fprintf(stderr, "bench: %d kernels: cold llc%s processes\n", g.nk,
+		g.ptxas ? " and ptxas" : "");
+	cold_runs(&f);
+
+	fprintf(stderr, "bench: misses through a fresh daemon\n");
+	daemon_start(&d, "main");
+	f.daemon_start_ms = d.start_ms;
+	int cubin = g.ptxas && probe_cubin(d.sock, smallest());
+	miss_runs(&f, &d, cubin);
+
+	fprintf(stderr, "bench: hits and the floor\n");
+	hit_runs(&f, &d, cubin);
+	long long made;
+	double t = clients(d.sock, 16, g.quick ? 1000 : 3000, &made);
+	f.hits_per_s = (double)made / (t / 1e3);
+	f.stored_bytes = stat_of(d.sock, "bytes");
+	f.raw_bytes = 0;
+	for (int i = 0; i < g.nk; i++)
+		f.raw_bytes += (long long)(g.k[i].ptx_len + g.k[i].cubin_len);
+	f.daemon_rss_kb = tree_rss_kb(d.pid);
+	daemon_stop(&d);
+
+	fprintf(stderr, "bench: 1 and 8 ranks on empty caches\n");
+	f.ranks1_wall_ms = ranks(1, &f.ranks1_compiles);
+	f.ranks8_wall_ms = ranks(8, &f.ranks8_compiles);
+
+	snprintf(path, sizeof path, "%s/results.json", g.out);
+	write_json(&f, path);
+	print_table(&f);
+	printf("\n  %s written in %.0f s\n", path, (now_ms() - t0) / 1e3);
+	char *rm[] = { "/bin/rm", "-rf", g.tmp, NULL };
+	run_timed(rm);
+	return 0;
+}
