@@ -34,7 +34,7 @@ LLVM_LIBS = $(shell $(LLVM_CONFIG) --link-static --ldflags --libs $(LLVM_COMPONE
             $(shell $(LLVM_CONFIG) --link-static --system-libs 2>/dev/null)
 
 PROTO_SRC  := proto/buf.c proto/frame.c proto/msg.c
-DAEMON_SRC := daemon/main.c daemon/log.c daemon/server.c daemon/worker.c \
+DAEMON_SRC := daemon/main.c daemon/config.c daemon/log.c daemon/server.c daemon/worker.c \
               daemon/store.c daemon/key.c daemon/codegen.c
 DAEMON_CXX := daemon/llvm_shim.cpp
 CLIENT_SRC := client/lib.c

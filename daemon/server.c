@@ -21,6 +21,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +39,7 @@
 #include <event2/listener.h>
 
 #include "daemon/codegen.h"
+#include "daemon/config.h"
 #include "daemon/key.h"
 #include "daemon/log.h"
 #include "daemon/store.h"
@@ -53,12 +56,24 @@ enum conn_state {
 	CONN_CLOSED,    /* socket gone; struct lives while waiters hold it */
 };
 
+/* Per peer uid: what its connections hold, for the per-user caps. */
+struct peer {
+	uid_t uid;
+	int conns;
+	int jobs;               /* flights it started that are not done */
+	struct peer *next;
+};
+
 struct conn {
 	struct server *srv;
 	struct bufferevent *bev;
 	enum conn_state state;
 	int refs;               /* 1 for the socket + 1 per waiting request */
+	int waiting;            /* requests waiting on a compile */
 	uint64_t serial;
+	struct peer *peer;
+	struct event *timer;    /* header or idle timeout, see conn_arm() */
+	int partial;            /* a frame has started but not arrived whole */
 };
 
 struct waiter {
@@ -76,25 +91,36 @@ struct flight {
 	struct pool_job job;
 	struct flight *next;    /* bucket chain */
 	struct server *srv;
+	struct peer *peer;      /* who started it (per-uid job cap) */
 };
 
 struct counters {
 	int64_t requests, hits, misses, compiles, compile_errors, dedup_joins,
-		store_errors, protocol_errors, connections;
+		store_errors, protocol_errors, connections, refused_connections,
+		denied_connections, header_timeouts, idle_timeouts, output_overflows,
+		refused_jobs;
 };
 
 struct server {
-	const struct server_config *cfg;
+	struct server_config *cfg;
 	struct event_base *base;
 	struct evconnlistener *listener;
 	struct store *store;
 	struct pool *pool;
 	struct flight *flights[FLIGHT_BUCKETS];
+	int nflights;
+	struct peer *peers;
+	int nconns;
+	gid_t socket_gid;
+	int stopping;           /* SIGTERM: finishing in-flight compiles */
+	int socket_from_systemd;
 	struct counters n;
-	struct event *flush_timer, *sigterm, *sigint;
+	struct event *flush_timer, *sigterm, *sigint, *sighup, *stop_timer;
 	uint64_t next_serial;
 	time_t started;
 };
+
+static void maybe_stop(struct server *s);
 
 static const char *const state_names[] = { "reading", "closing", "closed" };
 
@@ -103,6 +129,34 @@ static void conn_set_state(struct conn *c, enum conn_state s)
 	log_debug("conn %llu: %s -> %s", (unsigned long long)c->serial,
 		  state_names[c->state], state_names[s]);
 	c->state = s;
+}
+
+static struct peer *peer_get(struct server *s, uid_t uid)
+{
+	struct peer *p;
+
+	for (p = s->peers; p; p = p->next)
+		if (p->uid == uid)
+			return p;
+	p = calloc(1, sizeof *p);
+	if (p) {
+		p->uid = uid;
+		p->next = s->peers;
+		s->peers = p;
+	}
+	return p;
+}
+
+/* Forget a peer that holds nothing any more. */
+static void peer_put(struct server *s, struct peer *p)
+{
+	if (!p || p->conns || p->jobs)
+		return;
+	struct peer **pp = &s->peers;
+	while (*pp != p)
+		pp = &(*pp)->next;
+	*pp = p->next;
+	free(p);
 }
 
 static void conn_unref(struct conn *c)
@@ -118,7 +172,41 @@ static void conn_close(struct conn *c)
 	conn_set_state(c, CONN_CLOSED);
 	bufferevent_free(c->bev);
 	c->bev = NULL;
+	if (c->timer)
+		event_free(c->timer);
+	c->timer = NULL;
+	c->srv->nconns--;
+	if (c->peer) {
+		c->peer->conns--;
+		peer_put(c->srv, c->peer);
+		c->peer = NULL;
+	}
 	conn_unref(c);
+}
+
+/*
+ * One timer per connection: while a frame is partly read, it must arrive
+ * whole within header_timeout (slowloris); while nothing is in flight and
+ * nothing is partly read, the connection may idle for idle_timeout; while
+ * the connection waits on compiles, no timer runs.
+ */
+static void conn_arm(struct conn *c)
+{
+	struct server_config *cfg = c->srv->cfg;
+
+	if (c->state != CONN_READING || !c->timer)
+		return;
+	if (c->partial) {
+		if (!evtimer_pending(c->timer, NULL)) {
+			struct timeval tv = { cfg->header_timeout_s, 0 };
+			evtimer_add(c->timer, &tv);
+		}
+	} else if (c->waiting == 0) {
+		struct timeval tv = { cfg->idle_timeout_s, 0 };
+		evtimer_add(c->timer, &tv);
+	} else {
+		evtimer_del(c->timer);
+	}
 }
 
 /* Queue a finished frame from out on c (dropped if c has gone). */
@@ -126,6 +214,15 @@ static void conn_send(struct conn *c, const struct buf *out)
 {
 	if (c->state == CONN_CLOSED)
 		return;
+	struct evbuffer *o = bufferevent_get_output(c->bev);
+	if (evbuffer_get_length(o) + out->len > (size_t)c->srv->cfg->max_output) {
+		/* A reader this slow would make us hold unbounded memory. */
+		c->srv->n.output_overflows++;
+		log_warn("conn %llu: client does not read its replies (%zu bytes queued); closing",
+			 (unsigned long long)c->serial, evbuffer_get_length(o));
+		conn_close(c);
+		return;
+	}
 	if (bufferevent_write(c->bev, out->data, out->len) < 0) {
 		log_warn("conn %llu: cannot queue reply; closing",
 			 (unsigned long long)c->serial);
@@ -149,18 +246,26 @@ static void send_error(struct conn *c, uint64_t id, const char *code,
 	buf_free(&out);
 }
 
-/* A frame that cannot be understood: say why, then close once sent. */
+/* Send an error frame, then close once it is sent. */
+static void refuse(struct conn *c, const char *code, const char *message)
+{
+	send_error(c, 0, code, message);
+	if (c->state == CONN_READING) {
+		conn_set_state(c, CONN_CLOSING);
+		bufferevent_disable(c->bev, EV_READ);
+		if (c->timer)
+			evtimer_del(c->timer);
+		if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+			conn_close(c);
+	}
+}
+
+/* A frame that cannot be understood: say why, then close. */
 static void protocol_error(struct conn *c, const char *message)
 {
 	c->srv->n.protocol_errors++;
 	log_info("conn %llu: %s", (unsigned long long)c->serial, message);
-	send_error(c, 0, "protocol", message);
-	if (c->state == CONN_READING) {
-		conn_set_state(c, CONN_CLOSING);
-		bufferevent_disable(c->bev, EV_READ);
-		if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
-			conn_close(c);
-	}
+	refuse(c, "protocol", message);
 }
 
 /* ---- compile -------------------------------------------------------- */
@@ -347,6 +452,8 @@ static int add_waiter(struct flight *f, struct conn *c, uint64_t id)
 	wt->next = f->waiters;
 	f->waiters = wt;
 	c->refs++;
+	c->waiting++;
+	conn_arm(c);
 	return 0;
 }
 
@@ -383,12 +490,19 @@ static void flight_done(struct pool_job *job, const struct job_result *res)
 			 (int)res->log_len, res->log ? res->log : "");
 	}
 	flight_unlink(s, f);
+	s->nflights--;
+	if (f->peer) {
+		f->peer->jobs--;
+		peer_put(s, f->peer);
+	}
 	while (f->waiters) {
 		struct waiter *wt = f->waiters;
 		f->waiters = wt->next;
 		send_compile_reply(wt->conn, wt->id, res->status, 0, &f->key,
 				   res->output, res->output_len, res->log,
 				   res->log_len, res->compile_us);
+		wt->conn->waiting--;
+		conn_arm(wt->conn);
 		conn_unref(wt->conn);
 		free(wt);
 	}
@@ -397,6 +511,7 @@ static void flight_done(struct pool_job *job, const struct job_result *res)
 	free(f->components);
 	free(f->arch);
 	free(f);
+	maybe_stop(s);
 }
 
 /* Build the FRAME_JOB message a worker runs. */
@@ -452,6 +567,15 @@ static void handle_compile(struct conn *c, uint64_t id, const struct msg *m)
 		goto out;
 	}
 
+	/* Fairness: one user's flood of misses may not fill the queue. */
+	if (c->peer && c->peer->jobs >= s->cfg->max_jobs_per_uid) {
+		s->n.refused_jobs++;
+		buf_printf(&err, "too many compiles in flight for uid %u (limit %d); retry later",
+			   (unsigned)c->peer->uid, s->cfg->max_jobs_per_uid);
+		send_error(c, id, "busy", err.data);
+		goto out;
+	}
+
 	struct buf comp = BUF_INIT;
 	f = calloc(1, sizeof *f);
 	if (!f || compile_key(&r, &f->key, &comp) < 0 ||
@@ -469,9 +593,13 @@ static void handle_compile(struct conn *c, uint64_t id, const struct msg *m)
 	f->job.optset = r.optset;
 	r.optset = NULL;
 	f->job.done = flight_done;
+	f->peer = c->peer;
+	if (f->peer)
+		f->peer->jobs++;
 	unsigned b = bucket_of(&f->key);
 	f->next = s->flights[b];
 	s->flights[b] = f;
+	s->nflights++;
 	pool_submit(s->pool, &f->job);
 out:
 	compile_req_free(&r);
@@ -538,19 +666,26 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 		   "\"compiles\":%lld,\"compile_errors\":%lld,\"worker_crashes\":%lld,"
 		   "\"dedup_joins\":%lld,\"requests\":%lld,\"connections\":%lld,"
 		   "\"protocol_errors\":%lld,\"store_errors\":%lld,"
+		   "\"refused_connections\":%lld,\"denied_connections\":%lld,"
+		   "\"header_timeouts\":%lld,\"idle_timeouts\":%lld,"
+		   "\"output_overflows\":%lld,\"refused_jobs\":%lld,"
 		   "\"corrupt_blobs\":%lld,\"evictions\":%lld,"
 		   "\"worker_timeouts\":%lld,\"workers_spawned\":%lld,"
 		   "\"workers_recycled\":%lld,\"jobs_running\":%d,\"jobs_queued\":%d,"
-		   "\"workers\":%d,\"uptime_s\":%lld,\"compiler\":\"%s\"}",
+		   "\"workers\":%d,\"workers_ready\":%d,\"uptime_s\":%lld,"
+		   "\"compiler\":\"%s\"}",
 		   (long long)entries, (long long)bytes, (long long)s->n.hits,
 		   (long long)s->n.misses, (long long)s->n.compiles,
 		   (long long)s->n.compile_errors, (long long)pc.crashes,
 		   (long long)s->n.dedup_joins, (long long)s->n.requests,
 		   (long long)s->n.connections, (long long)s->n.protocol_errors,
-		   (long long)(s->n.store_errors), (long long)sc.corrupt_blobs,
+		   (long long)(s->n.store_errors), (long long)s->n.refused_connections,
+		   (long long)s->n.denied_connections, (long long)s->n.header_timeouts,
+		   (long long)s->n.idle_timeouts, (long long)s->n.output_overflows,
+		   (long long)s->n.refused_jobs, (long long)sc.corrupt_blobs,
 		   (long long)sc.evictions, (long long)pc.timeouts,
 		   (long long)pc.spawned, (long long)pc.recycled, pc.busy, pc.queued,
-		   s->cfg->pool.size, (long long)(time(NULL) - s->started),
+		   s->cfg->pool.size, pc.ready, (long long)(time(NULL) - s->started),
 		   codegen_identity());
 	reply_json(c, FRAME_STATS, id, &j);
 	buf_free(&j);
@@ -625,11 +760,34 @@ static void on_conn_read(struct bufferevent *bev, void *arg)
 			protocol_error(c, "out of memory reading the request");
 			break;
 		}
+		if (c->partial && c->timer)
+			evtimer_del(c->timer);
+		c->partial = 0;
 		handle_frame(c, &h, all + FRAME_HDR_LEN);
 		if (c->state != CONN_CLOSED)
 			evbuffer_drain(in, FRAME_HDR_LEN + h.len);
 	}
+	if (c->state == CONN_READING) {
+		c->partial = evbuffer_get_length(in) > 0;
+		conn_arm(c);
+	}
 	conn_unref(c);
+}
+
+static void on_conn_timer(evutil_socket_t fd, short what, void *arg)
+{
+	struct conn *c = arg;
+
+	if (c->partial) {
+		c->srv->n.header_timeouts++;
+		log_info("conn %llu: request not complete after %d s; closing",
+			 (unsigned long long)c->serial, c->srv->cfg->header_timeout_s);
+		refuse(c, "timeout", "request did not arrive in time");
+	} else {
+		c->srv->n.idle_timeouts++;
+		log_debug("conn %llu: idle; closing", (unsigned long long)c->serial);
+		conn_close(c);
+	}
 }
 
 static void on_conn_write(struct bufferevent *bev, void *arg)
@@ -648,11 +806,69 @@ static void on_conn_event(struct bufferevent *bev, short what, void *arg)
 		conn_close(c);
 }
 
+/* Is id (a name or a number) in the comma-separated list? */
+static int listed(const char *list, unsigned id, int is_group)
+{
+	char item[256];
+
+	for (const char *p = list; p && *p;) {
+		size_t n = strcspn(p, ", ");
+		if (n && n < sizeof item) {
+			memcpy(item, p, n);
+			item[n] = '\0';
+			char *end;
+			unsigned long v = strtoul(item, &end, 10);
+			if (!*end) {
+				if (v == id)
+					return 1;
+			} else if (is_group) {
+				struct group *g = getgrnam(item);
+				if (g && g->gr_gid == id)
+					return 1;
+			} else {
+				struct passwd *pw = getpwnam(item);
+				if (pw && pw->pw_uid == id)
+					return 1;
+			}
+		}
+		p += n;
+		p += strspn(p, ", ");
+	}
+	return 0;
+}
+
+/*
+ * The access policy: root, the daemon's own user, members of the socket's
+ * group, and the configured users and groups. The peer's groups come from
+ * SO_PEERGROUPS (all of them, not only the primary one).
+ */
+static int allowed(struct server *s, int fd, const struct ucred *cr)
+{
+	if (cr->uid == 0 || cr->uid == geteuid() ||
+	    listed(s->cfg->allow_users, cr->uid, 0))
+		return 1;
+	gid_t groups[256];
+	socklen_t len = sizeof groups;
+	int n = 0;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0)
+		n = (int)(len / sizeof groups[0]);
+	for (int i = -1; i < n; i++) {
+		gid_t g = i < 0 ? cr->gid : groups[i];
+		if ((g == s->socket_gid && s->socket_gid != 0) ||
+		    listed(s->cfg->allow_groups, g, 1))
+			return 1;
+	}
+	return 0;
+}
+
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 		      struct sockaddr *sa, int socklen, void *arg)
 {
 	struct server *s = arg;
 	struct conn *c = calloc(1, sizeof *c);
+	struct ucred cr = { 0 };
+	socklen_t crlen = sizeof cr;
+	char why[160];
 
 	if (!c) {
 		close(fd);
@@ -663,14 +879,47 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 	c->serial = ++s->next_serial;
 	c->state = CONN_READING;
 	c->bev = bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE);
-	if (!c->bev) {
-		close(fd);
+	c->timer = evtimer_new(s->base, on_conn_timer, c);
+	if (!c->bev || !c->timer ||
+	    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) < 0) {
+		if (c->bev)
+			bufferevent_free(c->bev);
+		else
+			close(fd);
+		if (c->timer)
+			event_free(c->timer);
 		free(c);
 		return;
 	}
 	s->n.connections++;
+	s->nconns++;
+	c->peer = peer_get(s, cr.uid);
+	if (c->peer)
+		c->peer->conns++;
 	bufferevent_setcb(c->bev, on_conn_read, on_conn_write, on_conn_event, c);
 	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+
+	if (!allowed(s, fd, &cr)) {
+		s->n.denied_connections++;
+		log_warn("refused connection from uid %u (pid %d): not allowed",
+			 (unsigned)cr.uid, (int)cr.pid);
+		snprintf(why, sizeof why, "uid %u is not allowed to use this daemon",
+			 (unsigned)cr.uid);
+		refuse(c, "denied", why);
+	} else if (s->nconns > s->cfg->max_conns ||
+		   (c->peer && c->peer->conns > s->cfg->max_conns_per_uid) ||
+		   s->stopping) {
+		s->n.refused_connections++;
+		snprintf(why, sizeof why, s->stopping ? "the daemon is shutting down" :
+			 s->nconns > s->cfg->max_conns ? "too many connections (limit %d)" :
+			 "too many connections for this user (limit %d)",
+			 s->nconns > s->cfg->max_conns ? s->cfg->max_conns :
+			 s->cfg->max_conns_per_uid);
+		log_info("refused connection from uid %u: %s", (unsigned)cr.uid, why);
+		refuse(c, "limit", why);
+	} else {
+		conn_arm(c);
+	}
 }
 
 /* ---- start and stop ------------------------------------------------- */
@@ -680,12 +929,77 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
 	store_flush(((struct server *)arg)->store);
 }
 
-static void on_stop(evutil_socket_t sig, short what, void *arg)
+/* Tell systemd (Type=notify) how we are; nothing without NOTIFY_SOCKET. */
+static void notify(const char *msg)
+{
+	const char *path = getenv("NOTIFY_SOCKET");
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+	if (!path || !*path || strlen(path) >= sizeof sa.sun_path)
+		return;
+	strcpy(sa.sun_path, path);
+	if (sa.sun_path[0] == '@')
+		sa.sun_path[0] = '\0';
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(path));
+	if (sendto(fd, msg, strlen(msg), MSG_NOSIGNAL, (struct sockaddr *)&sa, len) < 0)
+		log_debug("cannot notify systemd: %s", strerror(errno));
+	close(fd);
+}
+
+static void on_stop_deadline(evutil_socket_t fd, short what, void *arg)
 {
 	struct server *s = arg;
 
-	log_info("signal %d: stopping", (int)sig);
+	log_warn("%d compiles still running after %d s; stopping anyway",
+		 s->nflights, s->cfg->shutdown_timeout_s);
 	event_base_loopexit(s->base, NULL);
+}
+
+/* While stopping: exit the loop once no compile is in flight. */
+static void maybe_stop(struct server *s)
+{
+	if (s->stopping && s->nflights == 0)
+		event_base_loopexit(s->base, NULL);
+}
+
+/* SIGTERM, SIGINT: stop accepting, let in-flight compiles finish (up to
+ * shutdown_timeout), then leave the loop; server_run() checkpoints. */
+static void on_stop(evutil_socket_t sig, short what, void *arg)
+{
+	struct server *s = arg;
+	struct timeval tv = { s->cfg->shutdown_timeout_s, 0 };
+
+	if (s->stopping) {
+		event_base_loopexit(s->base, NULL);
+		return;
+	}
+	log_info("signal %d: stopping; %d compiles in flight", (int)sig, s->nflights);
+	notify("STOPPING=1");
+	s->stopping = 1;
+	evconnlistener_disable(s->listener);
+	s->stop_timer = evtimer_new(s->base, on_stop_deadline, s);
+	if (s->stop_timer)
+		evtimer_add(s->stop_timer, &tv);
+	maybe_stop(s);
+}
+
+/* SIGHUP: reload what can change live. */
+static void on_reload(evutil_socket_t sig, short what, void *arg)
+{
+	struct server *s = arg;
+	struct buf err = BUF_INIT;
+
+	if (config_reload(s->cfg, &err) < 0) {
+		log_err("reload failed, keeping the old settings: %s", err.data);
+	} else {
+		store_set_max_size(s->store, s->cfg->max_size);
+		pool_reconfigure(s->pool, &s->cfg->pool);
+		log_info("configuration reloaded");
+	}
+	buf_free(&err);
 }
 
 /* mkdir -p with the last component 0700. */
@@ -713,6 +1027,36 @@ static int make_dir(const char *path, struct buf *err)
 		return -1;
 	}
 	return 0;
+}
+
+/* A listening socket passed by systemd (socket activation), or -1. */
+static int systemd_socket(void)
+{
+	const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
+
+	if (!pid || !fds || atol(pid) != (long)getpid() || atoi(fds) < 1)
+		return -1;
+	unsetenv("LISTEN_PID");
+	unsetenv("LISTEN_FDS");
+	unsetenv("LISTEN_FDNAMES");
+	int fd = 3;     /* SD_LISTEN_FDS_START */
+	fcntl(fd, F_SETFD, FD_CLOEXEC);
+	evutil_make_socket_nonblocking(fd);
+	return fd;
+}
+
+/* The group of the socket file behind fd, for the access policy. */
+static gid_t socket_group(int fd)
+{
+	struct sockaddr_un sa;
+	socklen_t len = sizeof sa;
+	struct stat st;
+
+	memset(&sa, 0, sizeof sa);
+	if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0 || !sa.sun_path[0] ||
+	    stat(sa.sun_path, &st) < 0)
+		return 0;
+	return st.st_gid;
 }
 
 /* Bind the Unix socket (0600 in a 0700 directory unless the directory
@@ -780,13 +1124,16 @@ static int lock_cache(const char *dir, struct buf *err)
 	return fd;
 }
 
-int server_run(const struct server_config *cfg)
+int server_run(struct server_config *cfg)
 {
 	struct server s = { .cfg = cfg, .started = time(NULL) };
 	struct buf err = BUF_INIT;
 	int lock = -1, lfd = -1, rc = 1;
 
 	signal(SIGPIPE, SIG_IGN);
+	/* Past a file-size limit, writes fail with EFBIG (a store error the
+	 * client never sees) instead of killing the daemon. */
+	signal(SIGXFSZ, SIG_IGN);
 	if (make_dir(cfg->cache_dir, &err) < 0 ||
 	    (lock = lock_cache(cfg->cache_dir, &err)) < 0)
 		goto out;
@@ -801,8 +1148,11 @@ int server_run(const struct server_config *cfg)
 	s.pool = pool_new(s.base, &cfg->pool, &err);
 	if (!s.pool)
 		goto out;
-	if ((lfd = listen_socket(cfg->socket_path, &err)) < 0)
+	if ((lfd = systemd_socket()) >= 0)
+		s.socket_from_systemd = 1;
+	else if ((lfd = listen_socket(cfg->socket_path, &err)) < 0)
 		goto out;
+	s.socket_gid = socket_group(lfd);
 	s.listener = evconnlistener_new(s.base, on_accept, &s, LEV_OPT_CLOSE_ON_FREE,
 					-1, lfd);
 	if (!s.listener) {
@@ -814,15 +1164,20 @@ int server_run(const struct server_config *cfg)
 	s.flush_timer = event_new(s.base, -1, EV_PERSIST, on_flush, &s);
 	s.sigterm = evsignal_new(s.base, SIGTERM, on_stop, &s);
 	s.sigint = evsignal_new(s.base, SIGINT, on_stop, &s);
+	s.sighup = evsignal_new(s.base, SIGHUP, on_reload, &s);
 	event_add(s.flush_timer, &second);
 	evsignal_add(s.sigterm, NULL);
 	evsignal_add(s.sigint, NULL);
-	log_info("serving on '%s', cache '%s', %d workers, %s", cfg->socket_path,
-		 cfg->cache_dir, cfg->pool.size, codegen_identity());
+	evsignal_add(s.sighup, NULL);
+	log_info("serving on '%s'%s, cache '%s', %d workers, %s", cfg->socket_path,
+		 s.socket_from_systemd ? " (from systemd)" : "", cfg->cache_dir,
+		 cfg->pool.size, codegen_identity());
+	notify("READY=1\nSTATUS=serving");
 
 	event_base_dispatch(s.base);
 	rc = 0;
-	unlink(cfg->socket_path);
+	if (!s.socket_from_systemd)
+		unlink(cfg->socket_path);
 out:
 	if (err.len)
 		log_err("%s", err.data);
@@ -835,6 +1190,10 @@ out:
 		event_free(s.sigterm);
 	if (s.sigint)
 		event_free(s.sigint);
+	if (s.sighup)
+		event_free(s.sighup);
+	if (s.stop_timer)
+		event_free(s.stop_timer);
 	store_close(s.store);
 	if (s.base)
 		event_base_free(s.base);

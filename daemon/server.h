@@ -9,15 +9,27 @@
 
 #include "daemon/worker.h"
 
+/* Filled by config.c; the fields marked (live) change on SIGHUP. */
 struct server_config {
 	const char *socket_path;
 	const char *cache_dir;
-	int64_t max_size;       /* cache size cap in bytes; 0 = none */
-	uint32_t max_frame;     /* largest request body accepted */
+	int64_t max_size;       /* cache size cap in bytes; 0 = none (live) */
+	int64_t max_frame;      /* largest request body accepted (live) */
+	int max_conns;          /* open connections in all (live) */
+	int max_conns_per_uid;  /* open connections per peer uid (live) */
+	int max_jobs_per_uid;   /* queued + running compiles per uid (live) */
+	int header_timeout_s;   /* a started frame must be complete in this (live) */
+	int idle_timeout_s;     /* a connection with nothing to do is closed (live) */
+	int64_t max_output;     /* queued reply bytes per connection (live) */
+	int shutdown_timeout_s; /* SIGTERM: how long in-flight compiles may run */
+	const char *allow_users;  /* comma-separated names or uids (live) */
+	const char *allow_groups; /* comma-separated names or gids (live) */
+	int log_level;          /* (live) */
 	struct pool_config pool;
 };
 
-/* Run the daemon until SIGTERM or SIGINT. Returns the exit status. */
-int server_run(const struct server_config *cfg);
+/* Run the daemon until SIGTERM or SIGINT (SIGHUP reloads cfg through
+ * config_reload()). Returns the exit status. */
+int server_run(struct server_config *cfg);
 
 #endif

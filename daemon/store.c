@@ -1456,3 +1456,10 @@ int store_verify(struct store *s, struct buf *report)
 	sqlite3_finalize(st);
 	return problems;
 }
+
+void store_set_max_size(struct store *s, int64_t max_bytes)
+{
+	s->max_bytes = max_bytes > 0 ? max_bytes : 0;
+	if (s->max_bytes && s->bytes > s->max_bytes)
+		store_evict_lru(s, s->max_bytes - s->max_bytes / 10);
+}

@@ -132,4 +132,8 @@ int store_nearest(struct store *s, const char *components_json, struct buf *json
  * error, in which case nothing is removed. */
 int store_evict_lru(struct store *s, int64_t target_bytes);
 
+/* Change the size cap (0: none), evicting at once if the cache is over
+ * the new cap. */
+void store_set_max_size(struct store *s, int64_t max_bytes);
+
 #endif

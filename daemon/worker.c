@@ -167,6 +167,10 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 {
 	struct worker *w = arg;
 
+	if (w->state == W_STARTING) {
+		kill_worker(w, "did not finish starting in time");
+		return;
+	}
 	w->timed_out = 1;
 	kill_worker(w, "job timed out");
 }
@@ -202,6 +206,7 @@ static void handle_reply(struct worker *w, const struct frame_hdr *h,
 			free(e);
 			kill_worker(w, NULL);
 		} else {
+			evtimer_del(w->timer);
 			set_state(w, W_IDLE);
 			dispatch(w->pool);
 		}
@@ -372,6 +377,9 @@ static int spawn(struct pool *p, const char *optset)
 	w->state = W_STARTING;
 	w->bev = bufferevent_socket_new(p->base, sv[0], BEV_OPT_CLOSE_ON_FREE);
 	w->timer = evtimer_new(p->base, on_timeout, w);
+	/* Starting (LLVM set-up and warm-up) gets the same limit as a job. */
+	struct timeval tv = { p->cfg.job_timeout_s, 0 };
+	evtimer_add(w->timer, &tv);
 	bufferevent_setcb(w->bev, on_read, NULL, on_event, w);
 	bufferevent_enable(w->bev, EV_READ | EV_WRITE);
 	TAILQ_INSERT_TAIL(&p->workers, w, link);
@@ -502,7 +510,19 @@ void pool_submit(struct pool *p, struct pool_job *job)
 
 void pool_counters(struct pool *p, struct pool_counters *c)
 {
+	struct worker *w;
+
 	*c = p->counters;
+	c->ready = 0;
+	TAILQ_FOREACH(w, &p->workers, link)
+		c->ready += w->state == W_IDLE || w->state == W_BUSY;
+}
+
+void pool_reconfigure(struct pool *p, const struct pool_config *cfg)
+{
+	p->cfg.job_timeout_s = cfg->job_timeout_s;
+	p->cfg.recycle_after = cfg->recycle_after;
+	p->cfg.mem_limit = cfg->mem_limit;
 }
 
 void pool_free(struct pool *p)

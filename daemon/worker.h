@@ -48,6 +48,7 @@ struct job_result {
 	size_t log_len;
 	int signal;             /* the signal the worker died of, if any */
 	int64_t compile_us;     /* time spent in the worker */
+	int exit_code;          /* cubin jobs: the assembler's exit status */
 };
 
 struct pool_job {
@@ -55,6 +56,8 @@ struct pool_job {
 	struct buf frame;       /* the whole FRAME_JOB frame to send; see
 	                           PROTOCOL.md */
 	char *optset;           /* backend options, '\n'-separated; "" = none */
+	int any_worker;         /* 1: needs no LLVM (an assembler job): any idle
+	                           worker will do, whatever its option set */
 	void (*done)(struct pool_job *job, const struct job_result *res);
 	/* Pool-private. */
 	TAILQ_ENTRY(pool_job) q;
@@ -77,6 +80,7 @@ struct pool_counters {
 	int64_t recycled;
 	int busy;
 	int queued;
+	int ready;              /* workers started and warmed up */
 };
 
 /* Create the pool and start its default workers. Returns NULL with a
@@ -89,6 +93,10 @@ struct pool *pool_new(struct event_base *base, const struct pool_config *cfg,
 void pool_submit(struct pool *p, struct pool_job *job);
 
 void pool_counters(struct pool *p, struct pool_counters *c);
+
+/* Take the new timeout, recycling and memory settings of cfg (SIGHUP);
+ * the pool's size stays. Workers started from now on use them. */
+void pool_reconfigure(struct pool *p, const struct pool_config *cfg);
 
 /* Kill all workers (waiting for none) and fail queued jobs as unavailable. */
 void pool_free(struct pool *p);

@@ -86,7 +86,11 @@ class Daemon:
         return json.loads(self.cli("stats", "--json").stdout)
 
     def workers(self):
-        """Pids of the daemon's worker processes."""
+        """Pids of the daemon's worker processes, once all have started."""
+        deadline = time.time() + 60
+        while self.stats()["workers_ready"] < self.stats()["workers"]:
+            assert time.time() < deadline, "workers did not start"
+            time.sleep(0.02)
         out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True)
         return [int(p) for p in out.stdout.split()]
 

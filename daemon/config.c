@@ -1,0 +1,443 @@
+/*
+ * config: the table of ptxcached's settings; see config.h.
+ *
+ * One row per setting: its name (the flag, the file key, and, upper-cased
+ * with PTXCACHE_ in front, the environment variable), type, place in
+ * struct server_config, default, bounds, whether SIGHUP reloads it, and its
+ * help line. Checklist when adding a setting: a field in server_config, a
+ * row here, and the sample file in systemd/ptxcached.conf.
+ */
+#include "daemon/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/codegen.h"
+#include "daemon/log.h"
+
+#define DEFAULT_CONFIG "/etc/ptxcache/ptxcached.conf"
+
+enum ctype { C_STR, C_INT, C_SIZE, C_LEVEL };
+
+struct setting {
+	const char *name;
+	enum ctype type;
+	size_t off;             /* offset in struct server_config */
+	const char *def;        /* NULL: computed in default_of() */
+	int64_t min, max;
+	int live;               /* SIGHUP applies it */
+	const char *help;
+};
+
+#define F(field) offsetof(struct server_config, field)
+#define G (1LL << 30)
+
+static const struct setting settings[] = {
+	{ "socket", C_STR, F(socket_path), NULL, 0, 0, 0,
+	  "listen here (default $RUNTIME_DIRECTORY, $XDG_RUNTIME_DIR/ptxcache or /tmp/ptxcache-$UID, + /ptxcached.sock)" },
+	{ "cache-dir", C_STR, F(cache_dir), NULL, 0, 0, 0,
+	  "cache directory (default $CACHE_DIRECTORY, $XDG_CACHE_HOME/ptxcache or ~/.cache/ptxcache)" },
+	{ "workers", C_INT, F(pool.size), NULL, 1, 256, 0,
+	  "compile worker processes (default: one per core)" },
+	{ "max-size", C_SIZE, F(max_size), "10G", 0, 1LL << 50, 1,
+	  "cache size cap, LRU eviction above it (0 = none)" },
+	{ "job-timeout", C_INT, F(pool.job_timeout_s), "120", 1, 86400, 1,
+	  "seconds a compile may run before its worker is killed" },
+	{ "recycle-after", C_INT, F(pool.recycle_after), "1000", 0, 1 << 30, 1,
+	  "replace a worker after this many jobs (0 = never)" },
+	{ "worker-mem", C_SIZE, F(pool.mem_limit), "8G", 0, 1LL << 50, 1,
+	  "address-space cap of each worker (0 = none)" },
+	{ "warm-cpu", C_STR, F(pool.warm_cpu), "sm_90a", 0, 0, 0,
+	  "target of the built-in warm-up kernels" },
+	{ "max-request", C_SIZE, F(max_frame), "64M", 1024, G, 1,
+	  "largest request accepted" },
+	{ "max-connections", C_INT, F(max_conns), "1024", 1, 1 << 20, 1,
+	  "open client connections in all" },
+	{ "max-connections-per-uid", C_INT, F(max_conns_per_uid), "256", 1, 1 << 20, 1,
+	  "open client connections per user" },
+	{ "max-jobs-per-uid", C_INT, F(max_jobs_per_uid), "64", 1, 1 << 20, 1,
+	  "compiles queued or running per user; more are refused as busy" },
+	{ "header-timeout", C_INT, F(header_timeout_s), "10", 1, 3600, 1,
+	  "seconds a started request may take to arrive whole" },
+	{ "idle-timeout", C_INT, F(idle_timeout_s), "300", 1, 86400 * 7, 1,
+	  "seconds an idle connection is kept" },
+	{ "max-output", C_SIZE, F(max_output), "256M", 1 << 20, 16 * G, 1,
+	  "reply bytes queued for one slow reader before it is dropped" },
+	{ "shutdown-timeout", C_INT, F(shutdown_timeout_s), "30", 0, 3600, 1,
+	  "SIGTERM: seconds in-flight compiles may finish" },
+	{ "allow-users", C_STR, F(allow_users), "", 0, 0, 1,
+	  "users (names or uids, comma-separated) allowed besides root and the socket's group" },
+	{ "allow-groups", C_STR, F(allow_groups), "", 0, 0, 1,
+	  "groups (names or gids) whose members are allowed" },
+	{ "log-level", C_LEVEL, F(log_level), "info", 0, 0, 1,
+	  "error, warning, info or debug" },
+};
+
+#define NSETTINGS (sizeof settings / sizeof settings[0])
+
+static const char *flag_value[NSETTINGS];       /* from argv, kept for reloads */
+static char source[NSETTINGS][160];             /* where each value came from */
+static char *owned[NSETTINGS];                  /* strings we allocated */
+static const char *config_path = DEFAULT_CONFIG;
+
+static const char *const levels[] = { "error", "warning", "info", "debug" };
+static const int level_values[] = { LOG_ERR, LOG_WARN, LOG_INFO, LOG_DEBUG };
+
+/* "10G", "512M", "4096", "1.5G": bytes, or -1. */
+static int64_t parse_size(const char *s)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || v < 0)
+		return -1;
+	int64_t mul = 1;
+	switch (toupper((unsigned char)*end)) {
+	case 'K': mul = 1LL << 10; end++; break;
+	case 'M': mul = 1LL << 20; end++; break;
+	case 'G': mul = 1LL << 30; end++; break;
+	case 'T': mul = 1LL << 40; end++; break;
+	}
+	if (*end == 'i' && end[1] == 'B')
+		end += 2;
+	else if (*end == 'B')
+		end++;
+	if (*end || v * (double)mul > 9e18)
+		return -1;
+	return (int64_t)(v * (double)mul);
+}
+
+static char *default_dir(const char *systemd_var, const char *xdg_var,
+			 const char *home_sub, const char *leaf)
+{
+	const char *d = getenv(systemd_var);
+	char *out = NULL;
+	int r;
+
+	if (d && *d)    /* systemd may list several directories: the first */
+		r = asprintf(&out, "%.*s%s%s", (int)strcspn(d, ":"), d, *leaf ? "/" : "", leaf);
+	else if ((d = getenv(xdg_var)) && *d)
+		r = asprintf(&out, "%s/ptxcache%s%s", d, *leaf ? "/" : "", leaf);
+	else if (home_sub && (d = getenv("HOME")) && *d)
+		r = asprintf(&out, "%s/%s/ptxcache%s%s", d, home_sub, *leaf ? "/" : "", leaf);
+	else
+		r = asprintf(&out, "/tmp/ptxcache-%u%s%s", (unsigned)getuid(), *leaf ? "/" : "", leaf);
+	return r < 0 ? NULL : out;
+}
+
+/* The default of a setting whose row has def == NULL (caller frees). */
+static char *default_of(const struct setting *s)
+{
+	if (!strcmp(s->name, "socket"))
+		return default_dir("RUNTIME_DIRECTORY", "XDG_RUNTIME_DIR", NULL, "ptxcached.sock");
+	if (!strcmp(s->name, "cache-dir"))
+		return default_dir("CACHE_DIRECTORY", "XDG_CACHE_HOME", ".cache", "");
+	if (!strcmp(s->name, "workers")) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		char *out = NULL;
+		return asprintf(&out, "%ld", n > 0 ? n : 1) < 0 ? NULL : out;
+	}
+	return NULL;
+}
+
+/* Parse text for setting i into cfg. 0, or -1 with a message in err. */
+static int apply(struct server_config *cfg, size_t i, const char *text,
+		 const char *from, struct buf *err)
+{
+	const struct setting *s = &settings[i];
+	char *field = (char *)cfg + s->off;
+	char *end;
+	int64_t v;
+
+	switch (s->type) {
+	case C_STR: {
+		char *copy = strdup(text);
+		if (!copy) {
+			buf_puts(err, "out of memory");
+			return -1;
+		}
+		free(owned[i]);
+		owned[i] = copy;
+		*(const char **)field = copy;
+		break;
+	}
+	case C_INT:
+		errno = 0;
+		v = strtoll(text, &end, 10);
+		if (errno || end == text || *end || v < s->min || v > s->max) {
+			buf_printf(err, "bad value '%s' for %s (from %s): expected %lld..%lld",
+				   text, s->name, from, (long long)s->min, (long long)s->max);
+			return -1;
+		}
+		*(int *)field = (int)v;
+		break;
+	case C_SIZE:
+		v = parse_size(text);
+		if (v < s->min || v > s->max) {
+			buf_printf(err, "bad size '%s' for %s (from %s): e.g. 512M, 10G",
+				   text, s->name, from);
+			return -1;
+		}
+		*(int64_t *)field = v;
+		break;
+	case C_LEVEL:
+		for (size_t l = 0; l < sizeof levels / sizeof levels[0]; l++) {
+			if (!strcmp(text, levels[l])) {
+				*(int *)field = level_values[l];
+				goto done;
+			}
+		}
+		buf_printf(err, "bad log level '%s' (from %s): error, warning, info or debug",
+			   text, from);
+		return -1;
+	}
+done:
+	snprintf(source[i], sizeof source[i], "%s", from);
+	return 0;
+}
+
+static size_t find(const char *name, size_t len)
+{
+	for (size_t i = 0; i < NSETTINGS; i++)
+		if (strlen(settings[i].name) == len && !strncmp(settings[i].name, name, len))
+			return i;
+	return NSETTINGS;
+}
+
+/* Defaults, then the file, then the environment, then flags, into cfg. */
+static int load_all(struct server_config *cfg, struct buf *err)
+{
+	char from[160];
+
+	for (size_t i = 0; i < NSETTINGS; i++) {
+		char *d = settings[i].def ? NULL : default_of(&settings[i]);
+		int r = apply(cfg, i, settings[i].def ? settings[i].def : d ? d : "", "default", err);
+		free(d);
+		if (r < 0)
+			return -1;
+	}
+
+	FILE *f = fopen(config_path, "r");
+	if (!f && (errno != ENOENT || strcmp(config_path, DEFAULT_CONFIG) != 0)) {
+		buf_printf(err, "cannot read config file '%s': %s", config_path, strerror(errno));
+		return -1;
+	}
+	char line[4096];
+	for (int ln = 1; f && fgets(line, sizeof line, f); ln++) {
+		char *p = line, *e;
+		p[strcspn(p, "#\n")] = '\0';
+		while (isspace((unsigned char)*p))
+			p++;
+		if (!*p)
+			continue;
+		char *eq = strchr(p, '=');
+		if (!eq) {
+			buf_printf(err, "%s:%d: expected 'name = value'", config_path, ln);
+			fclose(f);
+			return -1;
+		}
+		for (e = eq; e > p && isspace((unsigned char)e[-1]); e--)
+			;
+		size_t i = find(p, (size_t)(e - p));
+		char *val = eq + 1;
+		while (isspace((unsigned char)*val))
+			val++;
+		for (e = val + strlen(val); e > val && isspace((unsigned char)e[-1]); e--)
+			*--e = '\0';
+		if (i == NSETTINGS) {
+			buf_printf(err, "%s:%d: unknown setting '%.*s'", config_path, ln,
+				   (int)strcspn(p, " \t="), p);
+			fclose(f);
+			return -1;
+		}
+		snprintf(from, sizeof from, "%s:%d", config_path, ln);
+		if (apply(cfg, i, val, from, err) < 0) {
+			fclose(f);
+			return -1;
+		}
+	}
+	if (f)
+		fclose(f);
+
+	for (size_t i = 0; i < NSETTINGS; i++) {
+		char env[64] = "PTXCACHE_";
+		size_t n = strlen(env);
+		for (const char *c = settings[i].name; *c && n < sizeof env - 1; c++)
+			env[n++] = *c == '-' ? '_' : (char)toupper((unsigned char)*c);
+		env[n] = '\0';
+		const char *v = getenv(env);
+		if (v && *v) {
+			snprintf(from, sizeof from, "environment %s", env);
+			if (apply(cfg, i, v, from, err) < 0)
+				return -1;
+		}
+	}
+	for (size_t i = 0; i < NSETTINGS; i++)
+		if (flag_value[i] && apply(cfg, i, flag_value[i], "flag", err) < 0)
+			return -1;
+	return 0;
+}
+
+static void usage(FILE *f)
+{
+	fputs("usage: ptxcached [options]\n"
+	      "\n"
+	      "The ptxcache daemon: compiles LLVM IR to PTX in a pool of warm LLVM\n"
+	      "workers and caches the results in SQLite. Runs in the foreground.\n"
+	      "Each setting can also come from the environment (PTXCACHE_NAME, e.g.\n"
+	      "PTXCACHE_MAX_SIZE) or the config file; flags win, then the environment,\n"
+	      "then the file.\n\n", f);
+	for (size_t i = 0; i < NSETTINGS; i++) {
+		char left[64];
+		snprintf(left, sizeof left, "--%s %s", settings[i].name,
+			 settings[i].type == C_SIZE ? "SIZE" : settings[i].type == C_INT ? "N" :
+			 settings[i].type == C_LEVEL ? "LEVEL" : "VALUE");
+		fprintf(f, "  %-34s %s", left, settings[i].help);
+		if (settings[i].def && *settings[i].def)
+			fprintf(f, " [%s]", settings[i].def);
+		fprintf(f, "%s\n", settings[i].live ? " (SIGHUP)" : "");
+	}
+	fputs("  --config PATH                      config file [" DEFAULT_CONFIG "]\n"
+	      "  --print-config                     print every setting, its value and its source\n"
+	      "  --verify                           check every entry of the cache and exit\n"
+	      "                                     (with the daemon stopped)\n"
+	      "  --version                          print the version and compiler identity\n"
+	      "  --help                             this text\n", f);
+}
+
+static void print_config(const struct server_config *cfg)
+{
+	for (size_t i = 0; i < NSETTINGS; i++) {
+		const char *field = (const char *)cfg + settings[i].off;
+		char val[4096];
+		switch (settings[i].type) {
+		case C_STR:
+			snprintf(val, sizeof val, "%s", *(const char *const *)field);
+			break;
+		case C_INT:
+			snprintf(val, sizeof val, "%d", *(const int *)field);
+			break;
+		case C_SIZE:
+			snprintf(val, sizeof val, "%lld", (long long)*(const int64_t *)field);
+			break;
+		case C_LEVEL:
+			for (size_t l = 0; l < sizeof levels / sizeof levels[0]; l++)
+				if (level_values[l] == *(const int *)field)
+					snprintf(val, sizeof val, "%s", levels[l]);
+			break;
+		}
+		printf("%s = %s\t# %s\n", settings[i].name, val, source[i]);
+	}
+}
+
+int config_load(struct server_config *cfg, int argc, char **argv,
+		int *exit_code, const char **mode)
+{
+	enum { O_CONFIG = 1000, O_PRINT, O_VERIFY, O_VERSION, O_HELP };
+	struct option opts[NSETTINGS + 6];
+	struct buf err = BUF_INIT;
+	int print = 0, c;
+
+	*mode = NULL;
+	*exit_code = 0;
+	for (size_t i = 0; i < NSETTINGS; i++)
+		opts[i] = (struct option){ settings[i].name, required_argument, 0, (int)i };
+	opts[NSETTINGS + 0] = (struct option){ "config", required_argument, 0, O_CONFIG };
+	opts[NSETTINGS + 1] = (struct option){ "print-config", no_argument, 0, O_PRINT };
+	opts[NSETTINGS + 2] = (struct option){ "verify", no_argument, 0, O_VERIFY };
+	opts[NSETTINGS + 3] = (struct option){ "version", no_argument, 0, O_VERSION };
+	opts[NSETTINGS + 4] = (struct option){ "help", no_argument, 0, O_HELP };
+	opts[NSETTINGS + 5] = (struct option){ 0, 0, 0, 0 };
+
+	const char *env_config = getenv("PTXCACHE_CONFIG");
+	if (env_config && *env_config)
+		config_path = env_config;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if (c >= 0 && c < (int)NSETTINGS) {
+			flag_value[c] = optarg;
+		} else if (c == O_CONFIG) {
+			config_path = optarg;
+		} else if (c == O_PRINT) {
+			print = 1;
+		} else if (c == O_VERIFY) {
+			*mode = "verify";
+		} else if (c == O_VERSION) {
+			printf("ptxcached 0.1.0 (%s)\n", codegen_identity());
+			return 1;
+		} else if (c == O_HELP || c == 'h') {
+			usage(stdout);
+			return 1;
+		} else {
+			fputs("Try 'ptxcached --help'.\n", stderr);
+			*exit_code = 2;
+			return -1;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "ptxcached: unexpected argument '%s'\nTry 'ptxcached --help'.\n",
+			argv[optind]);
+		*exit_code = 2;
+		return -1;
+	}
+	cfg->pool.warm_features = "+ptx90";
+	if (load_all(cfg, &err) < 0) {
+		fprintf(stderr, "ptxcached: %s\n", err.data);
+		buf_free(&err);
+		*exit_code = 2;
+		return -1;
+	}
+	log_threshold = (enum log_level)cfg->log_level;
+	if (print) {
+		print_config(cfg);
+		return 1;
+	}
+	return 0;
+}
+
+int config_reload(struct server_config *cfg, struct buf *err)
+{
+	struct server_config next = *cfg;
+	char saved[NSETTINGS][160];
+	char *saved_owned[NSETTINGS];
+
+	memcpy(saved, source, sizeof saved);
+	memcpy(saved_owned, owned, sizeof saved_owned);
+	memset(owned, 0, sizeof owned);
+	if (load_all(&next, err) < 0) {
+		for (size_t i = 0; i < NSETTINGS; i++)
+			free(owned[i]);
+		memcpy(owned, saved_owned, sizeof owned);
+		memcpy(source, saved, sizeof source);
+		return -1;
+	}
+	/* Copy the live settings; report the others if they changed. Strings
+	 * of settings that stay are kept alive: the running daemon points at
+	 * them. */
+	for (size_t i = 0; i < NSETTINGS; i++) {
+		const struct setting *s = &settings[i];
+		char *dst = (char *)cfg + s->off, *src = (char *)&next + s->off;
+		size_t sz = s->type == C_SIZE ? sizeof(int64_t) :
+			    s->type == C_STR ? sizeof(char *) : sizeof(int);
+		int same = s->type == C_STR ? !strcmp(*(char **)dst, *(char **)src)
+					    : !memcmp(dst, src, sz);
+		if (!same && s->live) {
+			memcpy(dst, src, sz);
+			log_info("reload: %s changed (%s)", s->name, source[i]);
+			free(saved_owned[i]);
+			saved_owned[i] = owned[i];
+			owned[i] = NULL;
+		} else if (!same) {
+			log_warn("reload: %s changed; it takes effect at the next start", s->name);
+		}
+		free(owned[i]);
+		owned[i] = saved_owned[i];
+	}
+	log_threshold = (enum log_level)cfg->log_level;
+	return 0;
+}
