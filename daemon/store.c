@@ -1286,17 +1286,39 @@ out:
 	return ret;
 }
 
-int store_list(struct store *s, int limit, struct buf *json)
+/* The WHERE clause of a filter, with ?1..?4 bound by bind_filter(). */
+#define FILTER_WHERE " WHERE (?1 = 0 OR kind = ?1) AND (?2 IS NULL OR arch = ?2)" \
+		     " AND (?3 = 0 OR last_used < ?3) AND (?4 = 0 OR data_len >= ?4)"
+
+static void bind_filter(struct store *s, sqlite3_stmt *st, const struct store_filter *f)
+{
+	static const struct store_filter all = { 0 };
+
+	if (!f)
+		f = &all;
+	sqlite3_bind_int(st, 1, (int)f->kind);
+	if (f->arch && *f->arch)
+		sqlite3_bind_text(st, 2, f->arch, -1, SQLITE_TRANSIENT);
+	else
+		sqlite3_bind_null(st, 2);
+	sqlite3_bind_int64(st, 3, f->older_than_s > 0 ?
+			   store_clock(s) - f->older_than_s * 1000000 : 0);
+	sqlite3_bind_int64(st, 4, f->min_bytes);
+}
+
+int store_list(struct store *s, const struct store_filter *f, int limit,
+	       struct buf *json)
 {
 	sqlite3_stmt *st;
 	int n = 0, rc;
 
 	store_flush(s);
-	if (sqlite3_prepare_v2(s->db, "SELECT " ROW_COLS " FROM entries "
-			       "ORDER BY created DESC, rowid DESC LIMIT ?1",
+	if (sqlite3_prepare_v2(s->db, "SELECT " ROW_COLS " FROM entries" FILTER_WHERE
+			       " ORDER BY created DESC, rowid DESC LIMIT ?5",
 			       -1, &st, NULL) != SQLITE_OK)
 		return -1;
-	sqlite3_bind_int64(st, 1, limit > 0 ? limit : -1);
+	bind_filter(s, st, f);
+	sqlite3_bind_int64(st, 5, limit > 0 ? limit : -1);
 	if (buf_puts(json, "[") < 0)
 		goto fail;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -1312,6 +1334,39 @@ int store_list(struct store *s, int limit, struct buf *json)
 fail:
 	sqlite3_finalize(st);
 	return -1;
+}
+
+int store_remove(struct store *s, const struct store_filter *f)
+{
+	sqlite3_stmt *st;
+	int rc;
+
+	store_flush(s);
+	if (sqlite3_prepare_v2(s->db, "DELETE FROM entries" FILTER_WHERE, -1, &st,
+			       NULL) != SQLITE_OK)
+		return -1;
+	bind_filter(s, st, f);
+	rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (rc != SQLITE_DONE) {
+		log_warn("cannot remove entries from '%s': %s", s->path, sqlite3_errmsg(s->db));
+		return -1;
+	}
+	int removed = sqlite3_changes(s->db);
+	/* Recount rather than track each row's size. */
+	if (sqlite3_prepare_v2(s->db, "SELECT count(*), coalesce(sum(size), 0) FROM entries",
+			       -1, &st, NULL) == SQLITE_OK) {
+		if (sqlite3_step(st) == SQLITE_ROW) {
+			s->entries = sqlite3_column_int64(st, 0);
+			s->bytes = sqlite3_column_int64(st, 1);
+		}
+		sqlite3_finalize(st);
+	}
+	s->ctr.evictions += removed;
+	if (removed)
+		log_info("removed %d cache entries; %lld bytes in %lld entries remain",
+			 removed, (long long)s->bytes, (long long)s->entries);
+	return removed;
 }
 
 int store_nearest(struct store *s, const char *components_json, struct buf *json)

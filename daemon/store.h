@@ -111,10 +111,24 @@ void store_result_free(struct store_result *r);
  * -1 on a database error or when memory runs out. */
 int store_show(struct store *s, const unsigned char key[32], struct buf *json);
 
-/* Append a JSON array of up to limit entries (limit <= 0: all), newest
- * first, each the object store_show() gives, without "log". Returns the
- * number of entries listed, or -1 on failure. */
-int store_list(struct store *s, int limit, struct buf *json);
+/* Which entries store_list() and store_remove() take; zero fields match
+ * everything, a NULL filter matches every entry. */
+struct store_filter {
+	enum store_kind kind;   /* 0: both */
+	const char *arch;       /* NULL or "": any */
+	int64_t older_than_s;   /* > 0: last used longer ago than this */
+	int64_t min_bytes;      /* > 0: raw size at least this */
+};
+
+/* Append a JSON array of up to limit matching entries (limit <= 0: all),
+ * newest first, each the object store_show() gives, without "log". Returns
+ * the number of entries listed, or -1 on failure. */
+int store_list(struct store *s, const struct store_filter *f, int limit,
+	       struct buf *json);
+
+/* Remove every matching entry (counted in evictions). Returns the number
+ * removed, or -1 on a database error. */
+int store_remove(struct store *s, const struct store_filter *f);
 
 /* Find the stored entry whose components (as key_derive() writes them)
  * differ from components_json in the fewest fields, and append

@@ -609,7 +609,7 @@ TEST(store_show_list_nearest)
 	CHECK(store_show(s, k, &j) == 0);
 
 	buf_reset(&j);
-	CHECK(store_list(s, 0, &j) == 3);
+	CHECK(store_list(s, NULL, 0, &j) == 3);
 	CHECK(j.data[0] == '[' && j.data[j.len - 1] == ']');
 	char *p1 = strstr(j.data, "\"input\":\"bad\""); /* newest */
 	char *p2 = strstr(j.data, "\"arch\":\"sm_80\"");
@@ -617,7 +617,7 @@ TEST(store_show_list_nearest)
 	CHECK(p1 && p2 && p3 && p1 < p2 && p2 < p3);
 	CHECK(!strstr(j.data, "LLVM ERROR"));
 	buf_reset(&j);
-	CHECK(store_list(s, 1, &j) == 1);
+	CHECK(store_list(s, NULL, 1, &j) == 1);
 	CHECK(strstr(j.data, "\"input\":\"bad\"") && !strstr(j.data, "sm_80"));
 
 	/* explain: sm_90a at O2 is one field away from entry 1, two from 2 and 3. */
@@ -655,7 +655,7 @@ TEST(store_show_list_nearest)
 	s = store_open(dir, 0, &err);
 	REQUIRE(s);
 	CHECK(store_nearest(s, "{\"key_schema\":\"1\"}", &j) == 0);
-	CHECK(store_list(s, 10, &j) == 0 && !strcmp(j.data, "[]"));
+	CHECK(store_list(s, NULL, 10, &j) == 0 && !strcmp(j.data, "[]"));
 	buf_free(&j);
 	buf_free(&err);
 	store_close(s);
