@@ -33,12 +33,12 @@ LLVM_CXXFLAGS = $(shell $(LLVM_CONFIG) --cxxflags 2>/dev/null)
 LLVM_LIBS = $(shell $(LLVM_CONFIG) --link-static --ldflags --libs $(LLVM_COMPONENTS) 2>/dev/null) \
             $(shell $(LLVM_CONFIG) --link-static --system-libs 2>/dev/null)
 
-PROTO_SRC  := proto/buf.c proto/frame.c proto/msg.c
+PROTO_SRC  := proto/buf.c proto/frame.c proto/msg.c proto/ptxas_args.c
 DAEMON_SRC := daemon/main.c daemon/config.c daemon/log.c daemon/server.c daemon/worker.c \
-              daemon/store.c daemon/key.c daemon/codegen.c
+              daemon/store.c daemon/key.c daemon/codegen.c daemon/cubin.c
 DAEMON_CXX := daemon/llvm_shim.cpp
 CLIENT_SRC := client/lib.c
-CLI_SRC    := client/cli.c
+CLI_SRC    := client/cli.c client/ptxas.c
 
 obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
 
@@ -48,12 +48,13 @@ else
 Q := @
 endif
 
-.PHONY: all deps run test check bench clean check-asan
+.PHONY: all deps run test check bench clean check-asan fuzz
 all: $(B)/ptxcached $(B)/ptxcache $(B)/libptxcache.a $(B)/libptxcache.so $(B)/unit
 
 deps:
 	@./mk/deps.sh
 
+$(call obj,$(CLI_SRC)): DEP_CFLAGS += $(shell pkg-config --cflags json-c 2>/dev/null)
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC  $<"
@@ -90,9 +91,10 @@ $(B)/libptxcache.so: $(call obj,$(CLIENT_SRC) $(PROTO_SRC))
 	@echo "  LD  $@"
 	$(Q)$(CC) $(LDFLAGS) -shared -o $@ $^ -lmsgpackc
 
+# The CLI alone uses json-c, to print the daemon's JSON answers as tables.
 $(B)/ptxcache: $(call obj,$(CLI_SRC)) $(B)/libptxcache.a
 	@echo "  LD  $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lmsgpackc
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lmsgpackc $(shell pkg-config --libs json-c 2>/dev/null)
 
 UNIT_SRC := $(wildcard tests/unit/*.c)
 $(B)/unit: $(call obj,$(UNIT_SRC) daemon/store.c daemon/key.c daemon/log.c $(PROTO_SRC))
@@ -100,6 +102,49 @@ $(B)/unit: $(call obj,$(UNIT_SRC) daemon/store.c daemon/key.c daemon/log.c $(PRO
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DEP_LIBS)
 $(call obj,$(UNIT_SRC)): CFLAGS += -I$(B)/gen
 $(call obj,$(UNIT_SRC)): $(B)/gen/schema.h
+
+# Fuzz harnesses (tests/fuzz/). Every `make test` replays their seed
+# corpora through replay_* (the normal compiler: no clang needed);
+# `make fuzz` builds them with clang's libFuzzer, ASan and UBSan and runs
+# each for FUZZ_SECONDS from the seeds, keeping new inputs in $(B)/fuzz/.
+FUZZ_HARNESSES := frame request
+FUZZ_SECONDS   ?= 60
+FUZZ_CC        ?= clang
+all: $(patsubst %,$(B)/fuzz/replay_%,$(FUZZ_HARNESSES))
+$(B)/fuzz/replay_%: $(B)/obj/tests/fuzz/fuzz_%.o $(B)/obj/tests/fuzz/replay.o $(call obj,$(PROTO_SRC))
+	@mkdir -p $(dir $@)
+	@echo "  LD  $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DEP_LIBS)
+
+fuzz: deps
+	@./mk/deps.sh fuzz
+	@mkdir -p $(B)/fuzz
+	$(Q)for h in $(FUZZ_HARNESSES); do \
+	  echo "  FUZZ $$h ($(FUZZ_SECONDS) s)"; \
+	  $(FUZZ_CC) -g -O1 -std=gnu11 -I. -D_GNU_SOURCE $(DEP_CFLAGS) \
+	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	    -o $(B)/fuzz/libfuzzer_$$h tests/fuzz/fuzz_$$h.c $(PROTO_SRC) $(DEP_LIBS) || exit 1; \
+	  mkdir -p $(B)/fuzz/corpus_$$h; \
+	  $(B)/fuzz/libfuzzer_$$h -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	    -artifact_prefix=$(B)/fuzz/crash_$$h- $(B)/fuzz/corpus_$$h tests/fuzz/corpus/$$h \
+	    > $(B)/fuzz/$$h.log 2>&1; rc=$$?; \
+	  grep -E 'stat::number_of_executed_units|stat::peak_rss|SUMMARY|ERROR' $(B)/fuzz/$$h.log; \
+	  [ $$rc = 0 ] || { echo "fuzz_$$h failed: see $(B)/fuzz/$$h.log"; exit 1; }; \
+	done
+
+# The sanitizer build: everything rebuilt with ASan and UBSan into
+# $(ASAN_B)/, then the suite run against it (tests/harness.py takes its
+# binaries from $$PTXCACHE_BUILD). LLVM is linked statically and is not
+# instrumented; tests/lsan.supp names the leaks that are not ours.
+# ASAN_TESTS narrows the run (tests/run.py arguments, e.g. "-k test_abuse").
+ASAN_B ?= build-asan
+check-asan: deps
+	@$(MAKE) --no-print-directory B=$(ASAN_B) SANITIZE=address,undefined all
+	@PTXCACHE_BUILD=$(ASAN_B) \
+	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  python3 tests/run.py $(ASAN_TESTS)
 
 # Benchmarks (bench/): not tests, no timing asserts. QUICK=1 runs a subset.
 # The chart needs matplotlib (`mk/deps.sh bench` installs it); without it

@@ -291,6 +291,28 @@ static char *dup_field(const struct msg *m, const char *key, size_t *len)
 	return p;
 }
 
+/* The fields of a compile request, shared by compile and explain. */
+static void put_compile_fields(struct msg_writer *w,
+			       const struct ptxcache_compile_req *req)
+{
+	msg_put_bin(w, "input", req->input, req->input_len);
+	if (req->triple)
+		msg_put_str(w, "triple", req->triple);
+	if (req->march)
+		msg_put_str(w, "march", req->march);
+	if (req->cpu)
+		msg_put_str(w, "cpu", req->cpu);
+	if (req->features)
+		msg_put_str(w, "features", req->features);
+	if (req->pipeline)
+		msg_put_str(w, "pipeline", req->pipeline);
+	msg_put_int(w, "opt", req->opt_level);
+	msg_put_bool(w, "emit", req->emit);
+	msg_put_bool(w, "strict", req->strict);
+	if (req->noptions)
+		msg_put_strv(w, "options", req->options, req->noptions);
+}
+
 void ptxcache_compile_req_init(struct ptxcache_compile_req *req)
 {
 	memset(req, 0, sizeof *req);
@@ -312,22 +334,7 @@ int ptxcache_compile(ptxcache *pc, const struct ptxcache_compile_req *req,
 	memset(res, 0, sizeof *res);
 	msg_begin(&w, &b, FRAME_COMPILE);
 	msg_put_int(&w, "id", (int64_t)id);
-	msg_put_bin(&w, "input", req->input, req->input_len);
-	if (req->triple)
-		msg_put_str(&w, "triple", req->triple);
-	if (req->march)
-		msg_put_str(&w, "march", req->march);
-	if (req->cpu)
-		msg_put_str(&w, "cpu", req->cpu);
-	if (req->features)
-		msg_put_str(&w, "features", req->features);
-	if (req->pipeline)
-		msg_put_str(&w, "pipeline", req->pipeline);
-	msg_put_int(&w, "opt", req->opt_level);
-	msg_put_bool(&w, "emit", req->emit);
-	msg_put_bool(&w, "strict", req->strict);
-	if (req->noptions)
-		msg_put_strv(&w, "options", req->options, req->noptions);
+	put_compile_fields(&w, req);
 	if (msg_end(&w) < 0) {
 		set_err(pc, "out of memory");
 		buf_free(&b);
@@ -380,20 +387,17 @@ int ptxcache_ping(ptxcache *pc)
 	return r;
 }
 
+static int json_call(ptxcache *pc, struct msg_writer *w, uint64_t id,
+		     uint8_t type, char **json);
+static uint64_t begin(ptxcache *pc, struct msg_writer *w, struct buf *b, uint8_t type);
+
 int ptxcache_stats_json(ptxcache *pc, char **json)
 {
-	struct msg m;
-	size_t used = 0;
-	int r = simple_call(pc, FRAME_STATS, &m, &used);
+	struct buf b = BUF_INIT;
+	struct msg_writer w;
+	uint64_t id = begin(pc, &w, &b, FRAME_STATS);
 
-	*json = NULL;
-	if (r == 0 && !(*json = dup_field(&m, "json", NULL))) {
-		set_err(pc, "malformed stats reply from ptxcached");
-		r = -1;
-	}
-	msg_free(&m);
-	buf_consume(&pc->in, used);
-	return r;
+	return json_call(pc, &w, id, FRAME_STATS, json);
 }
 
 int ptxcache_hello(ptxcache *pc, char **server, char **compiler)
@@ -413,6 +417,203 @@ int ptxcache_hello(ptxcache *pc, char **server, char **compiler)
 			set_err(pc, "malformed hello reply from ptxcached");
 			r = -1;
 		}
+	}
+	msg_free(&m);
+	buf_consume(&pc->in, used);
+	return r;
+}
+
+/* Send the request that w holds (begun with msg_begin, "id" written) and
+ * return the reply's "json" field. */
+static int json_call(ptxcache *pc, struct msg_writer *w, uint64_t id,
+		     uint8_t type, char **json)
+{
+	struct msg m;
+	size_t used = 0;
+	int r;
+
+	*json = NULL;
+	if (msg_end(w) < 0) {
+		set_err(pc, "out of memory");
+		buf_free(w->out);
+		return -1;
+	}
+	r = call(pc, w->out, id, type, &m, &used);
+	buf_free(w->out);
+	if (r == 0 && !(*json = dup_field(&m, "json", NULL))) {
+		set_err(pc, "malformed reply from ptxcached");
+		r = -1;
+	}
+	msg_free(&m);
+	buf_consume(&pc->in, used);
+	return r;
+}
+
+static uint64_t begin(ptxcache *pc, struct msg_writer *w, struct buf *b, uint8_t type)
+{
+	uint64_t id = ++pc->next_id;
+
+	msg_begin(w, b, type);
+	msg_put_int(w, "id", (int64_t)id);
+	return id;
+}
+
+static void put_filter(struct msg_writer *w, const struct ptxcache_filter *f)
+{
+	if (!f)
+		return;
+	if (f->kind)
+		msg_put_str(w, "kind", f->kind);
+	if (f->arch)
+		msg_put_str(w, "arch", f->arch);
+	if (f->older_than_s > 0)
+		msg_put_int(w, "older_than", f->older_than_s);
+	if (f->min_bytes > 0)
+		msg_put_int(w, "min_bytes", f->min_bytes);
+}
+
+int ptxcache_ls(ptxcache *pc, const struct ptxcache_filter *f, int limit,
+		char **json)
+{
+	struct buf b = BUF_INIT;
+	struct msg_writer w;
+	uint64_t id = begin(pc, &w, &b, FRAME_LS);
+
+	put_filter(&w, f);
+	msg_put_int(&w, "limit", limit > 0 ? limit : 100);
+	return json_call(pc, &w, id, FRAME_LS, json);
+}
+
+int ptxcache_show(ptxcache *pc, const char *key, char **json)
+{
+	struct buf b = BUF_INIT;
+	struct msg_writer w;
+	uint64_t id = begin(pc, &w, &b, FRAME_SHOW);
+
+	msg_put_str(&w, "key", key);
+	return json_call(pc, &w, id, FRAME_SHOW, json);
+}
+
+int ptxcache_explain(ptxcache *pc, const struct ptxcache_compile_req *req,
+		     char **json)
+{
+	struct buf b = BUF_INIT;
+	struct msg_writer w;
+	uint64_t id = begin(pc, &w, &b, FRAME_EXPLAIN);
+
+	put_compile_fields(&w, req);
+	return json_call(pc, &w, id, FRAME_EXPLAIN, json);
+}
+
+int ptxcache_verify(ptxcache *pc, char **json)
+{
+	struct buf b = BUF_INIT;
+	struct msg_writer w;
+	uint64_t id = begin(pc, &w, &b, FRAME_VERIFY);
+
+	return json_call(pc, &w, id, FRAME_VERIFY, json);
+}
+
+int ptxcache_evict(ptxcache *pc, const struct ptxcache_filter *f,
+		   int64_t max_size, int all, char **json)
+{
+	struct buf b = BUF_INIT;
+	struct msg_writer w;
+	uint64_t id = begin(pc, &w, &b, FRAME_EVICT);
+
+	put_filter(&w, f);
+	if (max_size >= 0)
+		msg_put_int(&w, "max_size", max_size);
+	if (all)
+		msg_put_bool(&w, "all", 1);
+	return json_call(pc, &w, id, FRAME_EVICT, json);
+}
+
+/* ---- PTX to cubin ----------------------------------------------------- */
+
+void ptxcache_assemble_req_init(struct ptxcache_assemble_req *req)
+{
+	memset(req, 0, sizeof *req);
+}
+
+int ptxcache_assemble(ptxcache *pc, const struct ptxcache_assemble_req *req,
+		      struct ptxcache_asm_result *res)
+{
+	struct buf b = BUF_INIT;
+	struct msg_writer w;
+	struct msg m;
+	size_t used = 0;
+	uint64_t id = begin(pc, &w, &b, FRAME_COMPILE);
+	int64_t st, us = 0, xc = 0;
+
+	memset(res, 0, sizeof *res);
+	msg_put_str(&w, "kind", "cubin");
+	if (req->ir) {
+		struct ptxcache_compile_req ir = *req->ir;
+		ir.input = req->input;
+		ir.input_len = req->input_len;
+		ir.emit = 1;
+		put_compile_fields(&w, &ir);
+	} else {
+		msg_put_bin(&w, "input", req->input, req->input_len);
+		msg_put_str(&w, "input_kind", "ptx");
+	}
+	msg_put_str(&w, "backend", req->backend == PTXCACHE_BACKEND_NVJITLINK ?
+		    "nvjitlink" : "ptxas");
+	msg_put_strv(&w, "asm_args", req->args, req->nargs);
+	if (msg_end(&w) < 0) {
+		set_err(pc, "out of memory");
+		buf_free(&b);
+		return -1;
+	}
+	int r = call(pc, &b, id, FRAME_COMPILE, &m, &used);
+	buf_free(&b);
+	if (r == 0) {
+		const char *k;
+		size_t kn;
+		int cached = 0;
+		if (msg_int(&m, "status", &st) != 1 || st < 0 || st > PTXCACHE_UNAVAILABLE ||
+		    msg_bytes(&m, "key", &k, &kn) != 1 || kn != 64 ||
+		    msg_bool(&m, "cached", &cached) < 0 ||
+		    msg_int(&m, "compile_us", &us) < 0 ||
+		    msg_int(&m, "exit_code", &xc) < 0 || xc < 0 || xc > 255) {
+			set_err(pc, "malformed compile reply from ptxcached");
+			r = -1;
+		} else {
+			res->status = (enum ptxcache_status)st;
+			res->cached = cached;
+			res->compile_us = us;
+			res->exit_code = (int)xc;
+			memcpy(res->key, k, 64);
+			res->key[64] = '\0';
+			res->output = dup_field(&m, "output", &res->output_len);
+			res->log = dup_field(&m, "log", &res->log_len);
+		}
+	}
+	msg_free(&m);
+	buf_consume(&pc->in, used);
+	return r;
+}
+
+void ptxcache_asm_result_free(struct ptxcache_asm_result *res)
+{
+	if (!res)
+		return;
+	free(res->output);
+	free(res->log);
+	res->output = res->log = NULL;
+}
+
+int ptxcache_assembler_version(ptxcache *pc, char **text)
+{
+	struct msg m;
+	size_t used = 0;
+	int r = simple_call(pc, FRAME_HELLO, &m, &used);
+
+	*text = NULL;
+	if (r == 0 && !(*text = dup_field(&m, "assembler", NULL))) {
+		set_err(pc, "ptxcached has no ptxas");
+		r = -1;
 	}
 	msg_free(&m);
 	buf_consume(&pc->in, used);

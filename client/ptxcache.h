@@ -94,6 +94,63 @@ int ptxcache_compile(ptxcache *pc, const struct ptxcache_compile_req *req,
 		     struct ptxcache_result *res);
 void ptxcache_result_free(struct ptxcache_result *res);
 
+/*
+ * PTX to cubin: the second cache stage. The daemon runs the assembler
+ * (ptxas by default, nvJitLink on request) and caches the cubin with the
+ * log the assembler printed. A request on LLVM IR goes through both stages,
+ * each cached.
+ */
+enum ptxcache_backend {
+	PTXCACHE_BACKEND_PTXAS = 0,     /* the real ptxas, as a process: the same
+	                                   bytes as the client's own ptxas */
+	PTXCACHE_BACKEND_NVJITLINK = 1, /* nvJitLink, in the daemon's worker */
+};
+
+struct ptxcache_assemble_req {
+	const void *input;      /* PTX text, or LLVM IR when ir is set */
+	size_t input_len;
+	const struct ptxcache_compile_req *ir; /* NULL: input is PTX; else input
+	                           is IR, compiled to PTX with these settings
+	                           first (its input fields are not read) */
+	const char *const *args; /* ptxas options in canonical spelling, as
+	                           proto/ptxas_args.c writes them
+	                           ("--gpu-name=sm_90a", "--verbose"); never an
+	                           input or output file. Borrowed. */
+	size_t nargs;
+	enum ptxcache_backend backend;
+};
+
+/* Defaults: PTX input, no options, the ptxas back end. */
+void ptxcache_assemble_req_init(struct ptxcache_assemble_req *req);
+
+/* The answer to an assemble; free with ptxcache_asm_result_free(). */
+struct ptxcache_asm_result {
+	enum ptxcache_status status; /* OK; ERROR: the assembler failed (see
+	                           exit_code and log); a PTX-stage status when
+	                           the IR did not compile; UNAVAILABLE: the
+	                           daemon has no such assembler (log says what
+	                           is missing and how to point the daemon at it) */
+	int cached;             /* the cubin stage was answered from the cache */
+	char key[65];           /* the key of the stage that answered */
+	char *output;           /* the cubin (owned), may be NULL */
+	size_t output_len;
+	char *log;              /* what the assembler printed (owned, NUL-
+	                           terminated), its input named "<input>" */
+	size_t log_len;
+	int exit_code;          /* the assembler's exit status */
+	int64_t compile_us;
+};
+
+/* Assemble req. Returns 0 when the daemon answered (res->status says how
+ * it went), -1 when it could not be asked (ptxcache_errmsg says why). */
+int ptxcache_assemble(ptxcache *pc, const struct ptxcache_assemble_req *req,
+		      struct ptxcache_asm_result *res);
+void ptxcache_asm_result_free(struct ptxcache_asm_result *res);
+
+/* The daemon's ptxas `--version` text, byte for byte (malloc'd, caller
+ * frees). 0, or -1 if the daemon has no ptxas or cannot be asked. */
+int ptxcache_assembler_version(ptxcache *pc, char **text);
+
 /* 0 if the daemon answers, else -1. */
 int ptxcache_ping(ptxcache *pc);
 
@@ -104,6 +161,37 @@ int ptxcache_stats_json(ptxcache *pc, char **json);
 
 /* The daemon's name and compiler identity (malloc'd, caller frees). */
 int ptxcache_hello(ptxcache *pc, char **server, char **compiler);
+
+/* Which cache entries ptxcache_ls() and ptxcache_evict() take; NULL or
+ * zero fields match everything. */
+struct ptxcache_filter {
+	const char *kind;       /* "ptx" or "cubin" */
+	const char *arch;       /* "sm_90a" */
+	int64_t older_than_s;   /* last used longer ago than this */
+	int64_t min_bytes;      /* at least this large */
+};
+
+/*
+ * Queries and maintenance. Each returns 0 and the daemon's answer as JSON
+ * text in *json (malloc'd, caller frees), or -1 (ptxcache_errmsg):
+ *  - ls: an array of entries, newest first, at most limit (<= 0: 100);
+ *  - show: one entry's metadata, key components and, for a failed compile,
+ *    its error text; key is 64 hex digits;
+ *  - explain: why req would miss: {"key", "cached", "components",
+ *    "nearest": {"key", "differing": [{"name", "stored", "requested"}]}};
+ *  - verify: {"problems", "report": [lines]} after checking every entry;
+ *  - evict: removes the entries f matches, or the least recently used ones
+ *    down to max_size bytes (>= 0), or all of them (all = 1); needs root or
+ *    the daemon's user. {"removed", "entries", "bytes"}.
+ */
+int ptxcache_ls(ptxcache *pc, const struct ptxcache_filter *f, int limit,
+		char **json);
+int ptxcache_show(ptxcache *pc, const char *key, char **json);
+int ptxcache_explain(ptxcache *pc, const struct ptxcache_compile_req *req,
+		     char **json);
+int ptxcache_verify(ptxcache *pc, char **json);
+int ptxcache_evict(ptxcache *pc, const struct ptxcache_filter *f,
+		   int64_t max_size, int all, char **json);
 
 #ifdef __cplusplus
 }

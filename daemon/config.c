@@ -23,7 +23,7 @@
 
 #define DEFAULT_CONFIG "/etc/ptxcache/ptxcached.conf"
 
-enum ctype { C_STR, C_INT, C_SIZE, C_LEVEL };
+enum ctype { C_STR, C_INT, C_SIZE, C_LEVEL, C_BOOL };
 
 struct setting {
 	const char *name;
@@ -75,8 +75,16 @@ static const struct setting settings[] = {
 	  "users (names or uids, comma-separated) allowed besides root and the socket's group" },
 	{ "allow-groups", C_STR, F(allow_groups), "", 0, 0, 1,
 	  "groups (names or gids) whose members are allowed" },
+	{ "namespace-per-uid", C_BOOL, F(namespace_per_uid), "no", 0, 0, 0,
+	  "give each user their own cache entries (no sharing between users)" },
 	{ "log-level", C_LEVEL, F(log_level), "info", 0, 0, 1,
 	  "error, warning, info or debug" },
+	{ "ptxas", C_STR, F(ptxas), "", 0, 0, 0,
+	  "ptxas for cubin requests ('none': no cubin stage; default: search $CUDA_HOME/bin, "
+	  "$PTXCACHE_DEFAULT_CUDA/bin (default /usr/local/cuda/bin; empty: skip), then PATH)" },
+	{ "nvjitlink", C_STR, F(nvjitlink), "", 0, 0, 0,
+	  "libnvJitLink.so.13 for cubin requests that ask for it ('none': off; default: "
+	  "search $CUDA_HOME/lib64, then $PTXCACHE_DEFAULT_CUDA/lib64)" },
 };
 
 #define NSETTINGS (sizeof settings / sizeof settings[0])
@@ -185,6 +193,17 @@ static int apply(struct server_config *cfg, size_t i, const char *text,
 			return -1;
 		}
 		*(int64_t *)field = v;
+		break;
+	case C_BOOL:
+		if (!strcmp(text, "yes") || !strcmp(text, "true") || !strcmp(text, "1")) {
+			*(int *)field = 1;
+		} else if (!strcmp(text, "no") || !strcmp(text, "false") || !strcmp(text, "0")) {
+			*(int *)field = 0;
+		} else {
+			buf_printf(err, "bad value '%s' for %s (from %s): yes or no",
+				   text, s->name, from);
+			return -1;
+		}
 		break;
 	case C_LEVEL:
 		for (size_t l = 0; l < sizeof levels / sizeof levels[0]; l++) {
@@ -297,7 +316,8 @@ static void usage(FILE *f)
 		char left[64];
 		snprintf(left, sizeof left, "--%s %s", settings[i].name,
 			 settings[i].type == C_SIZE ? "SIZE" : settings[i].type == C_INT ? "N" :
-			 settings[i].type == C_LEVEL ? "LEVEL" : "VALUE");
+			 settings[i].type == C_LEVEL ? "LEVEL" : settings[i].type == C_BOOL ?
+			 "yes|no" : "VALUE");
 		fprintf(f, "  %-34s %s", left, settings[i].help);
 		if (settings[i].def && *settings[i].def)
 			fprintf(f, " [%s]", settings[i].def);
@@ -322,6 +342,9 @@ static void print_config(const struct server_config *cfg)
 			break;
 		case C_INT:
 			snprintf(val, sizeof val, "%d", *(const int *)field);
+			break;
+		case C_BOOL:
+			snprintf(val, sizeof val, "%s", *(const int *)field ? "yes" : "no");
 			break;
 		case C_SIZE:
 			snprintf(val, sizeof val, "%lld", (long long)*(const int64_t *)field);

@@ -24,7 +24,10 @@ struct server_config {
 	int shutdown_timeout_s; /* SIGTERM: how long in-flight compiles may run */
 	const char *allow_users;  /* comma-separated names or uids (live) */
 	const char *allow_groups; /* comma-separated names or gids (live) */
+	int namespace_per_uid;  /* each user gets their own cache entries */
 	int log_level;          /* (live) */
+	const char *ptxas;      /* ptxas for cubin requests; "" search, "none" */
+	const char *nvjitlink;  /* libnvJitLink.so.13; "" search, "none" */
 	struct pool_config pool;
 };
 

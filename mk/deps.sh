@@ -1,11 +1,13 @@
 #!/bin/sh
 # Install what ptxcache needs to build and test, from Debian's packages.
 # As root it installs whatever is missing; otherwise it names the command to run.
-# `mk/deps.sh bench` does the same for what only `make bench` uses (the chart).
+# `mk/deps.sh bench` does the same for what only `make bench` uses (the chart),
+# `mk/deps.sh fuzz` for what only `make fuzz` uses (clang and libFuzzer).
 set -e
 PKGS="llvm-22 llvm-22-dev llvm-22-tools libsqlite3-dev libevent-dev libmsgpack-dev
-libzstd-dev libssl-dev pkg-config python3 sqlite3"
+libzstd-dev libssl-dev libjson-c-dev pkg-config python3 sqlite3"
 [ "${1:-}" = bench ] && PKGS="python3-matplotlib"
+[ "${1:-}" = fuzz ] && PKGS="clang libclang-rt-14-dev"  # make fuzz: libFuzzer
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||

@@ -68,6 +68,7 @@ const char *frame_type_name(uint8_t type)
 	case FRAME_SHOW: return "show";
 	case FRAME_EXPLAIN: return "explain";
 	case FRAME_VERIFY: return "verify";
+	case FRAME_EVICT: return "evict";
 	case FRAME_JOB: return "job";
 	}
 	return type == FRAME_ERROR ? "error" : "unknown";

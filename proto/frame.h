@@ -38,6 +38,7 @@ enum frame_type {
 	FRAME_SHOW = 6,
 	FRAME_EXPLAIN = 7,
 	FRAME_VERIFY = 8,
+	FRAME_EVICT = 9,
 	/* master <-> worker only */
 	FRAME_JOB = 0x40,
 	FRAME_REPLY = 0x80,

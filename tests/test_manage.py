@@ -1,0 +1,136 @@
+"""Cache management through the daemon's socket: ls, show, explain, evict,
+purge, verify, warm, and stats in its three formats."""
+import json
+import os
+import re
+import sqlite3
+import tempfile
+
+from harness import CORPUS, Daemon, triton_kernels
+
+BAD_IR = b"define void @f() {\n  ret i32\n}\n"
+
+
+def warm(d, *paths, arch="sm_90a"):
+    return d.cli("warm", "--quiet", "--arch", arch, *paths)
+
+
+def test_ls_filters_and_show():
+    k = triton_kernels()[:2]
+    with Daemon() as d:
+        warm(d, *k, arch="sm_90a,sm_80")
+        rows = json.loads(d.cli("ls", "--json").stdout)
+        assert len(rows) == 4 and {r["arch"] for r in rows} == {"sm_90a", "sm_80"}, rows
+        only80 = json.loads(d.cli("ls", "--arch", "sm_80", "--json").stdout)
+        assert len(only80) == 2 and all(r["arch"] == "sm_80" for r in only80)
+        assert json.loads(d.cli("ls", "--kind", "cubin", "--json").stdout) == []
+        assert len(json.loads(d.cli("ls", "--min-size", "1G", "--json").stdout)) == 0
+        assert len(json.loads(d.cli("ls", "--older-than", "1d", "--json").stdout)) == 0
+        table = d.cli("ls").stdout.decode()
+        assert table.splitlines()[0].split()[:3] == ["KEY", "KIND", "ARCH"] and len(table.splitlines()) == 5
+        shown = json.loads(d.cli("show", rows[0]["key"], "--json").stdout)
+        assert shown["components"]["cpu"] == rows[0]["arch"] and shown["data_len"] > 0, shown
+        r = d.cli("show", "0" * 64, check=False)
+        assert r.returncode != 0 and b"no such entry" in r.stderr
+        r = d.cli("show", "xyz", check=False)
+        assert r.returncode != 0 and b"64 hex digits" in r.stderr
+
+
+def test_show_negative_entry_has_error_text():
+    with Daemon() as d:
+        r = d.cli("compile", "--json", "-", input=BAD_IR, check=False)
+        key = json.loads(r.stdout)["key"]
+        shown = json.loads(d.cli("show", key, "--json").stdout)
+        assert shown["status"] != 0 and "error" in shown["log"], shown
+
+
+def test_explain_names_the_differing_component():
+    k = triton_kernels()[0]
+    with Daemon() as d:
+        d.cli("compile", "--arch", "sm_90a", "--ptx-isa", "90", k)
+        e = json.loads(d.cli("explain", "--arch", "sm_90a", "--ptx-isa", "90", k, "--json").stdout)
+        assert e["cached"] is True and e["nearest"] is None, e
+        e = json.loads(d.cli("explain", "--arch", "sm_90a", "--ptx-isa", "90", "-O2", k, "--json").stdout)
+        assert e["cached"] is False
+        diff = {x["name"]: (x["stored"], x["requested"]) for x in e["nearest"]["differing"]}
+        assert diff == {"opt": ("3", "2")}, diff
+        text = d.cli("explain", "--arch", "sm_80", "--ptx-isa", "90", k).stdout.decode()
+        assert "not cached" in text and "cpu" in text and "sm_80" in text, text
+
+
+def test_evict_purge_and_warm_counts():
+    k = triton_kernels()[:2]
+    with Daemon() as d:
+        out = warm(d, *k, arch="sm_90a,sm_80").stdout.decode()
+        assert "4 compiled, 0 already cached, 0 failed" in out, out
+        out = warm(d, *k, arch="sm_90a,sm_80").stdout.decode()
+        assert "0 compiled, 4 already cached" in out, out
+        r = json.loads(d.cli("evict", "--arch", "sm_80", "--json").stdout)
+        assert r["removed"] == 2 and r["entries"] == 2, r
+        r = json.loads(d.cli("evict", "--max-size", "1", "--json").stdout)
+        assert r["entries"] == 0, r
+        warm(d, *k)
+        assert d.stats()["entries"] == 2
+        r = json.loads(d.cli("purge", "--json").stdout)
+        assert r["removed"] == 2 and r["entries"] == 0
+        r = d.cli("evict", check=False)
+        assert r.returncode != 0 and b"needs a filter" in r.stderr
+
+
+def test_warm_a_directory_reports_failures():
+    with Daemon() as d, tempfile.TemporaryDirectory() as t:
+        os.makedirs(os.path.join(t, "sub"))
+        with open(os.path.join(t, "sub", "bad.ll"), "wb") as f:
+            f.write(BAD_IR)
+        with open(os.path.join(t, "notes.txt"), "w") as f:
+            f.write("not IR")
+        src = triton_kernels()[0]
+        with open(src, "rb") as a, open(os.path.join(t, "good.ll"), "wb") as b:
+            b.write(a.read())
+        r = d.cli("warm", t, check=False)
+        assert r.returncode == 1, r
+        assert b"1 compiled, 0 already cached, 1 failed" in r.stdout, r.stdout
+        assert b"bad.ll" in r.stderr
+
+
+def test_verify_reports_a_damaged_blob():
+    k = triton_kernels()[:2]
+    with Daemon() as d:
+        warm(d, *k)
+        assert b"0 problems" in d.cli("verify").stdout
+        db = sqlite3.connect(os.path.join(d.cache_dir, "cache.db"))
+        db.execute("UPDATE entries SET data = zeroblob(length(data)) WHERE rowid = "
+                   "(SELECT min(rowid) FROM entries)")
+        db.commit()
+        db.close()
+        r = d.cli("verify", check=False)
+        assert r.returncode == 1 and b"1 problems found" in r.stdout, r.stdout
+        # And the stopped-cache mode agrees.
+        d.stop()
+        import subprocess
+        r = subprocess.run([d.args[0], "--verify", "--cache-dir", d.cache_dir], capture_output=True)
+        assert r.returncode == 1 and b"1 problem found" in r.stdout, r.stdout
+
+
+def test_stats_formats():
+    with Daemon() as d:
+        table = d.cli("stats").stdout.decode()
+        assert re.search(r"^hits\s+0$", table, re.M), table
+        prom = d.cli("stats", "--prometheus").stdout.decode()
+        assert "# TYPE ptxcache_hits_total counter\nptxcache_hits_total 0\n" in prom, prom
+        assert "# TYPE ptxcache_entries gauge" in prom
+        j = d.stats()
+        for key in ("entries", "bytes", "hits", "misses", "compiles", "compile_errors",
+                    "worker_crashes", "dedup_joins"):
+            assert key in j, key
+
+
+def test_namespace_per_uid_separates_entries():
+    ir = open(triton_kernels()[0], "rb").read()
+    with Daemon() as shared:
+        e1 = json.loads(shared.cli("explain", "-", "--json", input=ir).stdout)
+    with Daemon(extra=["--namespace-per-uid", "yes"]) as ns:
+        e2 = json.loads(ns.cli("explain", "-", "--json", input=ir).stdout)
+    assert "namespace" not in e1["components"], e1
+    assert e2["components"]["namespace"] == "uid:%d" % os.getuid(), e2
+    assert e1["key"] != e2["key"]
