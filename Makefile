@@ -174,4 +174,52 @@ check: test
 clean:
 	rm -rf $(B)
 
+# make install [PREFIX=/usr/local] [DESTDIR=]: binaries, library, header,
+# ptxcache.pc, systemd units, the sysusers.d snippet, the sample config and
+# the man pages. Units and ptxcache.pc get the install paths filled in. The
+# daemon always reads /etc/ptxcache/ptxcached.conf, so SYSCONFDIR stays /etc
+# whatever the PREFIX; an existing config file is never overwritten.
+VERSION      := 0.1.0
+PREFIX       ?= /usr/local
+BINDIR       ?= $(PREFIX)/bin
+LIBDIR       ?= $(PREFIX)/lib
+INCLUDEDIR   ?= $(PREFIX)/include
+MANDIR       ?= $(PREFIX)/share/man
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+SYSCONFDIR   ?= /etc
+UNITDIR      ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR  ?= $(PREFIX)/lib/sysusers.d
+INSTALL      ?= install
+D            := $(DESTDIR)
+
+.PHONY: install uninstall
+install: all
+	$(INSTALL) -d $(D)$(BINDIR) $(D)$(LIBDIR) $(D)$(INCLUDEDIR) $(D)$(PKGCONFIGDIR) \
+		$(D)$(UNITDIR) $(D)$(SYSUSERSDIR) $(D)$(SYSCONFDIR)/ptxcache \
+		$(D)$(MANDIR)/man1 $(D)$(MANDIR)/man5 $(D)$(MANDIR)/man8
+	$(INSTALL) -m 755 $(B)/ptxcached $(B)/ptxcache $(D)$(BINDIR)/
+	$(INSTALL) -m 644 $(B)/libptxcache.a $(D)$(LIBDIR)/
+	$(INSTALL) -m 755 $(B)/libptxcache.so $(D)$(LIBDIR)/
+	$(INSTALL) -m 644 client/ptxcache.h $(D)$(INCLUDEDIR)/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	    -e 's|@VERSION@|$(VERSION)|' client/ptxcache.pc.in > $(D)$(PKGCONFIGDIR)/ptxcache.pc
+	sed -e 's|@BINDIR@|$(BINDIR)|g' systemd/ptxcached.service.in > $(D)$(UNITDIR)/ptxcached.service
+	chmod 644 $(D)$(PKGCONFIGDIR)/ptxcache.pc $(D)$(UNITDIR)/ptxcached.service
+	$(INSTALL) -m 644 systemd/ptxcached.socket $(D)$(UNITDIR)/
+	$(INSTALL) -m 644 systemd/ptxcache.sysusers $(D)$(SYSUSERSDIR)/ptxcache.conf
+	test -e $(D)$(SYSCONFDIR)/ptxcache/ptxcached.conf || \
+		$(INSTALL) -m 644 systemd/ptxcached.conf $(D)$(SYSCONFDIR)/ptxcache/ptxcached.conf
+	$(INSTALL) -m 644 man/ptxcache.1 $(D)$(MANDIR)/man1/
+	$(INSTALL) -m 644 man/ptxcached.conf.5 $(D)$(MANDIR)/man5/
+	$(INSTALL) -m 644 man/ptxcached.8 $(D)$(MANDIR)/man8/
+
+# Leaves the config file, the cache and the ptxcache user alone.
+uninstall:
+	rm -f $(D)$(BINDIR)/ptxcached $(D)$(BINDIR)/ptxcache $(D)$(LIBDIR)/libptxcache.a \
+	      $(D)$(LIBDIR)/libptxcache.so $(D)$(INCLUDEDIR)/ptxcache.h \
+	      $(D)$(PKGCONFIGDIR)/ptxcache.pc $(D)$(UNITDIR)/ptxcached.service \
+	      $(D)$(UNITDIR)/ptxcached.socket $(D)$(SYSUSERSDIR)/ptxcache.conf \
+	      $(D)$(MANDIR)/man1/ptxcache.1 $(D)$(MANDIR)/man5/ptxcached.conf.5 \
+	      $(D)$(MANDIR)/man8/ptxcached.8
+
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)
