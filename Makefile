@@ -111,6 +111,7 @@ FUZZ_HARNESSES := frame request
 FUZZ_SECONDS   ?= 60
 FUZZ_CC        ?= clang
 all: $(patsubst %,$(B)/fuzz/replay_%,$(FUZZ_HARNESSES))
+.SECONDARY: $(patsubst %,$(B)/obj/tests/fuzz/fuzz_%.o,$(FUZZ_HARNESSES)) $(B)/obj/tests/fuzz/replay.o
 $(B)/fuzz/replay_%: $(B)/obj/tests/fuzz/fuzz_%.o $(B)/obj/tests/fuzz/replay.o $(call obj,$(PROTO_SRC))
 	@mkdir -p $(dir $@)
 	@echo "  LD  $@"

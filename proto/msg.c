@@ -163,7 +163,7 @@ const msgpack_object *msg_get(const struct msg *m, const char *key)
 	for (uint32_t i = 0; i < m->map->size; i++) {
 		const msgpack_object *k = &m->map->ptr[i].key;
 		if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == klen &&
-		    memcmp(k->via.str.ptr, key, klen) == 0)
+		    (klen == 0 || memcmp(k->via.str.ptr, key, klen) == 0))
 			return &m->map->ptr[i].val;
 	}
 	return NULL;
@@ -175,13 +175,15 @@ int msg_bytes(const struct msg *m, const char *key, const char **s, size_t *len)
 
 	if (!o || o->type == MSGPACK_OBJECT_NIL)
 		return 0;
+	/* msgpack-c leaves the pointer of an empty str or bin NULL; callers
+	 * get "" instead, so that memcpy(dst, *s, 0) and the like are defined. */
 	if (o->type == MSGPACK_OBJECT_STR) {
-		*s = o->via.str.ptr;
+		*s = o->via.str.size ? o->via.str.ptr : "";
 		*len = o->via.str.size;
 		return 1;
 	}
 	if (o->type == MSGPACK_OBJECT_BIN) {
-		*s = o->via.bin.ptr;
+		*s = o->via.bin.size ? o->via.bin.ptr : "";
 		*len = o->via.bin.size;
 		return 1;
 	}
@@ -232,9 +234,9 @@ int msg_strdup(const struct msg *m, const char *key, char **out)
 	if (!o || o->type == MSGPACK_OBJECT_NIL)
 		return 0;
 	if (o->type != MSGPACK_OBJECT_STR ||
-	    memchr(o->via.str.ptr, '\0', o->via.str.size))
+	    (o->via.str.size && memchr(o->via.str.ptr, '\0', o->via.str.size)))
 		return -1;
-	*out = strndup(o->via.str.ptr, o->via.str.size);
+	*out = strndup(o->via.str.size ? o->via.str.ptr : "", o->via.str.size);
 	return *out ? 1 : -1;
 }
 

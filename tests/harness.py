@@ -16,7 +16,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.path.join(ROOT, "build")
+# PTXCACHE_BUILD picks another build tree (make check-asan: build-asan).
+BUILD = os.path.join(ROOT, os.environ.get("PTXCACHE_BUILD", "build"))
 DAEMON = os.path.join(BUILD, "ptxcached")
 CLI = os.path.join(BUILD, "ptxcache")
 SHARED = os.environ.get("PTXCACHE_SHARED", os.path.join(os.path.dirname(ROOT), "shared"))

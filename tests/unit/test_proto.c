@@ -120,3 +120,26 @@ TEST(buf_grows_and_detaches)
 	free(p);
 	buf_free(&b);
 }
+
+/* Regression: msgpack-c leaves an empty str's pointer NULL, and msg_bytes()
+ * and msg_strdup() handed it on to memchr()/memcpy() (undefined behaviour,
+ * found by tests/fuzz/fuzz_request under UBSan). */
+TEST(msg_empty_string_is_not_a_null_pointer)
+{
+	struct msg m;
+	const char *s = NULL;
+	size_t n = 1;
+	char *d = NULL;
+
+	/* {"cpu": "", "input": bin(0), "": 1} */
+	REQUIRE(msg_parse(&m, "\x83\xa3" "cpu\xa0\xa5input\xc4\x00\xa0\x01", 16,
+			  &MSG_LIMITS_DEFAULT, NULL) == 0);
+	CHECK(msg_bytes(&m, "cpu", &s, &n) == 1 && s != NULL && n == 0);
+	s = NULL;
+	CHECK(msg_bytes(&m, "input", &s, &n) == 1 && s != NULL && n == 0);
+	CHECK(msg_strdup(&m, "cpu", &d) == 1 && d && *d == '\0');
+	int64_t v = 0;
+	CHECK(msg_int(&m, "", &v) == 1 && v == 1);
+	free(d);
+	msg_free(&m);
+}

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Writes the seed corpus of the fuzz harnesses (tests/fuzz/corpus/): frame
+streams for fuzz_frame, request bodies for fuzz_request. Run once and commit
+the output; `make test` replays it and `make fuzz` starts from it. Rerunning
+rewrites the same files (names are a digest of the content).
+
+usage: tests/fuzz/make_seeds.py
+"""
+import hashlib
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def pack(o, wide=False):
+    """msgpack: compact encodings like msgpack-c's, or the widest ones."""
+    if o is None:
+        return b"\xc0"
+    if o is True:
+        return b"\xc3"
+    if o is False:
+        return b"\xc2"
+    if isinstance(o, float):
+        return b"\xcb" + struct.pack(">d", o)
+    if isinstance(o, int):
+        if wide:
+            return (b"\xcf" + struct.pack(">Q", o)) if o >= 0 else (b"\xd3" + struct.pack(">q", o))
+        if 0 <= o < 128:
+            return bytes([o])
+        if -32 <= o < 0:
+            return struct.pack(">b", o)
+        if 0 <= o < 1 << 8:
+            return b"\xcc" + bytes([o])
+        if 0 <= o < 1 << 16:
+            return b"\xcd" + struct.pack(">H", o)
+        if 0 <= o < 1 << 32:
+            return b"\xce" + struct.pack(">I", o)
+        if o >= 0:
+            return b"\xcf" + struct.pack(">Q", o)
+        return b"\xd3" + struct.pack(">q", o)
+    if isinstance(o, str):
+        b = o.encode()
+        if wide:
+            return b"\xdb" + struct.pack(">I", len(b)) + b
+        if len(b) < 32:
+            return bytes([0xa0 | len(b)]) + b
+        if len(b) < 256:
+            return b"\xd9" + bytes([len(b)]) + b
+        return b"\xda" + struct.pack(">H", len(b)) + b
+    if isinstance(o, (bytes, bytearray)):
+        if wide or len(o) >= 1 << 16:
+            return b"\xc6" + struct.pack(">I", len(o)) + bytes(o)
+        if len(o) < 256:
+            return b"\xc4" + bytes([len(o)]) + bytes(o)
+        return b"\xc5" + struct.pack(">H", len(o)) + bytes(o)
+    if isinstance(o, (list, tuple)):
+        body = b"".join(pack(x, wide) for x in o)
+        if wide:
+            return b"\xdd" + struct.pack(">I", len(o)) + body
+        return (bytes([0x90 | len(o)]) if len(o) < 16 else b"\xdc" + struct.pack(">H", len(o))) + body
+    if isinstance(o, dict):
+        body = b"".join(pack(k, wide) + pack(v, wide) for k, v in o.items())
+        if wide:
+            return b"\xdf" + struct.pack(">I", len(o)) + body
+        return (bytes([0x80 | len(o)]) if len(o) < 16 else b"\xde" + struct.pack(">H", len(o))) + body
+    raise TypeError(o)
+
+
+def frame(ftype, body, version=1, magic=b"PX", length=None):
+    n = len(body) if length is None else length
+    return magic + bytes([version, ftype]) + struct.pack(">I", n) + body
+
+
+IR = b"""target triple = "nvptx64-nvidia-cuda"
+define ptx_kernel void @k(ptr addrspace(1) %a) {
+  store float 1.0, ptr addrspace(1) %a
+  ret void
+}
+"""
+
+COMPILE = {"id": 3, "input": IR, "kind": "ptx", "triple": "nvptx64-nvidia-cuda",
+           "cpu": "sm_90a", "features": "+ptx90", "opt": 3, "emit": True,
+           "strict": False, "pipeline": "default<O3>", "options": ["-nvptx-fma-level=1"]}
+
+
+def requests():
+    """Request bodies: good ones, every field with every wrong type, bombs."""
+    out = [COMPILE, {"id": 1}, {}, {"id": 2, "input": "text input"},
+           {"id": 4, "input": b"", "kind": "cubin", "input_kind": "ptx", "backend": "ptxas",
+            "asm_args": ["--gpu-name", "sm_90a", "-O3"]},
+           {"id": 5, "kind": "ptx", "arch": "sm_90a", "older_than": 3600, "min_bytes": 0,
+            "limit": 10},
+           {"id": 6, "key": "ab" * 32}, {"id": 7, "max_size": 1 << 40, "all": True},
+           {"id": -1}, {"id": (1 << 64) - 1}, {"id": 1.5}, {"id": None, "input": None}]
+    wrong = [None, True, 0, -1, (1 << 63), -(1 << 63), 1.0, "", "x\ny", "a\0b", b"\0",
+             [], ["-a"], ["x"] * 33, {}, {"a": 1}]
+    for field in ("id", "input", "kind", "triple", "march", "cpu", "features", "opt", "emit",
+                  "strict", "pipeline", "options", "input_kind", "backend", "asm_args"):
+        for w in wrong:
+            r = dict(COMPILE)
+            r[field] = w
+            out.append(r)
+    out.append(dict(COMPILE, options=["-" + "x" * 300]))
+    out.append(dict(COMPILE, cpu="s" * 65, pipeline="p" * 4097))
+    raw = [pack(r) for r in out] + [pack(COMPILE, wide=True), pack({"id": 1}, wide=True)]
+    # Duplicate keys, non-string keys, and a key holding a NUL.
+    raw.append(b"\x83" + pack("id") + b"\x01" + pack("id") + b"\x02" + pack("cpu") + pack("x"))
+    raw.append(b"\x82" + b"\x01\x02" + pack([1]) + pack({}))
+    raw.append(b"\x81" + pack("cp\0u") + pack("sm_90a"))
+    # Bombs and malformed bodies.
+    raw += [b"\xdd\xff\xff\xff\xff", b"\xdf\xff\xff\xff\xff", b"\xdc\xff\xff" + b"\x00" * 10,
+            b"\xc6\xff\xff\xff\xff", b"\xdb\x7f\xff\xff\xff abc", b"\xc4\x05ab",
+            b"\x91" * 10 + b"\x00", b"\x81\xa1a" + b"\x91" * 3 + b"\x80",
+            b"\x81\xa1a" + b"\x91" * 4 + b"\x80", pack({"id": 1}) + b"\x00", b"",
+            b"\xc1", b"\xd4\x01\x02", b"\xc7\x01\x01\x00", b"\x92\x01\x02",
+            b"\x81\xa1a\x95" + b"\x80" * 5, b"\x8f" + b"\x00" * 30,
+            b"\xde\x00\x03" + b"\x01\x02" * 3, b"\xcb" + b"\x00" * 8,
+            b"\x81\xa2id\xd0\xff", b"\x81\xa2id\xcf" + b"\xff" * 8]
+    for i in range(1, 9):
+        raw.append(pack(COMPILE)[:len(pack(COMPILE)) * i // 9])   # truncations
+    return raw
+
+
+def frames():
+    """Byte streams on a connection: frames, several per stream, and damage."""
+    c = pack(COMPILE)
+    out = [frame(3, c), frame(1, pack({"id": 1})), frame(2, pack({"id": 2})),
+           frame(4, pack({"id": 3})), frame(9, pack({"id": 4, "all": True})),
+           frame(0x42, pack({"id": 5})), frame(0xff, pack({"id": 0, "code": "x"})),
+           frame(2, pack({"id": 1})) + frame(3, c) + frame(4, pack({"id": 9})),
+           frame(2, pack({"id": 1})) * 20,
+           frame(3, b"", version=9), frame(3, b"", magic=b"GE"),
+           b"GET / HTTP/1.0\r\n\r\n", b"PX\x01\x03\xff\xff\xff\xff",
+           b"PX\x01\x03\x00\x01\x00\x01" + b"\x80", b"PX\x01", b"PX",
+           frame(3, b"\xdd\xff\xff\xff\xff"), frame(3, pack({"id": 1}) + b"x"),
+           frame(3, b"\x81" * 200 + b"\x00"), frame(3, pack({"id": 1}), length=2),
+           frame(2, pack({"id": 1})) + b"PX\x01\x02\x00\x00\x00\x09" + b"\x81",
+           frame(3, b""), frame(3, b"\x80"), frame(3, b"\xc0"),
+           frame(2, pack({"id": 1})) + b"XX" + b"\x00" * 6]
+    for i in range(1, 8):
+        out.append(frame(3, c)[:len(frame(3, c)) * i // 8])
+    return out
+
+
+def write(kind, items):
+    d = os.path.join(HERE, "corpus", kind)
+    os.makedirs(d, exist_ok=True)
+    for old in os.listdir(d):
+        os.unlink(os.path.join(d, old))
+    for data in items:
+        name = hashlib.sha1(data).hexdigest()[:16]
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(data)
+    return len(set(items))
+
+
+if __name__ == "__main__":
+    print("frame: %d seeds, request: %d seeds" % (write("frame", frames()), write("request", requests())))
