@@ -1,0 +1,263 @@
+/*
+ * ptxas front: `ptxcache ptxas ARGS...`, or the same binary under the name
+ * `ptxas` (a symlink), for Triton (TRITON_PTXAS_PATH), CUDA.jl and clang
+ * (--ptxas-path).
+ *
+ * A command line ptxas_args.c knows to be safe (one PTX file, known
+ * options) goes to the daemon as a cubin request; the front writes the
+ * cubin where ptxas would (-o, else elf.o), replays the log ptxas printed
+ * on stderr with the client's input path put back, and exits with ptxas's
+ * exit status. `--version` prints the daemon's ptxas text byte for byte
+ * (Triton parses it and hashes it into its own cache key), so it always
+ * names the assembler that made the cubins.
+ *
+ * Everything else runs the real ptxas itself, with the arguments exactly as
+ * given: options we do not know, -g (its debug info names the input path),
+ * and every case where the daemon cannot answer (not running, no ptxas of
+ * its own, timed out, the assembler crashed). A cache that is down must
+ * never fail a build, and an answer we are not sure of is worse than none.
+ *
+ * Never: guess at an unknown option, write a partial output file, or run
+ * itself in a loop (the real ptxas is found skipping this very binary, and
+ * a guard variable stops a second hop).
+ */
+#include "client/ptxas.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "client/ptxcache.h"
+#include "proto/buf.h"
+#include "proto/ptxas_args.h"
+
+/* Set in the real ptxas's environment: if we see it, a "real" ptxas led
+ * back to us, and we must not go round again. */
+#define GUARD_ENV "PTXCACHE_PTXAS_FRONT"
+/* The assembler may take long on a large kernel; the daemon's own job
+ * limit (120 s by default) comes first. */
+#define FRONT_TIMEOUT_MS (300 * 1000)
+
+static int same_file(const char *path, const struct stat *self)
+{
+	struct stat st;
+	return stat(path, &st) == 0 && st.st_dev == self->st_dev &&
+	       st.st_ino == self->st_ino;
+}
+
+static int usable(const char *path, const struct stat *self)
+{
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode) &&
+	       access(path, X_OK) == 0 && !same_file(path, self);
+}
+
+/* The real ptxas, found as the daemon finds it ($PTXCACHE_PTXAS,
+ * $CUDA_HOME/bin, $PTXCACHE_DEFAULT_CUDA or /usr/local/cuda /bin, PATH),
+ * skipping this binary. Returns a malloc'd path, or NULL. */
+static char *find_real_ptxas(void)
+{
+	struct stat self;
+	const char *e, *def;
+	char *p = NULL;
+
+	if (stat("/proc/self/exe", &self) < 0)
+		memset(&self, 0, sizeof self);
+	if ((e = getenv("PTXCACHE_PTXAS")) && *e && strcmp(e, "none") != 0 &&
+	    usable(e, &self))
+		return strdup(e);
+	def = getenv("PTXCACHE_DEFAULT_CUDA");
+	const char *roots[] = { getenv("CUDA_HOME"), def ? def : "/usr/local/cuda" };
+	for (size_t i = 0; i < 2; i++) {
+		if (!roots[i] || !*roots[i] || asprintf(&p, "%s/bin/ptxas", roots[i]) < 0)
+			continue;
+		if (usable(p, &self))
+			return p;
+		free(p);
+	}
+	if (!(e = getenv("PATH")))
+		return NULL;
+	for (const char *d = e; *d;) {
+		size_t n = strcspn(d, ":");
+		if (n && asprintf(&p, "%.*s/ptxas", (int)n, d) >= 0) {
+			if (usable(p, &self))
+				return p;
+			free(p);
+		}
+		d += n + (d[n] == ':');
+	}
+	return NULL;
+}
+
+/* Run the real ptxas with argv[1..] as given; returns only on failure. */
+static int exec_real(char **argv)
+{
+	char *real;
+
+	if (getenv(GUARD_ENV)) {
+		fprintf(stderr, "ptxcache: the ptxas found for '%s' runs ptxcache "
+			"again; set $PTXCACHE_PTXAS to the real ptxas\n", argv[0]);
+		return 255;
+	}
+	real = find_real_ptxas();
+	if (!real) {
+		fprintf(stderr, "ptxcache: cannot find the real ptxas (set "
+			"$PTXCACHE_PTXAS or CUDA_HOME)\n");
+		return 255;
+	}
+	setenv(GUARD_ENV, "1", 1);
+	argv[0] = real;
+	execv(real, argv);
+	fprintf(stderr, "ptxcache: cannot run '%s': %s\n", real, strerror(errno));
+	return 255;
+}
+
+static int read_all(const char *path, struct buf *out)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -1;
+	for (;;) {
+		if (buf_reserve(out, 1 << 16) < 0) {
+			close(fd);
+			return -1;
+		}
+		ssize_t n = read(fd, out->data + out->len, out->cap - out->len - 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			close(fd);
+			return n < 0 ? -1 : 0;
+		}
+		out->len += (size_t)n;
+		out->data[out->len] = '\0';
+	}
+}
+
+/* Write the cubin whole or not at all: a temporary file renamed over the
+ * output, so that a build never sees half a cubin. */
+static int write_output(const char *path, const void *p, size_t n)
+{
+	struct buf tmp = BUF_INIT;
+	const char *c = p;
+	int fd;
+
+	if (buf_printf(&tmp, "%s.ptxcache-%d", path, (int)getpid()) < 0)
+		return -1;
+	fd = open(tmp.data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+	if (fd < 0) {
+		buf_free(&tmp);
+		return -1;
+	}
+	while (n > 0) {
+		ssize_t w = write(fd, c, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			break;
+		c += w;
+		n -= (size_t)w;
+	}
+	if (close(fd) < 0 || n > 0 || rename(tmp.data, path) < 0) {
+		unlink(tmp.data);
+		buf_free(&tmp);
+		return -1;
+	}
+	buf_free(&tmp);
+	return 0;
+}
+
+/* The log as ptxas printed it: the daemon's "<input>" is our input path. */
+static void replay_log(const char *log, size_t len, const char *input)
+{
+	static const char tag[] = "<input>";
+	const char *p = log, *end = log + len, *hit;
+
+	while (p < end && (hit = memmem(p, (size_t)(end - p), tag, sizeof tag - 1))) {
+		fwrite(p, 1, (size_t)(hit - p), stderr);
+		fputs(input, stderr);
+		p = hit + sizeof tag - 1;
+	}
+	fwrite(p, 1, (size_t)(end - p), stderr);
+	fflush(stderr);
+}
+
+static int version(char **argv)
+{
+	char err[256], *text = NULL;
+	ptxcache *pc = ptxcache_connect(NULL, 2000, err, sizeof err);
+
+	if (!pc || ptxcache_assembler_version(pc, &text) < 0) {
+		ptxcache_close(pc);
+		return exec_real(argv);
+	}
+	ptxcache_close(pc);
+	fputs(text, stdout);
+	free(text);
+	return fflush(stdout) == 0 ? 0 : 255;
+}
+
+int cmd_ptxas(int argc, char **argv)
+{
+	struct ptxas_cmd cmd;
+	struct buf ptx = BUF_INIT;
+	struct ptxcache_assemble_req req;
+	struct ptxcache_asm_result res;
+	char err[256];
+	ptxcache *pc;
+	int rc;
+
+	if (getenv(GUARD_ENV) || ptxas_cmd_parse(argc - 1, argv + 1, &cmd) < 0)
+		return exec_real(argv);
+	if (cmd.mode == PTXAS_VERSION)
+		return version(argv);
+	if (cmd.mode != PTXAS_CACHEABLE) {
+		if (getenv("PTXCACHE_DEBUG"))
+			fprintf(stderr, "ptxcache: running the real ptxas: %s\n", cmd.why);
+		ptxas_cmd_free(&cmd);
+		return exec_real(argv);
+	}
+	/* Whatever goes wrong on our side, the real ptxas says it better. */
+	if (read_all(cmd.input, &ptx) < 0 ||
+	    !(pc = ptxcache_connect(NULL, 2000, err, sizeof err))) {
+		buf_free(&ptx);
+		ptxas_cmd_free(&cmd);
+		return exec_real(argv);
+	}
+	ptxcache_set_timeout(pc, FRONT_TIMEOUT_MS);
+	ptxcache_assemble_req_init(&req);
+	req.input = ptx.data ? ptx.data : "";
+	req.input_len = ptx.len;
+	req.args = (const char *const *)cmd.args;
+	req.nargs = cmd.nargs;
+	rc = ptxcache_assemble(pc, &req, &res);
+	ptxcache_close(pc);
+	buf_free(&ptx);
+	if (rc < 0 || (res.status != PTXCACHE_OK && res.status != PTXCACHE_ERROR)) {
+		if (getenv("PTXCACHE_DEBUG"))
+			fprintf(stderr, "ptxcache: running the real ptxas: %s\n",
+				rc < 0 ? "the daemon did not answer" :
+				res.log ? res.log : "the daemon could not assemble");
+		if (rc == 0)
+			ptxcache_asm_result_free(&res);
+		ptxas_cmd_free(&cmd);
+		return exec_real(argv);
+	}
+	if (res.status == PTXCACHE_OK &&
+	    write_output(cmd.output ? cmd.output : "elf.o", res.output,
+			 res.output_len) < 0) {
+		ptxcache_asm_result_free(&res);
+		ptxas_cmd_free(&cmd);
+		return exec_real(argv);
+	}
+	replay_log(res.log ? res.log : "", res.log_len, cmd.input);
+	rc = res.status == PTXCACHE_OK ? 0 : res.exit_code ? res.exit_code : 255;
+	ptxcache_asm_result_free(&res);
+	ptxas_cmd_free(&cmd);
+	return rc;
+}
