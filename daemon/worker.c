@@ -36,6 +36,7 @@
 #include <event2/event.h>
 
 #include "daemon/codegen.h"
+#include "daemon/cubin.h"
 #include "daemon/log.h"
 #include "proto/frame.h"
 #include "proto/msg.h"
@@ -215,15 +216,18 @@ static void handle_reply(struct worker *w, const struct frame_hdr *h,
 		int64_t st = -1;
 		const char *out = NULL, *lg = NULL;
 		size_t outn = 0, lgn = 0;
-		if (msg_int(&m, "status", &st) != 1 || st < JOB_OK || st > JOB_FATAL ||
+		int64_t xc = 0;
+		if (msg_int(&m, "status", &st) != 1 || st < JOB_OK || st > JOB_UNAVAILABLE ||
 		    msg_bytes(&m, "output", &out, &outn) < 0 ||
 		    msg_bytes(&m, "log", &lg, &lgn) < 0 ||
-		    msg_int(&m, "compile_us", &res.compile_us) < 0) {
+		    msg_int(&m, "compile_us", &res.compile_us) < 0 ||
+		    msg_int(&m, "exit_code", &xc) < 0 || xc < 0 || xc > 255) {
 			msg_free(&m);
 			kill_worker(w, "malformed job reply");
 			return;
 		}
 		res.status = (enum job_status)st;
+		res.exit_code = (int)xc;
 		res.output = out;
 		res.output_len = outn;
 		res.log = lg;
@@ -423,7 +427,7 @@ again:
 		struct worker *w, *idle_other = NULL;
 		int starting = 0;
 		TAILQ_FOREACH(w, &p->workers, link) {
-			if (strcmp(w->optset, job->optset) != 0) {
+			if (!job->any_worker && strcmp(w->optset, job->optset) != 0) {
 				if (w->state == W_IDLE && !idle_other)
 					idle_other = w;
 				continue;
@@ -657,6 +661,45 @@ static void on_fatal(const char *reason)
 	setrlimit(RLIMIT_CORE, &no);
 }
 
+static int job_timeout_ms;      /* the pool's limit, for an assembler */
+
+/* An assembler job (kind "cubin"): no LLVM; see cubin.h. */
+static void run_cubin_job(const struct msg *m)
+{
+	struct cubin_job job = { 0 };
+	struct cubin_result res = { 0 };
+	struct buf out = BUF_INIT;
+	struct msg_writer mw;
+	char *path = NULL, *args = NULL;
+	int64_t backend = 0;
+
+	if (msg_bytes(m, "input", (const char **)&job.ptx, &job.ptx_len) != 1 ||
+	    msg_strdup(m, "asm_path", &path) != 1 ||
+	    msg_strdup(m, "args", &args) < 0 ||
+	    msg_int(m, "backend", &backend) < 0)
+		_exit(1);
+	job.backend = backend == CUBIN_NVJITLINK ? CUBIN_NVJITLINK : CUBIN_PTXAS;
+	job.path = path;
+	job.args = args;
+	/* Kill the assembler a little before the master kills us. */
+	job.timeout_ms = job_timeout_ms > 1000 ? job_timeout_ms - 500 : job_timeout_ms;
+	cubin_run(&job, &res);
+	msg_begin(&mw, &out, FRAME_JOB | FRAME_REPLY);
+	msg_put_int(&mw, "status", res.status);
+	if (res.cubin.len)
+		msg_put_bin(&mw, "output", res.cubin.data, res.cubin.len);
+	msg_put_strn(&mw, "log", res.log.data ? res.log.data : "", res.log.len);
+	msg_put_int(&mw, "compile_us", elapsed_us());
+	msg_put_int(&mw, "exit_code", res.exit_code);
+	if (msg_end(&mw) < 0 || write_full(wfd, out.data, out.len) < 0)
+		_exit(1);
+	buf_free(&out);
+	buf_free(&res.cubin);
+	buf_free(&res.log);
+	free(path);
+	free(args);
+}
+
 static void run_job(const void *body, size_t len)
 {
 	struct msg m;
@@ -668,8 +711,17 @@ static void run_job(const void *body, size_t len)
 	int emit = 1, strict = 0;
 
 	clock_gettime(CLOCK_MONOTONIC, &job_start);
-	if (msg_parse(&m, body, len, &MSG_LIMITS_DEFAULT, NULL) < 0 ||
-	    msg_bytes(&m, "input", (const char **)&job.input, &job.input_len) != 1 ||
+	if (msg_parse(&m, body, len, &MSG_LIMITS_DEFAULT, NULL) < 0)
+		_exit(1);
+	const char *kind;
+	size_t kindn;
+	if (msg_bytes(&m, "kind", &kind, &kindn) == 1 && kindn == 5 &&
+	    !memcmp(kind, "cubin", 5)) {
+		run_cubin_job(&m);
+		msg_free(&m);
+		return;
+	}
+	if (msg_bytes(&m, "input", (const char **)&job.input, &job.input_len) != 1 ||
 	    msg_strdup(&m, "name", &name) < 0 ||
 	    msg_strdup(&m, "triple", &triple) < 0 ||
 	    msg_strdup(&m, "march", &march) < 0 ||
@@ -714,6 +766,7 @@ void worker_main(int fd, const char *optset, const struct pool_config *cfg)
 	static const int sigs[] = { SIGCHLD, SIGTERM, SIGHUP, SIGINT, SIGPIPE };
 
 	wfd = fd;
+	job_timeout_ms = cfg->job_timeout_s * 1000;
 	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
 		signal(sigs[i], SIG_DFL);
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
