@@ -40,11 +40,13 @@
 
 #include "daemon/codegen.h"
 #include "daemon/config.h"
+#include "daemon/cubin.h"
 #include "daemon/key.h"
 #include "daemon/log.h"
 #include "daemon/store.h"
 #include "proto/frame.h"
 #include "proto/msg.h"
+#include "proto/ptxas_args.h"
 
 #define SERVER_NAME "ptxcached 0.1.0"
 /* Single flights are found by the first bytes of their key. */
@@ -76,9 +78,18 @@ struct conn {
 	int partial;            /* a frame has started but not arrived whole */
 };
 
+/* What a cubin request asks of the assembler (owned strings). */
+struct asm_req {
+	enum cubin_backend_kind backend;
+	char *args;             /* canonical options, '\n'-separated */
+	char *arch;             /* --gpu-name's value, or NULL */
+};
+
 struct waiter {
 	struct conn *conn;
 	uint64_t id;
+	struct asm_req *then;   /* IR to cubin: run this cubin stage on the PTX
+	                           (owned); NULL: answer with this flight's result */
 	struct waiter *next;
 };
 
@@ -90,6 +101,7 @@ struct flight {
 	struct waiter *waiters;
 	struct pool_job job;
 	struct flight *next;    /* bucket chain */
+	enum store_kind kind;   /* the stage: STORE_PTX or STORE_CUBIN */
 	struct server *srv;
 	struct peer *peer;      /* who started it (per-uid job cap) */
 };
@@ -116,6 +128,8 @@ struct server {
 	int socket_from_systemd;
 	struct counters n;
 	struct event *flush_timer, *sigterm, *sigint, *sighup, *stop_timer;
+	struct cubin_backend asm_be[2]; /* by enum cubin_backend_kind, found
+	                                   at start */
 	uint64_t next_serial;
 	time_t started;
 };
@@ -277,10 +291,26 @@ struct compile_req {
 	int64_t opt;
 	int emit, strict;
 	char *optset;           /* '\n'-separated backend options */
+	int cubin;              /* kind "cubin": asmr says how */
+	int from_ptx;           /* input_kind "ptx": the input is PTX already */
+	struct asm_req asmr;
 };
+
+static void asm_req_free(struct asm_req *a)
+{
+	if (!a)
+		return;
+	free(a->args);
+	free(a->arch);
+	a->args = a->arch = NULL;
+}
+
+static void start_cubin(struct conn *c, uint64_t id, const char *ptx,
+			size_t ptx_len, const struct asm_req *a, int chained);
 
 static void compile_req_free(struct compile_req *r)
 {
+	asm_req_free(&r->asmr);
 	free(r->kind);
 	free(r->triple);
 	free(r->march);
@@ -298,6 +328,68 @@ static int text_field(const struct msg *m, const char *name, size_t max,
 	if (r < 0 || (*out && strlen(*out) > max) ||
 	    (*out && strpbrk(*out, "\n\r"))) {
 		*why = name;
+		return -1;
+	}
+	return 0;
+}
+
+/* The cubin fields of a compile request: input_kind, backend, asm_args
+ * (checked and made canonical by ptxas_args_check). 0, or -1 with a
+ * message. */
+static int parse_asm(const struct msg *m, struct compile_req *r, struct buf *err)
+{
+	const char *v, *args[PTXAS_MAX_ARGS];
+	size_t n, nargs = 0;
+	struct buf canon = BUF_INIT;
+
+	if (msg_bytes(m, "input_kind", &v, &n) == 1) {
+		if (n == 3 && !memcmp(v, "ptx", 3)) {
+			r->from_ptx = 1;
+		} else if (!(n == 2 && !memcmp(v, "ir", 2))) {
+			buf_puts(err, "'input_kind' must be \"ir\" or \"ptx\"");
+			return -1;
+		}
+	}
+	if (msg_bytes(m, "backend", &v, &n) == 1) {
+		if (n == 9 && !memcmp(v, "nvjitlink", 9)) {
+			r->asmr.backend = CUBIN_NVJITLINK;
+		} else if (!(n == 5 && !memcmp(v, "ptxas", 5))) {
+			buf_puts(err, "'backend' must be \"ptxas\" or \"nvjitlink\"");
+			return -1;
+		}
+	}
+	const msgpack_object *o = msg_get(m, "asm_args");
+	if (o && o->type != MSGPACK_OBJECT_NIL) {
+		if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size > PTXAS_MAX_ARGS) {
+			buf_printf(err, "'asm_args' must be an array of at most %d strings",
+				   PTXAS_MAX_ARGS);
+			return -1;
+		}
+		char *tmp[PTXAS_MAX_ARGS];
+		for (uint32_t i = 0; i < o->via.array.size; i++) {
+			const msgpack_object *e = &o->via.array.ptr[i];
+			if (e->type != MSGPACK_OBJECT_STR || e->via.str.size > 300 ||
+			    memchr(e->via.str.ptr, '\0', e->via.str.size) ||
+			    !(tmp[nargs] = strndup(e->via.str.ptr, e->via.str.size))) {
+				buf_puts(err, "bad assembler option in 'asm_args'");
+				while (nargs)
+					free(tmp[--nargs]);
+				return -1;
+			}
+			args[nargs] = tmp[nargs];
+			nargs++;
+		}
+		int rc = ptxas_args_check(args, nargs, &canon, &r->asmr.arch, err);
+		while (nargs)
+			free(tmp[--nargs]);
+		if (rc < 0) {
+			buf_free(&canon);
+			return -1;
+		}
+	}
+	r->asmr.args = buf_detach(&canon, NULL);
+	if (!r->asmr.args) {
+		buf_puts(err, "out of memory");
 		return -1;
 	}
 	return 0;
@@ -336,10 +428,13 @@ static int parse_compile(const struct msg *m, uint32_t max_input,
 		return -1;
 	}
 	r->opt = opt;
-	if (r->kind && strcmp(r->kind, "ptx") != 0) {
+	if (r->kind && strcmp(r->kind, "ptx") != 0 && strcmp(r->kind, "cubin") != 0) {
 		buf_printf(err, "unsupported output kind '%s'", r->kind);
 		return -1;
 	}
+	r->cubin = r->kind && !strcmp(r->kind, "cubin");
+	if (r->cubin && parse_asm(m, r, err) < 0)
+		return -1;
 
 	/* Backend options: an array of "-name[=value]" strings. */
 	struct buf os = BUF_INIT;
@@ -395,10 +490,12 @@ static int compile_key(const struct compile_req *r, struct key *k,
 	return key_derive(parts, sizeof parts / sizeof parts[0], k, components);
 }
 
+/* exit_code: the assembler's exit status for a cubin reply; -1: none. */
 static void send_compile_reply(struct conn *c, uint64_t id, int status,
 			       int cached, const struct key *k,
 			       const char *out, size_t outn,
-			       const char *lg, size_t lgn, int64_t us)
+			       const char *lg, size_t lgn, int64_t us,
+			       int exit_code)
 {
 	struct buf b = BUF_INIT;
 	struct msg_writer w;
@@ -414,6 +511,8 @@ static void send_compile_reply(struct conn *c, uint64_t id, int status,
 		msg_put_strn(&w, "log", lg, lgn);
 	if (us)
 		msg_put_int(&w, "compile_us", us);
+	if (exit_code >= 0)
+		msg_put_int(&w, "exit_code", exit_code);
 	if (msg_end(&w) == 0)
 		conn_send(c, &b);
 	else
@@ -449,6 +548,7 @@ static int add_waiter(struct flight *f, struct conn *c, uint64_t id)
 		return -1;
 	wt->conn = c;
 	wt->id = id;
+	wt->then = NULL;
 	wt->next = f->waiters;
 	f->waiters = wt;
 	c->refs++;
@@ -467,11 +567,19 @@ static void flight_done(struct pool_job *job, const struct job_result *res)
 	s->n.compiles++;
 	if (res->status != JOB_OK)
 		s->n.compile_errors++;
-	if (JOB_CACHEABLE(res->status)) {
+	/* An assembler's failure is deterministic (a syntax error, say) and
+	 * cached with its exit status as the entry's status; its death by a
+	 * signal, a timeout or a missing binary are not. */
+	int cubin = f->kind == STORE_CUBIN;
+	int status = res->status;
+	if (cubin && status == JOB_ERROR)
+		status = res->exit_code ? res->exit_code : 255;
+	if (cubin ? res->status == JOB_OK || res->status == JOB_ERROR
+		  : JOB_CACHEABLE(res->status)) {
 		struct buf err = BUF_INIT;
 		struct store_entry e = {
-			.kind = STORE_PTX,
-			.status = res->status,
+			.kind = f->kind,
+			.status = status,
 			.data = res->output,
 			.data_len = res->output_len,
 			.log = res->log,
@@ -498,9 +606,20 @@ static void flight_done(struct pool_job *job, const struct job_result *res)
 	while (f->waiters) {
 		struct waiter *wt = f->waiters;
 		f->waiters = wt->next;
-		send_compile_reply(wt->conn, wt->id, res->status, 0, &f->key,
-				   res->output, res->output_len, res->log,
-				   res->log_len, res->compile_us);
+		if (wt->then && res->status == JOB_OK) {
+			/* IR to cubin: on to the second stage, unless the
+			 * client has gone. */
+			if (wt->conn->state != CONN_CLOSED)
+				start_cubin(wt->conn, wt->id, res->output,
+					    res->output_len, wt->then, 1);
+		} else {
+			send_compile_reply(wt->conn, wt->id, res->status, 0, &f->key,
+					   res->output, res->output_len, res->log,
+					   res->log_len, res->compile_us,
+					   cubin ? (res->status == JOB_ERROR ? status : 0) : -1);
+		}
+		asm_req_free(wt->then);
+		free(wt->then);
 		wt->conn->waiting--;
 		conn_arm(wt->conn);
 		conn_unref(wt->conn);
@@ -512,6 +631,137 @@ static void flight_done(struct pool_job *job, const struct job_result *res)
 	free(f->arch);
 	free(f);
 	maybe_stop(s);
+}
+
+/* ---- the cubin stage ------------------------------------------------ */
+
+static const char *const backend_names[] = { "ptxas", "nvjitlink" };
+
+/* Key components of the PTX to cubin stage, in their fixed order: the PTX
+ * as its SHA-256, the back end and its identity (version text and binary
+ * hash), the canonical options (no paths: see ptxas_args.h). */
+static int cubin_key(const struct server *s, const struct asm_req *a,
+		     const char *ptx_sha, struct key *k, struct buf *components)
+{
+	const char *id = s->asm_be[a->backend].identity;
+	const struct key_part parts[] = {
+		{ "kind", "cubin" },
+		{ "backend", backend_names[a->backend] },
+		{ "assembler", id ? id : "" },
+		{ "input_sha256", ptx_sha },
+		{ "asm_args", a->args },
+	};
+	return key_derive(parts, sizeof parts / sizeof parts[0], k, components);
+}
+
+static int cubin_job_frame(const struct server *s, const struct asm_req *a,
+			   const char *ptx, size_t n, struct buf *out)
+{
+	struct msg_writer w;
+
+	msg_begin(&w, out, FRAME_JOB);
+	msg_put_str(&w, "kind", "cubin");
+	msg_put_bin(&w, "input", ptx, n);
+	msg_put_int(&w, "backend", a->backend);
+	msg_put_str(&w, "asm_path", s->asm_be[a->backend].path);
+	msg_put_str(&w, "args", a->args);
+	return msg_end(&w);
+}
+
+/*
+ * Assemble ptx as a asks (borrowed) and answer request id on c: from the
+ * cache, by joining the same assembly in flight, or as a new flight on the
+ * pool (any worker: an assembler job needs no LLVM). chained: the request
+ * was accepted already (its PTX came from stage one), so the per-user cap
+ * is not applied twice.
+ */
+static void start_cubin(struct conn *c, uint64_t id, const char *ptx,
+			size_t ptx_len, const struct asm_req *a, int chained)
+{
+	struct server *s = c->srv;
+	const struct cubin_backend *be = &s->asm_be[a->backend];
+	struct buf err = BUF_INIT, comp = BUF_INIT;
+	struct key k;
+	char sha[65];
+
+	key_sha256_hex(ptx, ptx_len, sha);
+	if (cubin_key(s, a, sha, &k, NULL) < 0) {
+		send_error(c, id, "internal", "out of memory");
+		return;
+	}
+	if (!be->path) {
+		const char *why = be->why ? be->why : "no assembler";
+		send_compile_reply(c, id, JOB_UNAVAILABLE, 0, &k, NULL, 0, why,
+				   strlen(why), 0, 0);
+		return;
+	}
+	struct store_result hit = { 0 };
+	if (store_get(s->store, k.hash, &hit) == 1) {
+		s->n.hits++;
+		send_compile_reply(c, id, hit.status ? JOB_ERROR : JOB_OK, 1, &k,
+				   hit.data.data, hit.data.len, hit.log.data,
+				   hit.log.len, 0, hit.status);
+		store_result_free(&hit);
+		return;
+	}
+	s->n.misses++;
+
+	struct flight *f = flight_find(s, &k);
+	if (f) {
+		if (add_waiter(f, c, id) < 0)
+			send_error(c, id, "internal", "out of memory");
+		else
+			s->n.dedup_joins++;
+		return;
+	}
+	if (!chained && c->peer && c->peer->jobs >= s->cfg->max_jobs_per_uid) {
+		s->n.refused_jobs++;
+		buf_printf(&err, "too many compiles in flight for uid %u (limit %d); retry later",
+			   (unsigned)c->peer->uid, s->cfg->max_jobs_per_uid);
+		send_error(c, id, "busy", err.data);
+		buf_free(&err);
+		return;
+	}
+	f = calloc(1, sizeof *f);
+	if (!f || cubin_key(s, a, sha, &f->key, &comp) < 0 ||
+	    cubin_job_frame(s, a, ptx, ptx_len, &f->job.frame) < 0 ||
+	    !(f->job.optset = strdup("")) || add_waiter(f, c, id) < 0) {
+		send_error(c, id, "internal", "out of memory");
+		if (f) {
+			buf_free(&f->job.frame);
+			free(f->job.optset);
+		}
+		free(f);
+		buf_free(&comp);
+		return;
+	}
+	f->srv = s;
+	f->kind = STORE_CUBIN;
+	f->components = buf_detach(&comp, NULL);
+	f->arch = a->arch ? strdup(a->arch) : NULL;
+	f->job.any_worker = 1;
+	f->job.done = flight_done;
+	f->peer = c->peer;
+	if (f->peer)
+		f->peer->jobs++;
+	unsigned b = bucket_of(&f->key);
+	f->next = s->flights[b];
+	s->flights[b] = f;
+	s->nflights++;
+	pool_submit(s->pool, &f->job);
+}
+
+/* Move a's strings into a new asm_req for a waiter; NULL if out of memory
+ * (a is then unchanged). */
+static struct asm_req *asm_req_take(struct asm_req *a)
+{
+	struct asm_req *t = malloc(sizeof *t);
+
+	if (t) {
+		*t = *a;
+		a->args = a->arch = NULL;
+	}
+	return t;
 }
 
 /* Build the FRAME_JOB message a worker runs. */
@@ -543,6 +793,12 @@ static void handle_compile(struct conn *c, uint64_t id, const struct msg *m)
 		send_error(c, id, "invalid", err.data ? err.data : "out of memory");
 		goto out;
 	}
+	if (r.cubin && r.from_ptx) {
+		start_cubin(c, id, r.input, r.input_len, &r.asmr, 0);
+		goto out;
+	}
+	if (r.cubin)
+		r.emit = 1;     /* stage one of IR to cubin: PTX it must be */
 	if (compile_key(&r, &k, NULL) < 0) {
 		send_error(c, id, "internal", "out of memory");
 		goto out;
@@ -551,19 +807,34 @@ static void handle_compile(struct conn *c, uint64_t id, const struct msg *m)
 	struct store_result hit = { 0 };
 	if (store_get(s->store, k.hash, &hit) == 1) {
 		s->n.hits++;
+		if (r.cubin && hit.status == JOB_OK) {
+			/* Stage one is cached; stage two may be too. */
+			start_cubin(c, id, hit.data.data, hit.data.len, &r.asmr, 0);
+			store_result_free(&hit);
+			goto out;
+		}
 		send_compile_reply(c, id, hit.status, 1, &k, hit.data.data,
-				   hit.data.len, hit.log.data, hit.log.len, 0);
+				   hit.data.len, hit.log.data, hit.log.len, 0, -1);
 		store_result_free(&hit);
 		goto out;
 	}
 	s->n.misses++;
 
+	struct asm_req *then = NULL;
+	if (r.cubin && !(then = asm_req_take(&r.asmr))) {
+		send_error(c, id, "internal", "out of memory");
+		goto out;
+	}
 	struct flight *f = flight_find(s, &k);
 	if (f) {
-		if (add_waiter(f, c, id) < 0)
+		if (add_waiter(f, c, id) < 0) {
 			send_error(c, id, "internal", "out of memory");
-		else
+			asm_req_free(then);
+			free(then);
+		} else {
+			f->waiters->then = then;
 			s->n.dedup_joins++;
+		}
 		goto out;
 	}
 
@@ -573,6 +844,8 @@ static void handle_compile(struct conn *c, uint64_t id, const struct msg *m)
 		buf_printf(&err, "too many compiles in flight for uid %u (limit %d); retry later",
 			   (unsigned)c->peer->uid, s->cfg->max_jobs_per_uid);
 		send_error(c, id, "busy", err.data);
+		asm_req_free(then);
+		free(then);
 		goto out;
 	}
 
@@ -585,9 +858,13 @@ static void handle_compile(struct conn *c, uint64_t id, const struct msg *m)
 			buf_free(&f->job.frame);
 		free(f);
 		buf_free(&comp);
+		asm_req_free(then);
+		free(then);
 		goto out;
 	}
+	f->waiters->then = then;
 	f->srv = s;
+	f->kind = STORE_PTX;
 	f->components = buf_detach(&comp, NULL);
 	f->arch = r.cpu ? strdup(r.cpu) : NULL;
 	f->job.optset = r.optset;
@@ -633,6 +910,10 @@ static void handle_hello(struct conn *c, uint64_t id, const struct msg *m)
 	msg_put_str(&w, "server", SERVER_NAME);
 	msg_put_str(&w, "compiler", codegen_identity());
 	msg_put_int(&w, "pid", getpid());
+	if (c->srv->asm_be[CUBIN_PTXAS].version)
+		msg_put_str(&w, "assembler", c->srv->asm_be[CUBIN_PTXAS].version);
+	if (c->srv->asm_be[CUBIN_NVJITLINK].version)
+		msg_put_str(&w, "nvjitlink", c->srv->asm_be[CUBIN_NVJITLINK].version);
 	if (msg_end(&w) == 0)
 		conn_send(c, &b);
 	buf_free(&b);
@@ -1145,6 +1426,20 @@ int server_run(struct server_config *cfg)
 		buf_puts(&err, "cannot create event loop");
 		goto out;
 	}
+	/* The assemblers: found once, before any worker is forked. */
+	cubin_find_ptxas(cfg->ptxas && *cfg->ptxas ? cfg->ptxas : NULL,
+			 &s.asm_be[CUBIN_PTXAS]);
+	cubin_find_nvjitlink(cfg->nvjitlink && *cfg->nvjitlink ? cfg->nvjitlink : NULL,
+			     &s.asm_be[CUBIN_NVJITLINK]);
+	const struct cubin_backend *pb = &s.asm_be[CUBIN_PTXAS];
+	const char *rel = pb->version ? strstr(pb->version, "release") : NULL;
+	if (pb->path)
+		log_info("ptxas '%s' (%.*s)", pb->path, rel ? (int)strcspn(rel, "\n") : 0,
+			 rel ? rel : "");
+	else
+		log_warn("%s; cubin requests will be refused", s.asm_be[CUBIN_PTXAS].why);
+	if (s.asm_be[CUBIN_NVJITLINK].path)
+		log_info("nvJitLink '%s'", s.asm_be[CUBIN_NVJITLINK].path);
 	s.pool = pool_new(s.base, &cfg->pool, &err);
 	if (!s.pool)
 		goto out;
@@ -1195,6 +1490,8 @@ out:
 	if (s.stop_timer)
 		event_free(s.stop_timer);
 	store_close(s.store);
+	cubin_backend_free(&s.asm_be[CUBIN_PTXAS]);
+	cubin_backend_free(&s.asm_be[CUBIN_NVJITLINK]);
 	if (s.base)
 		event_base_free(s.base);
 	if (lock >= 0)
