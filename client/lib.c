@@ -176,8 +176,10 @@ static int send_all(ptxcache *pc, const struct buf *b, int64_t deadline)
 				return -1;
 			continue;
 		}
+		int e = w < 0 ? errno : EPIPE;
 		set_err(pc, "cannot send to ptxcached: %s",
 			w < 0 ? strerror(errno) : "connection closed");
+		errno = e;
 		return -1;
 	}
 	return 0;
@@ -195,7 +197,10 @@ static int call(ptxcache *pc, const struct buf *req, uint64_t id,
 
 	msgpack_unpacked_init(&m->up);
 	m->map = NULL;
-	if (send_all(pc, req, deadline) < 0)
+	/* A daemon that refuses the connection (not allowed, too many) sends
+	 * an error frame and closes: if sending fails, read that reason. */
+	int unsent = send_all(pc, req, deadline) < 0;
+	if (unsent && errno != EPIPE && errno != ECONNRESET)
 		return -1;
 	for (;;) {
 		struct frame_hdr h;
@@ -241,8 +246,9 @@ static int call(ptxcache *pc, const struct buf *req, uint64_t id,
 			pc->in.len += (size_t)n;
 			continue;
 		}
-		if (n == 0) {
-			set_err(pc, "ptxcached closed the connection");
+		if (n == 0 || (unsent && errno != EAGAIN && errno != EINTR)) {
+			if (!unsent)    /* else keep the send's error */
+				set_err(pc, "ptxcached closed the connection");
 			return -1;
 		}
 		if (errno != EAGAIN && errno != EINTR) {

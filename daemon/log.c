@@ -12,12 +12,24 @@ int log_fd = STDERR_FILENO;
 
 static void vlog(enum log_level lvl, const char *fmt, va_list ap)
 {
-	char line[1024];
+	char msg[1024], line[1100];
 	int n = snprintf(line, sizeof line, "<%d>ptxcached[%d]: ", (int)lvl, (int)getpid());
-	int m = vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
-	size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
-	if (len > sizeof line - 2)
-		len = sizeof line - 2;
+	int m = vsnprintf(msg, sizeof msg, fmt, ap);
+	size_t mlen = m < 0 ? 0 : (size_t)m < sizeof msg ? (size_t)m : sizeof msg - 1;
+	size_t len = (size_t)n;
+
+	while (mlen && (msg[mlen - 1] == '\n' || msg[mlen - 1] == '\r'))
+		mlen--;
+	/* One event, one line: journald takes each line for an entry of its
+	 * own, so line breaks inside a message (a tool's stderr) become "\n". */
+	for (size_t i = 0; i < mlen && len < sizeof line - 3; i++) {
+		if (msg[i] == '\n' || msg[i] == '\r') {
+			line[len++] = '\\';
+			line[len++] = msg[i] == '\n' ? 'n' : 'r';
+		} else {
+			line[len++] = msg[i];
+		}
+	}
 	line[len++] = '\n';
 	ssize_t w = write(log_fd, line, len);
 	(void)w;

@@ -76,6 +76,7 @@ struct conn {
 	struct peer *peer;
 	struct event *timer;    /* header or idle timeout, see conn_arm() */
 	int partial;            /* a frame has started but not arrived whole */
+	struct conn *prev, *next;       /* the server's open connections */
 };
 
 /* What a cubin request asks of the assembler (owned strings). */
@@ -122,6 +123,7 @@ struct server {
 	struct flight *flights[FLIGHT_BUCKETS];
 	int nflights;
 	struct peer *peers;
+	struct conn *conns;     /* open connections (for a stop that drains) */
 	int nconns;
 	gid_t socket_gid;
 	int stopping;           /* SIGTERM: finishing in-flight compiles */
@@ -190,6 +192,12 @@ static void conn_close(struct conn *c)
 		event_free(c->timer);
 	c->timer = NULL;
 	c->srv->nconns--;
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		c->srv->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
 	if (c->peer) {
 		c->peer->conns--;
 		peer_put(c->srv, c->peer);
@@ -1074,9 +1082,11 @@ static void on_conn_timer(evutil_socket_t fd, short what, void *arg)
 static void on_conn_write(struct bufferevent *bev, void *arg)
 {
 	struct conn *c = arg;
+	struct server *s = c->srv;
 
 	if (c->state == CONN_CLOSING)
 		conn_close(c);
+	maybe_stop(s);
 }
 
 static void on_conn_event(struct bufferevent *bev, short what, void *arg)
@@ -1174,6 +1184,10 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 	}
 	s->n.connections++;
 	s->nconns++;
+	c->next = s->conns;
+	if (s->conns)
+		s->conns->prev = c;
+	s->conns = c;
 	c->peer = peer_get(s, cr.uid);
 	if (c->peer)
 		c->peer->conns++;
@@ -1239,11 +1253,16 @@ static void on_stop_deadline(evutil_socket_t fd, short what, void *arg)
 	event_base_loopexit(s->base, NULL);
 }
 
-/* While stopping: exit the loop once no compile is in flight. */
+/* While stopping: exit the loop once no compile is in flight and every
+ * reply has been written (on_conn_write() asks again as output drains). */
 static void maybe_stop(struct server *s)
 {
-	if (s->stopping && s->nflights == 0)
-		event_base_loopexit(s->base, NULL);
+	if (!s->stopping || s->nflights)
+		return;
+	for (struct conn *c = s->conns; c; c = c->next)
+		if (c->bev && evbuffer_get_length(bufferevent_get_output(c->bev)))
+			return;
+	event_base_loopexit(s->base, NULL);
 }
 
 /* SIGTERM, SIGINT: stop accepting, let in-flight compiles finish (up to
@@ -1260,7 +1279,11 @@ static void on_stop(evutil_socket_t sig, short what, void *arg)
 	log_info("signal %d: stopping; %d compiles in flight", (int)sig, s->nflights);
 	notify("STOPPING=1");
 	s->stopping = 1;
-	evconnlistener_disable(s->listener);
+	/* A socket of our own: new connections get "shutting down" (in
+	 * on_accept()). A socket from systemd stays with systemd: connections
+	 * wait there for the next start instead of failing. */
+	if (s->socket_from_systemd)
+		evconnlistener_disable(s->listener);
 	s->stop_timer = evtimer_new(s->base, on_stop_deadline, s);
 	if (s->stop_timer)
 		evtimer_add(s->stop_timer, &tv);
