@@ -245,7 +245,19 @@ static void conn_send(struct conn *c, const struct buf *out)
 		conn_close(c);
 		return;
 	}
-	if (bufferevent_write(c->bev, out->data, out->len) < 0) {
+	/* Nothing queued before it: write it now. bufferevent_write() would
+	 * copy it, turn EPOLLOUT on and send it on the next loop iterations,
+	 * 16 KB each, then turn EPOLLOUT off again (bench/NOTES.md). Only
+	 * what the socket does not take is queued; errors are left to the
+	 * bufferevent, which sees them on its own write. */
+	size_t off = 0;
+	if (evbuffer_get_length(o) == 0) {
+		ssize_t w = send(bufferevent_getfd(c->bev), out->data, out->len,
+				 MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (w > 0)
+			off = (size_t)w;
+	}
+	if (off < out->len && bufferevent_write(c->bev, out->data + off, out->len - off) < 0) {
 		log_warn("conn %llu: cannot queue reply; closing",
 			 (unsigned long long)c->serial);
 		conn_close(c);
@@ -1023,6 +1035,39 @@ out:
 
 /* ---- connections ---------------------------------------------------- */
 
+/*
+ * libevent 2.1 reads a socket 4 KB per loop iteration (EVBUFFER_MAX_READ),
+ * each costing epoll_wait, FIONREAD and readv: a 1 MB request took 256
+ * iterations (bench/NOTES.md). Once a header has said how long its frame
+ * is, read what the socket holds of the rest straight into the input
+ * buffer, at most READ_REST_CHUNK at a time and never beyond the frame, so
+ * nothing is allocated far ahead of what the client has sent.
+ */
+#define READ_REST_CHUNK (256 * 1024)
+static void read_rest(struct bufferevent *bev, struct evbuffer *in, size_t need)
+{
+	evutil_socket_t fd = bufferevent_getfd(bev);
+	size_t have = evbuffer_get_length(in);
+
+	/* The bufferevent keeps the end of its input frozen outside its own
+	 * reads; thaw it as bufferevent_readcb() does around evbuffer_read(). */
+	evbuffer_unfreeze(in, 0);
+	while (have < need) {
+		struct evbuffer_iovec v;
+		size_t want = need - have < READ_REST_CHUNK ? need - have : READ_REST_CHUNK;
+		if (evbuffer_reserve_space(in, (ev_ssize_t)want, &v, 1) < 1)
+			break;
+		ssize_t r = recv(fd, v.iov_base, want, MSG_DONTWAIT);
+		if (r <= 0)
+			break; /* EAGAIN, EOF, errors: the bufferevent sees them */
+		v.iov_len = (size_t)r;
+		if (evbuffer_commit_space(in, &v, 1) < 0)
+			break;
+		have += (size_t)r;
+	}
+	evbuffer_freeze(in, 0);
+}
+
 static void on_conn_read(struct bufferevent *bev, void *arg)
 {
 	struct conn *c = arg;
@@ -1042,7 +1087,11 @@ static void on_conn_read(struct bufferevent *bev, void *arg)
 			buf_free(&err);
 			break;
 		}
-		if (r == 0 || evbuffer_get_length(in) < FRAME_HDR_LEN + (size_t)h.len)
+		if (r == 0)
+			break;
+		if (evbuffer_get_length(in) < FRAME_HDR_LEN + (size_t)h.len)
+			read_rest(bev, in, FRAME_HDR_LEN + (size_t)h.len);
+		if (evbuffer_get_length(in) < FRAME_HDR_LEN + (size_t)h.len)
 			break;
 		unsigned char *all = evbuffer_pullup(in, FRAME_HDR_LEN + (ev_ssize_t)h.len);
 		if (!all) {
@@ -1191,6 +1240,8 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 	c->peer = peer_get(s, cr.uid);
 	if (c->peer)
 		c->peer->conns++;
+	/* What the socket did not take at once goes out as fast as it drains. */
+	bufferevent_set_max_single_write(c->bev, 1 << 20);
 	bufferevent_setcb(c->bev, on_conn_read, on_conn_write, on_conn_event, c);
 	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
 
