@@ -4,7 +4,7 @@
 
 LLVM_CONFIG ?= $(shell command -v llvm-config-22 || echo /usr/lib/llvm-22/bin/llvm-config)
 LLVM_BIN    := $(shell $(LLVM_CONFIG) --bindir 2>/dev/null)
-PKGS        := sqlite3 libevent msgpack libzstd libcrypto
+PKGS        := sqlite3 libevent msgpack libzstd libcrypto hiredis
 B           := build
 
 CC      ?= cc
@@ -35,7 +35,7 @@ LLVM_LIBS = $(shell $(LLVM_CONFIG) --link-static --ldflags --libs $(LLVM_COMPONE
 
 PROTO_SRC  := proto/buf.c proto/frame.c proto/msg.c proto/ptxas_args.c
 DAEMON_SRC := daemon/main.c daemon/config.c daemon/log.c daemon/server.c daemon/worker.c \
-              daemon/store.c daemon/key.c daemon/codegen.c daemon/cubin.c
+              daemon/store.c daemon/key.c daemon/codegen.c daemon/cubin.c daemon/l2.c
 DAEMON_CXX := daemon/llvm_shim.cpp
 CLIENT_SRC := client/lib.c
 CLI_SRC    := client/cli.c client/ptxas.c
@@ -97,11 +97,18 @@ $(B)/ptxcache: $(call obj,$(CLI_SRC)) $(B)/libptxcache.a
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lmsgpackc $(shell pkg-config --libs json-c 2>/dev/null)
 
 UNIT_SRC := $(wildcard tests/unit/*.c)
-$(B)/unit: $(call obj,$(UNIT_SRC) daemon/store.c daemon/key.c daemon/log.c $(PROTO_SRC))
+$(B)/unit: $(call obj,$(UNIT_SRC) daemon/store.c daemon/key.c daemon/log.c daemon/l2.c $(PROTO_SRC))
 	@echo "  LD  $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DEP_LIBS)
 $(call obj,$(UNIT_SRC)): CFLAGS += -I$(B)/gen
 $(call obj,$(UNIT_SRC)): $(B)/gen/schema.h
+
+# l2drive: daemon/l2.c on its own against a live Redis, driven line by line
+# by tests/test_l2_live.py.
+all: $(B)/l2drive
+$(B)/l2drive: $(call obj,tests/tools/l2drive.c daemon/l2.c daemon/log.c proto/buf.c)
+	@echo "  LD  $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DEP_LIBS)
 
 # Fuzz harnesses (tests/fuzz/). Every `make test` replays their seed
 # corpora through replay_* (the normal compiler: no clang needed);

@@ -1,0 +1,1066 @@
+/*
+ * l2: the shared second tier on Redis; see l2.h for the contract.
+ *
+ * What: one hiredis asynchronous connection per daemon, on the master's
+ * libevent loop. l2_get() sends GETRANGE prefix+hex 0 max_value and opens
+ * the envelope in the reply; l2_put() seals the value and sends SET in the
+ * background. Nothing else is ever sent but AUTH and SELECT when the
+ * connection opens (and nothing but those four commands needs the ACL).
+ *
+ * Why it is built this way:
+ *  - hiredis 0.14 has no timeouts in its asynchronous API, so every command
+ *    and every connect carries a libevent timer of ours. A command that
+ *    times out drops the whole connection with redisAsyncFree() (not
+ *    redisAsyncDisconnect(), which waits politely for the pending replies
+ *    of a server that is not answering): the replies still owed on it can
+ *    never be matched to newer requests, and each pending command is
+ *    completed exactly once, as a timeout.
+ *  - A command is completed (counted, its callback called) exactly once,
+ *    by whichever comes first: its reply, its timer, or the end of its
+ *    connection; hiredis calls our reply callback exactly once too (with a
+ *    NULL reply when the connection goes away), so a command holds two
+ *    references, one for each, and is freed when both are gone.
+ *  - GETRANGE rather than GET: Redis itself then sends at most max_value+1
+ *    bytes, so a huge value planted under our prefix cannot make every node
+ *    buffer it (a missing key reads as "", which no envelope is).
+ *  - Hostnames are resolved once, in l2_new(): hiredis 0.14 calls
+ *    getaddrinfo() on every connect, which would block the loop.
+ *  - Circuit breaker: L2_TRIP consecutive failures (errors or timeouts)
+ *    open it for a period (1 s, doubling on each failed probe up to 30 s);
+ *    while open, gets answer "not found" at once and puts are dropped;
+ *    after the period the next request is a probe (half-open), and only
+ *    its outcome counts: success closes the breaker, failure reopens it.
+ *    Connections are made on demand, so the breaker is also the reconnect
+ *    back-off. Replies that arrive but do not verify are Redis working as
+ *    asked (someone else's data is wrong): counted as rejects, not failures.
+ *  - The envelope is verified before any byte of it is used, and every
+ *    length is checked against the bytes that remain before it is read.
+ *
+ * Never: block the loop; trust a byte from Redis before its HMAC verifies;
+ * log the secret, a password, or a value; answer a request from a value
+ * that failed any check; call a callback twice.
+ *
+ * Envelope (all integers big-endian):
+ *   "PXL2" | version u8 (1) | kind u8 | status i32 | identity_len u16 |
+ *   identity | data_len u32 | data | log_len u32 | log |
+ *   HMAC-SHA-256(secret, key[32] || every byte above)
+ */
+#include "daemon/l2.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <hiredis/hiredis.h>
+#include <hiredis/async.h>
+#include <hiredis/adapters/libevent.h>
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
+
+#include "daemon/log.h"
+
+#define L2_MAGIC "PXL2"
+#define L2_VERSION 1
+#define L2_MAC_LEN 32
+/* magic, version, kind, status, identity_len, data_len, log_len */
+#define L2_FIXED (4 + 1 + 1 + 4 + 2 + 4 + 4)
+#define L2_SECRET_MAX 4096
+#define L2_PREFIX_MAX 256
+#define L2_TRIP 5                       /* consecutive failures to open */
+#define L2_OPEN_MS 1000                 /* first open period */
+#define L2_OPEN_MAX_MS 30000            /* cap of the doubling */
+#define L2_DEFAULT_TIMEOUT_MS 50
+#define L2_DEFAULT_MAX_VALUE (64LL << 20)
+
+enum outcome { OUT_HIT, OUT_MISS, OUT_REJECT, OUT_WRITTEN, OUT_ERROR, OUT_TIMEOUT };
+enum breaker { BR_CLOSED, BR_OPEN, BR_HALF_OPEN };
+
+struct l2_cmd {
+	struct l2 *l2;
+	redisAsyncContext *ac;          /* the connection it went out on */
+	struct l2_cmd *prev, *next;     /* l2->pending, until completed */
+	struct event *timer;
+	l2_get_cb cb;                   /* NULL: a put */
+	void *arg;
+	unsigned char key[32];
+	int refs;                       /* completion + hiredis's callback */
+	int completed;
+	int probe;                      /* the half-open breaker's probe */
+	int fail;                       /* how a NULL reply counts */
+};
+
+struct l2 {
+	struct event_base *base;
+	/* Where Redis is; where is for log lines (never credentials). */
+	char *path;                     /* Unix socket, or NULL for TCP */
+	char host[NI_MAXHOST];          /* numeric, resolved in l2_new() */
+	int port;
+	int db;
+	char *user, *password;          /* AUTH, when the URL has them */
+	char *where;
+
+	unsigned char secret[L2_SECRET_MAX];
+	size_t secret_len;
+	char *prefix;
+	char *identity;
+	int read_only;
+	int connect_timeout_ms, command_timeout_ms;
+	int64_t max_value;
+	char range_end[24];             /* max_value, for GETRANGE */
+
+	redisAsyncContext *ac;          /* NULL: not connected */
+	int connected;
+	struct event *connect_timer;
+	struct l2_cmd *pending;
+
+	enum breaker state;
+	int failures;                   /* consecutive, while closed */
+	int probing;                    /* a probe is out */
+	int64_t open_until_us;
+	int64_t period_ms;
+	char last_error[160];
+
+	int64_t reject_log_us;          /* rate limit of reject log lines */
+	int64_t rejects_unlogged;
+	int freeing;
+
+	struct l2_counters n;
+};
+
+static int64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void ms_to_tv(int64_t ms, struct timeval *tv)
+{
+	tv->tv_sec = (time_t)(ms / 1000);
+	tv->tv_usec = (suseconds_t)(ms % 1000 * 1000);
+}
+
+static void note_error(struct l2 *l2, const char *what)
+{
+	snprintf(l2->last_error, sizeof l2->last_error, "%s",
+		 what && *what ? what : "unknown error");
+}
+
+/* ---- the envelope ------------------------------------------------------ */
+
+static void put_be(unsigned char *p, uint64_t v, int n)
+{
+	for (int i = n - 1; i >= 0; i--, v >>= 8)
+		p[i] = (unsigned char)v;
+}
+
+static uint64_t get_be(const unsigned char *p, int n)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < n; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* HMAC-SHA-256(secret, key || body) into out. 0, or -1 if OpenSSL fails. */
+static int mac(const void *secret, size_t secret_len, const unsigned char key[32],
+	       const void *body, size_t body_len, unsigned char out[L2_MAC_LEN])
+{
+	EVP_MAC *m = EVP_MAC_fetch(NULL, "HMAC", NULL);
+	EVP_MAC_CTX *c = m ? EVP_MAC_CTX_new(m) : NULL;
+	OSSL_PARAM params[] = {
+		OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0),
+		OSSL_PARAM_construct_end(),
+	};
+	size_t n = 0;
+	int ok = c && secret_len > 0 &&
+		 EVP_MAC_init(c, secret, secret_len, params) == 1 &&
+		 EVP_MAC_update(c, key, 32) == 1 &&
+		 EVP_MAC_update(c, body, body_len) == 1 &&
+		 EVP_MAC_final(c, out, &n, L2_MAC_LEN) == 1 && n == L2_MAC_LEN;
+
+	EVP_MAC_CTX_free(c);
+	EVP_MAC_free(m);
+	return ok ? 0 : -1;
+}
+
+/* The sealed size of v, or 0 if a field is too long for the envelope. */
+static size_t sealed_len(const struct l2_value *v, size_t id_len)
+{
+	if (id_len > UINT16_MAX || v->data_len > UINT32_MAX || v->log_len > UINT32_MAX)
+		return 0;
+	return L2_FIXED + id_len + v->data_len + v->log_len + L2_MAC_LEN;
+}
+
+int l2_seal(const unsigned char key[32], const struct l2_value *v,
+	    const char *identity, const void *secret, size_t secret_len,
+	    struct buf *out)
+{
+	size_t id_len = identity ? strlen(identity) : 0;
+	size_t total = sealed_len(v, id_len);
+	unsigned char *p;
+
+	buf_reset(out);
+	if (!total || v->kind < 0 || v->kind > 255 || !secret_len ||
+	    buf_reserve(out, total) < 0)
+		return -1;
+	p = (unsigned char *)out->data;
+	memcpy(p, L2_MAGIC, 4);
+	p[4] = L2_VERSION;
+	p[5] = (unsigned char)v->kind;
+	put_be(p + 6, (uint32_t)v->status, 4);
+	put_be(p + 10, id_len, 2);
+	p += 12;
+	if (id_len)
+		memcpy(p, identity, id_len);
+	p += id_len;
+	put_be(p, v->data_len, 4);
+	p += 4;
+	if (v->data_len)
+		memcpy(p, v->data, v->data_len);
+	p += v->data_len;
+	put_be(p, v->log_len, 4);
+	p += 4;
+	if (v->log_len)
+		memcpy(p, v->log, v->log_len);
+	p += v->log_len;
+	if (mac(secret, secret_len, key, out->data, total - L2_MAC_LEN, p) < 0)
+		return -1;
+	out->len = total;
+	out->data[total] = '\0';
+	return 0;
+}
+
+int l2_open(const unsigned char key[32], const void *bytes, size_t len,
+	    const char *identity, const void *secret, size_t secret_len,
+	    struct l2_value *v, const char **why)
+{
+	const unsigned char *p = bytes;
+	size_t id_len, data_len, log_len, off;
+	size_t want_id_len = identity ? strlen(identity) : 0;
+	unsigned char want[L2_MAC_LEN];
+
+	memset(v, 0, sizeof *v);
+	/* The framing first: magic and version say how to read the rest. */
+	if (!p || len < 4) {
+		*why = "bad length";
+		return -1;
+	}
+	if (memcmp(p, L2_MAGIC, 4)) {
+		*why = "bad magic";
+		return -1;
+	}
+	if (len < 5) {
+		*why = "bad length";
+		return -1;
+	}
+	if (p[4] != L2_VERSION) {
+		*why = "wrong version";
+		return -1;
+	}
+	/* Every length against what remains, before it is used. */
+	*why = "bad length";
+	if (len < L2_FIXED + L2_MAC_LEN)
+		return -1;
+	len -= L2_MAC_LEN;              /* the body; the mac follows it */
+	id_len = (size_t)get_be(p + 10, 2);
+	off = 12;
+	if (id_len > len - off)
+		return -1;
+	off += id_len;
+	if (4 > len - off)
+		return -1;
+	data_len = (size_t)get_be(p + off, 4);
+	off += 4;
+	if (data_len > len - off)
+		return -1;
+	off += data_len;
+	if (4 > len - off)
+		return -1;
+	log_len = (size_t)get_be(p + off, 4);
+	off += 4;
+	if (log_len != len - off)
+		return -1;
+
+	/* Then the mac, over the key and the whole body, in constant time. */
+	*why = "bad hmac";
+	if (mac(secret, secret_len, key, p, len, want) < 0 ||
+	    CRYPTO_memcmp(want, p + len, L2_MAC_LEN))
+		return -1;
+
+	/* Authentic from here on; still ours? */
+	if (id_len != want_id_len || (id_len && memcmp(p + 12, identity, id_len))) {
+		*why = "wrong identity";
+		return -1;
+	}
+	if (p[5] != 1 && p[5] != 2) {   /* STORE_PTX, STORE_CUBIN */
+		*why = "bad kind";
+		return -1;
+	}
+	v->kind = p[5];
+	v->status = (int)(int32_t)(uint32_t)get_be(p + 6, 4);
+	off = 12 + id_len + 4;
+	v->data = p + off;
+	v->data_len = data_len;
+	off += data_len + 4;
+	v->log = (const char *)p + off;
+	v->log_len = log_len;
+	*why = NULL;
+	return 0;
+}
+
+/* ---- configuration ----------------------------------------------------- */
+
+static int read_secret(struct l2 *l2, const char *path, struct buf *err)
+{
+	unsigned char tmp[L2_SECRET_MAX + 2];
+	size_t n = 0;
+	int fd;
+
+	if (!path || !*path) {
+		buf_printf(err, "l2 needs a secret file (l2-secret-file)");
+		return -1;
+	}
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		buf_printf(err, "cannot read l2 secret '%s': %s", path, strerror(errno));
+		return -1;
+	}
+	while (n < sizeof tmp) {
+		ssize_t r = read(fd, tmp + n, sizeof tmp - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			buf_printf(err, "cannot read l2 secret '%s': %s", path, strerror(errno));
+			close(fd);
+			OPENSSL_cleanse(tmp, sizeof tmp);
+			return -1;
+		}
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	close(fd);
+	if (n && tmp[n - 1] == '\n')
+		n--;
+	if (n && tmp[n - 1] == '\r')
+		n--;
+	if (n > L2_SECRET_MAX)
+		buf_printf(err, "l2 secret '%s' is longer than %d bytes", path, L2_SECRET_MAX);
+	else if (n == 0)
+		buf_printf(err, "l2 secret '%s' is empty", path);
+	else
+		memcpy(l2->secret, tmp, n);
+	OPENSSL_cleanse(tmp, sizeof tmp);
+	if (n == 0 || n > L2_SECRET_MAX)
+		return -1;
+	l2->secret_len = n;
+	return 0;
+}
+
+/* The URL as it may be shown: credentials replaced by "***". */
+static void redacted(const char *url, struct buf *out)
+{
+	const char *auth = strncmp(url, "redis://", 8) ? NULL : url + 8;
+	const char *end = auth ? auth + strcspn(auth, "/") : NULL;
+	const char *at = NULL;
+
+	for (const char *q = auth; q && q < end; q++)
+		if (*q == '@')
+			at = q;
+	if (at)
+		buf_printf(out, "redis://***%s", at);
+	else
+		buf_puts(out, url);
+}
+
+static int hexval(int c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 :
+	       c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* Percent-decode [s, e) into a new string; NULL if malformed or no memory. */
+static char *pct_decode(const char *s, const char *e)
+{
+	char *out = malloc((size_t)(e - s) + 1), *o = out;
+
+	if (!out)
+		return NULL;
+	while (s < e) {
+		if (*s == '%') {
+			int h, l;
+			if (e - s < 3 || (h = hexval(s[1])) < 0 || (l = hexval(s[2])) < 0) {
+				free(out);
+				return NULL;
+			}
+			*o++ = (char)(h << 4 | l);
+			s += 3;
+		} else {
+			*o++ = *s++;
+		}
+	}
+	*o = '\0';
+	return out;
+}
+
+static int parse_num(const char *s, const char *e, long max, long *out)
+{
+	long v = 0;
+
+	if (s == e)
+		return -1;
+	for (; s < e; s++) {
+		if (*s < '0' || *s > '9')
+			return -1;
+		v = v * 10 + (*s - '0');
+		if (v > max)
+			return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+/* Fill where to connect from url; resolves a hostname (once, here). */
+static int parse_url(struct l2 *l2, const char *url, struct buf *err)
+{
+	struct buf shown = BUF_INIT;
+	const char *auth, *end, *at = NULL, *host, *hend, *colon;
+	long port = 6379, db = 0;
+	struct sockaddr_un sa;
+	int rc = -1;
+
+	if (!url || !*url) {
+		buf_printf(err, "l2 needs a URL: redis://host:port/db or a Unix socket path");
+		return -1;
+	}
+	redacted(url, &shown);
+	if (url[0] == '/' || !strncmp(url, "unix:", 5)) {
+		const char *path = url[0] == '/' ? url : !strncmp(url, "unix://", 7) ? url + 7 : url + 5;
+		if (!*path || strlen(path) >= sizeof sa.sun_path) {
+			buf_printf(err, "bad l2 socket path '%s'", path);
+			goto out;
+		}
+		if (!(l2->path = strdup(path)))
+			goto oom;
+		buf_reset(&shown);
+		buf_printf(&shown, "unix:%s", path);
+		rc = 0;
+		goto out;
+	}
+	if (strncmp(url, "redis://", 8)) {
+		buf_printf(err, "bad l2 URL '%s': expected redis://host:port/db or a Unix socket path",
+			   shown.data);
+		goto out;
+	}
+	auth = url + 8;
+	end = auth + strcspn(auth, "/");
+	for (const char *q = auth; q < end; q++)
+		if (*q == '@')
+			at = q;
+	if (at) {
+		const char *c = memchr(auth, ':', (size_t)(at - auth));
+		if (!c) {
+			buf_printf(err, "bad l2 URL '%s': credentials are user:password or :password",
+				   shown.data);
+			goto out;
+		}
+		if (c > auth && !(l2->user = pct_decode(auth, c)))
+			goto badurl;
+		if (!(l2->password = pct_decode(c + 1, at)))
+			goto badurl;
+		host = at + 1;
+	} else {
+		host = auth;
+	}
+	if (*host == '[') {
+		hend = memchr(host, ']', (size_t)(end - host));
+		if (!hend)
+			goto badurl;
+		colon = hend + 1 < end && hend[1] == ':' ? hend + 1 : NULL;
+		if (hend + 1 < end && !colon)
+			goto badurl;
+		host++;
+	} else {
+		colon = memchr(host, ':', (size_t)(end - host));
+		hend = colon ? colon : end;
+	}
+	if (hend == host || (size_t)(hend - host) >= sizeof l2->host)
+		goto badurl;
+	if (colon && parse_num(colon + 1, end, 65535, &port) < 0)
+		goto badurl;
+	if (port == 0)
+		goto badurl;
+	if (*end == '/' && end[1] && parse_num(end + 1, end + strlen(end), 1L << 30, &db) < 0)
+		goto badurl;
+	l2->port = (int)port;
+	l2->db = (int)db;
+
+	/* hiredis 0.14 resolves on every connect, blocking: resolve once now
+	 * and hand it the numeric address. IPv4 first, as hiredis would. */
+	{
+		char name[NI_MAXHOST];
+		struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res = NULL;
+		int e;
+
+		memcpy(name, host, (size_t)(hend - host));
+		name[hend - host] = '\0';
+		hints.ai_family = AF_INET;
+		e = getaddrinfo(name, NULL, &hints, &res);
+		if (e) {
+			hints.ai_family = AF_INET6;
+			e = getaddrinfo(name, NULL, &hints, &res);
+		}
+		if (e) {
+			buf_printf(err, "cannot resolve l2 host '%s': %s", name, gai_strerror(e));
+			goto out;
+		}
+		e = getnameinfo(res->ai_addr, res->ai_addrlen, l2->host, sizeof l2->host,
+				NULL, 0, NI_NUMERICHOST);
+		freeaddrinfo(res);
+		if (e) {
+			buf_printf(err, "cannot resolve l2 host '%s': %s", name, gai_strerror(e));
+			goto out;
+		}
+		buf_reset(&shown);
+		buf_printf(&shown, "redis://%s:%d/%d", name, l2->port, l2->db);
+	}
+	rc = 0;
+	goto out;
+badurl:
+	buf_printf(err, "bad l2 URL '%s': expected redis://[user:password@]host[:port][/db]",
+		   shown.data);
+	goto out;
+oom:
+	buf_printf(err, "out of memory");
+out:
+	if (rc == 0 && !(l2->where = buf_detach(&shown, NULL))) {
+		buf_printf(err, "out of memory");
+		rc = -1;
+	}
+	buf_free(&shown);
+	return rc;
+}
+
+/* ---- the breaker ------------------------------------------------------- */
+
+/* May a request go to Redis now? Sets *probe for the half-open probe. */
+static int admit(struct l2 *l2, int *probe)
+{
+	*probe = 0;
+	switch (l2->state) {
+	case BR_CLOSED:
+		return 1;
+	case BR_OPEN:
+		if (now_us() < l2->open_until_us)
+			return 0;
+		l2->state = BR_HALF_OPEN;
+		l2->probing = 0;
+		/* fall through */
+	case BR_HALF_OPEN:
+		if (l2->probing)
+			return 0;
+		l2->probing = 1;
+		*probe = 1;
+		return 1;
+	}
+	return 0;
+}
+
+static void breaker_open(struct l2 *l2)
+{
+	l2->state = BR_OPEN;
+	l2->probing = 0;
+	l2->failures = 0;
+	l2->open_until_us = now_us() + l2->period_ms * 1000;
+	l2->n.breaker_opens++;
+	log_warn("l2: %s: %s; going on without it for %.1f s", l2->where,
+		 l2->last_error, l2->period_ms / 1000.0);
+	l2->period_ms = l2->period_ms * 2 > L2_OPEN_MAX_MS ? L2_OPEN_MAX_MS : l2->period_ms * 2;
+}
+
+static void breaker_note(struct l2 *l2, int probe, int ok)
+{
+	if (probe) {
+		if (ok) {
+			l2->state = BR_CLOSED;
+			l2->probing = 0;
+			l2->failures = 0;
+			l2->period_ms = L2_OPEN_MS;
+			log_info("l2: %s answers again", l2->where);
+		} else {
+			breaker_open(l2);
+		}
+		return;
+	}
+	if (l2->state != BR_CLOSED)
+		return;                 /* sent before it opened: moot now */
+	if (ok)
+		l2->failures = 0;
+	else if (++l2->failures >= L2_TRIP)
+		breaker_open(l2);
+}
+
+/* ---- commands ---------------------------------------------------------- */
+
+static void cmd_unref(struct l2_cmd *cmd)
+{
+	if (--cmd->refs > 0)
+		return;
+	if (cmd->timer)
+		event_free(cmd->timer);
+	free(cmd);
+}
+
+static void log_reject(struct l2 *l2, const unsigned char key[32], const char *why)
+{
+	int64_t now = now_us();
+	char hex[65];
+
+	if (now < l2->reject_log_us) {
+		l2->rejects_unlogged++;
+		return;
+	}
+	for (int i = 0; i < 32; i++)
+		snprintf(hex + 2 * i, 3, "%02x", key[i]);
+	if (l2->rejects_unlogged)
+		log_warn("l2: rejected the value of %s from %s: %s (and %lld more since the "
+			 "last report)", hex, l2->where, why, (long long)l2->rejects_unlogged);
+	else
+		log_warn("l2: rejected the value of %s from %s: %s", hex, l2->where, why);
+	l2->rejects_unlogged = 0;
+	l2->reject_log_us = now + 1000000;
+}
+
+/* Finish cmd once: count it, feed the breaker, call back. */
+static void complete(struct l2_cmd *cmd, enum outcome o, const struct l2_value *v)
+{
+	struct l2 *l2 = cmd->l2;
+
+	if (cmd->completed)
+		return;
+	cmd->completed = 1;
+	if (cmd->timer)
+		evtimer_del(cmd->timer);
+	if (cmd->prev)
+		cmd->prev->next = cmd->next;
+	else
+		l2->pending = cmd->next;
+	if (cmd->next)
+		cmd->next->prev = cmd->prev;
+	cmd->prev = cmd->next = NULL;
+
+	if (!l2->freeing) {
+		switch (o) {
+		case OUT_HIT:     l2->n.hits++; break;
+		case OUT_MISS:    l2->n.misses++; break;
+		case OUT_REJECT:  l2->n.rejects++; break;
+		case OUT_WRITTEN: l2->n.writes++; break;
+		case OUT_ERROR:   l2->n.errors++; break;
+		case OUT_TIMEOUT: l2->n.timeouts++; break;
+		}
+		breaker_note(l2, cmd->probe, o != OUT_ERROR && o != OUT_TIMEOUT);
+	}
+	if (cmd->cb)
+		cmd->cb(cmd->arg, o == OUT_HIT, o == OUT_HIT ? v : NULL);
+	cmd_unref(cmd);
+}
+
+/* Close the connection now. Its pending commands complete as how (their
+ * NULL replies, run by redisAsyncFree(), now or when hiredis returns from
+ * the callback it is in). */
+static void drop_connection(struct l2 *l2, enum outcome how)
+{
+	redisAsyncContext *ac = l2->ac;
+
+	if (!ac)
+		return;
+	l2->ac = NULL;
+	l2->connected = 0;
+	evtimer_del(l2->connect_timer);
+	for (struct l2_cmd *c = l2->pending; c; c = c->next)
+		if (c->ac == ac)
+			c->fail = how;
+	redisAsyncFree(ac);
+}
+
+static void on_reply(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct l2_cmd *cmd = privdata;
+	struct l2 *l2 = cmd->l2;
+	redisReply *reply = r;
+	struct l2_value v;
+	const char *why;
+
+	if (cmd->completed) {
+		/* Timed out or dropped already: a stale reply, ignored. */
+	} else if (!reply) {
+		/* The connection went away under it. */
+		if (l2->ac == ac) {
+			l2->ac = NULL;
+			l2->connected = 0;
+			evtimer_del(l2->connect_timer);
+		}
+		if (ac->err)
+			note_error(l2, ac->errstr);
+		complete(cmd, cmd->fail, NULL);
+	} else if (reply->type == REDIS_REPLY_ERROR) {
+		note_error(l2, reply->str);
+		complete(cmd, OUT_ERROR, NULL);
+	} else if (!cmd->cb) {
+		if (reply->type == REDIS_REPLY_STATUS) {
+			complete(cmd, OUT_WRITTEN, NULL);
+		} else {
+			note_error(l2, "unexpected reply to SET");
+			complete(cmd, OUT_ERROR, NULL);
+		}
+	} else if (reply->type == REDIS_REPLY_NIL ||
+		   (reply->type == REDIS_REPLY_STRING && reply->len == 0)) {
+		complete(cmd, OUT_MISS, NULL);
+	} else if (reply->type != REDIS_REPLY_STRING) {
+		note_error(l2, "unexpected reply to GETRANGE");
+		complete(cmd, OUT_ERROR, NULL);
+	} else if ((int64_t)reply->len > l2->max_value) {
+		log_reject(l2, cmd->key, "larger than l2-max-value");
+		complete(cmd, OUT_REJECT, NULL);
+	} else if (l2_open(cmd->key, reply->str, reply->len, l2->identity,
+			   l2->secret, l2->secret_len, &v, &why) < 0) {
+		log_reject(l2, cmd->key, why);
+		complete(cmd, OUT_REJECT, NULL);
+	} else {
+		complete(cmd, OUT_HIT, &v);
+	}
+	cmd_unref(cmd);
+}
+
+/* AUTH and SELECT: a failure drops the connection (and with it the
+ * commands queued behind them). */
+static void on_setup_reply(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct l2 *l2 = privdata;
+	redisReply *reply = r;
+
+	if (reply && reply->type == REDIS_REPLY_ERROR && l2->ac == ac) {
+		note_error(l2, reply->str);
+		drop_connection(l2, OUT_ERROR);
+	}
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+	struct l2 *l2 = ac->data;
+
+	if (l2->ac != ac)
+		return;
+	evtimer_del(l2->connect_timer);
+	if (status == REDIS_OK) {
+		l2->connected = 1;
+		return;
+	}
+	/* hiredis frees it after this returns; its commands fail then. */
+	note_error(l2, ac->errstr);
+	l2->ac = NULL;
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+	struct l2 *l2 = ac->data;
+
+	if (l2->ac != ac)
+		return;
+	if (status != REDIS_OK)
+		note_error(l2, ac->errstr);
+	l2->ac = NULL;
+	l2->connected = 0;
+	evtimer_del(l2->connect_timer);
+}
+
+static void on_connect_timeout(evutil_socket_t fd, short what, void *arg)
+{
+	struct l2 *l2 = arg;
+
+	if (l2->ac && !l2->connected) {
+		snprintf(l2->last_error, sizeof l2->last_error,
+			 "no connection within %d ms", l2->connect_timeout_ms);
+		drop_connection(l2, OUT_TIMEOUT);
+	}
+}
+
+static void on_cmd_timeout(evutil_socket_t fd, short what, void *arg)
+{
+	struct l2_cmd *cmd = arg;
+	struct l2 *l2 = cmd->l2;
+
+	snprintf(l2->last_error, sizeof l2->last_error, "no answer within %d ms",
+		 l2->command_timeout_ms);
+	if (cmd->ac && cmd->ac == l2->ac) {
+		drop_connection(l2, OUT_TIMEOUT);   /* completes cmd too */
+	} else {
+		/* Its connection is already going; hiredis still owes it its
+		 * NULL reply, which will find it completed. */
+		complete(cmd, OUT_TIMEOUT, NULL);
+	}
+}
+
+/* Open the connection (it completes in the background). 0 or -1. */
+static int l2_connect(struct l2 *l2)
+{
+	redisAsyncContext *ac;
+	struct timeval tv;
+
+	ac = l2->path ? redisAsyncConnectUnix(l2->path) : redisAsyncConnect(l2->host, l2->port);
+	if (!ac) {
+		note_error(l2, "out of memory");
+		return -1;
+	}
+	if (ac->err) {
+		note_error(l2, ac->errstr);
+		redisAsyncFree(ac);
+		return -1;
+	}
+	ac->data = l2;
+	if (redisLibeventAttach(ac, l2->base) != REDIS_OK) {
+		note_error(l2, "cannot attach to the event loop");
+		redisAsyncFree(ac);
+		return -1;
+	}
+	redisAsyncSetConnectCallback(ac, on_connect);
+	redisAsyncSetDisconnectCallback(ac, on_disconnect);
+	l2->ac = ac;
+	l2->connected = 0;
+	/* Queued now, sent first: pipelined ahead of every command. */
+	if (l2->password) {
+		const char *argv[3] = { "AUTH", l2->user ? l2->user : l2->password, l2->password };
+		redisAsyncCommandArgv(ac, on_setup_reply, l2, l2->user ? 3 : 2, argv, NULL);
+	}
+	if (l2->db) {
+		char db[16];
+		const char *argv[2] = { "SELECT", db };
+		snprintf(db, sizeof db, "%d", l2->db);
+		redisAsyncCommandArgv(ac, on_setup_reply, l2, 2, argv, NULL);
+	}
+	ms_to_tv(l2->connect_timeout_ms, &tv);
+	evtimer_add(l2->connect_timer, &tv);
+	return 0;
+}
+
+/* Send one command for cmd (which the caller has set up); on any failure
+ * to send, cmd completes as an error at once. */
+static void send_cmd(struct l2 *l2, struct l2_cmd *cmd, int argc, const char **argv,
+		     const size_t *argvlen, int64_t timeout_ms)
+{
+	struct timeval tv;
+
+	cmd->next = l2->pending;
+	if (l2->pending)
+		l2->pending->prev = cmd;
+	l2->pending = cmd;
+	/* A connection hiredis is tearing down takes no commands. */
+	if (l2->ac && (l2->ac->c.flags & (REDIS_DISCONNECTING | REDIS_FREEING)))
+		l2->ac = NULL;
+	if (!l2->ac && l2_connect(l2) < 0) {
+		complete(cmd, OUT_ERROR, NULL);
+		return;
+	}
+	if (!(cmd->timer = evtimer_new(l2->base, on_cmd_timeout, cmd))) {
+		note_error(l2, "out of memory");
+		complete(cmd, OUT_ERROR, NULL);
+		return;
+	}
+	if (redisAsyncCommandArgv(l2->ac, on_reply, cmd, argc, argv, argvlen) != REDIS_OK) {
+		note_error(l2, "cannot queue a command");
+		complete(cmd, OUT_ERROR, NULL);
+		return;
+	}
+	cmd->ac = l2->ac;
+	cmd->refs++;                    /* hiredis's callback */
+	ms_to_tv(timeout_ms, &tv);
+	evtimer_add(cmd->timer, &tv);
+}
+
+/* A request that could not even be set up (no memory): an error. */
+static void fail_unsent(struct l2 *l2, int probe)
+{
+	note_error(l2, "out of memory");
+	l2->n.errors++;
+	breaker_note(l2, probe, 0);
+}
+
+static struct l2_cmd *cmd_new(struct l2 *l2, const unsigned char key[32], int probe,
+			      l2_get_cb cb, void *arg)
+{
+	struct l2_cmd *cmd = calloc(1, sizeof *cmd);
+
+	if (!cmd)
+		return NULL;
+	cmd->l2 = l2;
+	cmd->cb = cb;
+	cmd->arg = arg;
+	cmd->probe = probe;
+	cmd->refs = 1;                  /* until completed */
+	cmd->fail = OUT_ERROR;
+	memcpy(cmd->key, key, 32);
+	return cmd;
+}
+
+/* prefix + 64 hex digits into name (L2_PREFIX_MAX + 65 bytes). */
+static size_t redis_key(const struct l2 *l2, const unsigned char key[32], char *name)
+{
+	size_t n = strlen(l2->prefix);
+
+	memcpy(name, l2->prefix, n);
+	for (int i = 0; i < 32; i++)
+		snprintf(name + n + 2 * i, 3, "%02x", key[i]);
+	return n + 64;
+}
+
+void l2_get(struct l2 *l2, const unsigned char key[32], l2_get_cb cb, void *arg)
+{
+	char name[L2_PREFIX_MAX + 65];
+	const char *argv[4];
+	size_t argvlen[4];
+	struct l2_cmd *cmd;
+	int probe;
+
+	if (!admit(l2, &probe)) {
+		cb(arg, 0, NULL);
+		return;
+	}
+	if (!(cmd = cmd_new(l2, key, probe, cb, arg))) {
+		fail_unsent(l2, probe);
+		cb(arg, 0, NULL);
+		return;
+	}
+	argv[0] = "GETRANGE";
+	argvlen[0] = 8;
+	argv[1] = name;
+	argvlen[1] = redis_key(l2, key, name);
+	argv[2] = "0";
+	argvlen[2] = 1;
+	argv[3] = l2->range_end;
+	argvlen[3] = strlen(l2->range_end);
+	send_cmd(l2, cmd, 4, argv, argvlen, l2->command_timeout_ms);
+}
+
+void l2_put(struct l2 *l2, const unsigned char key[32], const struct l2_value *v)
+{
+	char name[L2_PREFIX_MAX + 65];
+	const char *argv[3];
+	size_t argvlen[3], total;
+	struct buf sealed = BUF_INIT;
+	struct l2_cmd *cmd;
+	int probe;
+
+	if (l2->read_only)
+		return;
+	total = sealed_len(v, strlen(l2->identity));
+	if (!total || (int64_t)total > l2->max_value) {
+		log_debug("l2: not publishing a %zu-byte value (l2-max-value %lld)",
+			  v->data_len + v->log_len, (long long)l2->max_value);
+		return;
+	}
+	if (!admit(l2, &probe))
+		return;
+	if (!(cmd = cmd_new(l2, key, probe, NULL, NULL)) ||
+	    l2_seal(key, v, l2->identity, l2->secret, l2->secret_len, &sealed) < 0) {
+		free(cmd);
+		buf_free(&sealed);
+		fail_unsent(l2, probe);
+		return;
+	}
+	argv[0] = "SET";
+	argvlen[0] = 3;
+	argv[1] = name;
+	argvlen[1] = redis_key(l2, key, name);
+	argv[2] = sealed.data;
+	argvlen[2] = sealed.len;
+	/* hiredis copies the command into its output buffer. A large value
+	 * takes longer to send: 1 ms more per 256 KiB. */
+	send_cmd(l2, cmd, 3, argv, argvlen,
+		 l2->command_timeout_ms + (int64_t)(sealed.len >> 18));
+	buf_free(&sealed);
+}
+
+void l2_counters(struct l2 *l2, struct l2_counters *c)
+{
+	*c = l2->n;
+	c->breaker_open = l2->state != BR_CLOSED;
+}
+
+struct l2 *l2_new(struct event_base *base, const struct l2_config *cfg, struct buf *err)
+{
+	struct l2 *l2 = calloc(1, sizeof *l2);
+	const char *prefix = cfg->prefix ? cfg->prefix : "ptxcache:";
+	const char *identity = cfg->identity ? cfg->identity : "";
+
+	if (!l2) {
+		buf_printf(err, "out of memory");
+		return NULL;
+	}
+	l2->base = base;
+	l2->read_only = cfg->read_only;
+	l2->connect_timeout_ms = cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms :
+				 L2_DEFAULT_TIMEOUT_MS;
+	l2->command_timeout_ms = cfg->command_timeout_ms > 0 ? cfg->command_timeout_ms :
+				 L2_DEFAULT_TIMEOUT_MS;
+	l2->max_value = cfg->max_value > 0 ? cfg->max_value : L2_DEFAULT_MAX_VALUE;
+	snprintf(l2->range_end, sizeof l2->range_end, "%lld", (long long)l2->max_value);
+	l2->period_ms = L2_OPEN_MS;
+	l2->state = BR_CLOSED;
+	if (strlen(prefix) > L2_PREFIX_MAX) {
+		buf_printf(err, "l2 prefix is longer than %d bytes", L2_PREFIX_MAX);
+		goto fail;
+	}
+	if (strlen(identity) > UINT16_MAX) {
+		buf_printf(err, "l2: compiler identity is longer than %d bytes", UINT16_MAX);
+		goto fail;
+	}
+	if (parse_url(l2, cfg->url, err) < 0 || read_secret(l2, cfg->secret_file, err) < 0)
+		goto fail;
+	if (!(l2->prefix = strdup(prefix)) || !(l2->identity = strdup(identity)) ||
+	    !(l2->connect_timer = evtimer_new(base, on_connect_timeout, l2))) {
+		buf_printf(err, "out of memory");
+		goto fail;
+	}
+	return l2;
+fail:
+	l2_free(l2);
+	return NULL;
+}
+
+void l2_free(struct l2 *l2)
+{
+	if (!l2)
+		return;
+	/* No callbacks from here on: the caller is going away. */
+	l2->freeing = 1;
+	for (struct l2_cmd *c = l2->pending; c; c = c->next)
+		c->cb = NULL;
+	drop_connection(l2, OUT_ERROR);
+	while (l2->pending)             /* none: each was on the connection */
+		complete(l2->pending, OUT_ERROR, NULL);
+	if (l2->connect_timer)
+		event_free(l2->connect_timer);
+	OPENSSL_cleanse(l2->secret, sizeof l2->secret);
+	if (l2->password)
+		OPENSSL_cleanse(l2->password, strlen(l2->password));
+	free(l2->password);
+	free(l2->user);
+	free(l2->path);
+	free(l2->where);
+	free(l2->prefix);
+	free(l2->identity);
+	free(l2);
+}

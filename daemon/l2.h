@@ -1,0 +1,85 @@
+/*
+ * l2: the shared second tier of the cache, on Redis, for a whole cluster.
+ *
+ * Each daemon keeps its SQLite cache as the first tier; results also go to
+ * Redis, so a kernel compiled on one node is a hit on every other. The
+ * master talks to Redis with hiredis's asynchronous API on its own libevent
+ * loop: nothing here ever blocks. Redis is slow or gone? Short timeouts, a
+ * circuit breaker with periodic probes, and the daemon serves as if alone.
+ *
+ * Nothing that comes back from Redis is trusted: a value is an envelope
+ * (magic, format version, compiler identity, lengths, payload) sealed with
+ * HMAC-SHA-256 under a cluster secret, over the key and all of the above.
+ * A value that does not verify, or has the wrong version, identity, key or
+ * length, is rejected and counted, and the caller compiles instead.
+ */
+#ifndef PTXCACHE_L2_H
+#define PTXCACHE_L2_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/buf.h"
+
+struct event_base;
+struct l2;
+
+struct l2_config {
+	const char *url;        /* "redis://host:port/db" or a Unix socket
+	                           path ("unix:/run/redis.sock" or "/path") */
+	const char *secret_file;/* the cluster secret (systemd LoadCredential=) */
+	const char *prefix;     /* key namespace in Redis, e.g. "ptxcache:" */
+	int read_only;          /* consume, never publish */
+	int connect_timeout_ms; /* e.g. 50 */
+	int command_timeout_ms; /* e.g. 50 */
+	int64_t max_value;      /* larger values are neither written nor read */
+	const char *identity;   /* compiler identity; must match on read */
+};
+
+/* A value as the cache holds it (the store's fields). */
+struct l2_value {
+	int kind;               /* STORE_PTX or STORE_CUBIN */
+	int status;
+	const void *data;
+	size_t data_len;
+	const char *log;
+	size_t log_len;
+};
+
+struct l2_counters {
+	int64_t hits, misses, errors, timeouts, rejects, writes, breaker_opens;
+	int breaker_open;       /* 1 while requests skip Redis */
+};
+
+/* Called once per l2_get(): found 1 with v (valid during the call only),
+ * or found 0 (miss, error, timeout, reject, breaker open). */
+typedef void (*l2_get_cb)(void *arg, int found, const struct l2_value *v);
+
+/* Create the tier (it connects lazily and reconnects by itself). NULL with
+ * a message in err for a bad URL or an unreadable or empty secret. */
+struct l2 *l2_new(struct event_base *base, const struct l2_config *cfg,
+		  struct buf *err);
+void l2_free(struct l2 *l2);
+
+/* Look key up; cb is called exactly once, possibly before l2_get()
+ * returns (breaker open, not connected). */
+void l2_get(struct l2 *l2, const unsigned char key[32], l2_get_cb cb, void *arg);
+
+/* Publish key's value in the background (nothing if read-only, too large,
+ * or the breaker is open). v is copied. */
+void l2_put(struct l2 *l2, const unsigned char key[32], const struct l2_value *v);
+
+void l2_counters(struct l2 *l2, struct l2_counters *c);
+
+/* The envelope, exposed for tests: seal v under secret into out, and open
+ * a sealed value (0 and *v pointing into bytes, or -1 with the reason in
+ * why: "bad magic", "wrong version", "wrong identity", "bad length",
+ * "bad hmac"). */
+int l2_seal(const unsigned char key[32], const struct l2_value *v,
+	    const char *identity, const void *secret, size_t secret_len,
+	    struct buf *out);
+int l2_open(const unsigned char key[32], const void *bytes, size_t len,
+	    const char *identity, const void *secret, size_t secret_len,
+	    struct l2_value *v, const char **why);
+
+#endif

@@ -1,0 +1,232 @@
+/*
+ * l2drive: daemon/l2.c against a live Redis, for tests/test_l2_live.py.
+ *
+ * usage: l2drive [--read-only] [--timeout MS] [--max-value N] [--prefix P]
+ *                [--identity S] URL SECRET_FILE
+ *
+ * Reads one command a line on stdin and answers each with one line on
+ * stdout, on the same libevent loop the daemon runs (so a command waits
+ * for its answer while the loop turns):
+ *   put HEX PATH      publish PATH's bytes (kind 1, status 0, log "log")
+ *                     under key HEX; answers "queued" (puts are background)
+ *   get HEX [PATH]    answers "hit sync=S len=N status=N" (and writes the
+ *                     data to PATH) or "miss sync=S"; S is 1 when the
+ *                     callback ran inside l2_get()
+ *   sleep MS          let the loop run MS ms, then "slept"
+ *   counters          "hits=.. misses=.. errors=.. timeouts=.. rejects=..
+ *                     writes=.. breaker_opens=.. breaker_open=.."
+ *   quit
+ * Exit status 2 for a bad command line (with the reason on stderr).
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "daemon/l2.h"
+#include "daemon/log.h"
+
+static struct event_base *base;
+static struct l2 *l2;
+static struct event *in_ev, *sleep_ev;
+static struct buf line = BUF_INIT;
+static int busy;                        /* waiting for a get or a sleep */
+static int in_get;
+static int eof;                         /* stdin is done */
+static char get_path[4096];
+
+static void next_command(void);
+
+static int from_hex(const char *s, unsigned char key[32])
+{
+	if (strlen(s) != 64)
+		return -1;
+	for (int i = 0; i < 32; i++) {
+		unsigned v;
+		if (sscanf(s + 2 * i, "%2x", &v) != 1)
+			return -1;
+		key[i] = (unsigned char)v;
+	}
+	return 0;
+}
+
+static int read_file(const char *path, struct buf *out)
+{
+	FILE *f = fopen(path, "rb");
+	char chunk[65536];
+	size_t n;
+
+	if (!f)
+		return -1;
+	while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+		if (buf_append(out, chunk, n) < 0) {
+			fclose(f);
+			return -1;
+		}
+	fclose(f);
+	return 0;
+}
+
+static void got(void *arg, int found, const struct l2_value *v)
+{
+	int sync = in_get;
+
+	if (found) {
+		if (get_path[0]) {
+			FILE *f = fopen(get_path, "wb");
+			if (!f || fwrite(v->data, 1, v->data_len, f) != v->data_len)
+				fprintf(stderr, "l2drive: cannot write '%s'\n", get_path);
+			if (f)
+				fclose(f);
+		}
+		printf("hit sync=%d len=%zu status=%d\n", sync, v->data_len, v->status);
+	} else {
+		printf("miss sync=%d\n", sync);
+	}
+	fflush(stdout);
+	busy = 0;
+	if (!sync)
+		next_command();
+}
+
+static void on_slept(evutil_socket_t fd, short what, void *arg)
+{
+	printf("slept\n");
+	fflush(stdout);
+	busy = 0;
+	next_command();
+}
+
+/* Run one command line; sets busy if its answer comes later. */
+static void run(char *cmd)
+{
+	char *argv[4] = { 0 };
+	int argc = 0;
+	unsigned char key[32];
+
+	for (char *t = strtok(cmd, " \t"); t && argc < 4; t = strtok(NULL, " \t"))
+		argv[argc++] = t;
+	if (!argc)
+		return;
+	if (!strcmp(argv[0], "put") && argc == 3 && !from_hex(argv[1], key)) {
+		struct buf data = BUF_INIT;
+		struct l2_value v = { .kind = 1, .log = "log", .log_len = 3 };
+		if (read_file(argv[2], &data) < 0) {
+			printf("error cannot read '%s'\n", argv[2]);
+		} else {
+			v.data = data.data;
+			v.data_len = data.len;
+			l2_put(l2, key, &v);
+			printf("queued\n");
+		}
+		buf_free(&data);
+	} else if (!strcmp(argv[0], "get") && argc >= 2 && !from_hex(argv[1], key)) {
+		snprintf(get_path, sizeof get_path, "%s", argc > 2 ? argv[2] : "");
+		busy = 1;
+		in_get = 1;
+		l2_get(l2, key, got, NULL);
+		in_get = 0;
+	} else if (!strcmp(argv[0], "sleep") && argc == 2) {
+		long ms = atol(argv[1]);
+		struct timeval tv = { ms / 1000, ms % 1000 * 1000 };
+		busy = 1;
+		evtimer_add(sleep_ev, &tv);
+	} else if (!strcmp(argv[0], "counters")) {
+		struct l2_counters c;
+		l2_counters(l2, &c);
+		printf("hits=%lld misses=%lld errors=%lld timeouts=%lld rejects=%lld "
+		       "writes=%lld breaker_opens=%lld breaker_open=%d\n",
+		       (long long)c.hits, (long long)c.misses, (long long)c.errors,
+		       (long long)c.timeouts, (long long)c.rejects, (long long)c.writes,
+		       (long long)c.breaker_opens, c.breaker_open);
+	} else if (!strcmp(argv[0], "quit")) {
+		event_base_loopbreak(base);
+		busy = 1;
+	} else {
+		printf("error bad command\n");
+	}
+	fflush(stdout);
+}
+
+/* Run the complete lines buffered, until one leaves us waiting. */
+static void next_command(void)
+{
+	char *nl;
+
+	while (!busy && line.len && (nl = memchr(line.data, '\n', line.len))) {
+		size_t n = (size_t)(nl - line.data) + 1;
+		char cmd[8192];
+		snprintf(cmd, sizeof cmd, "%.*s", (int)(n - 1), line.data);
+		buf_consume(&line, n);
+		run(cmd);
+	}
+	if (!busy && eof)
+		event_base_loopbreak(base);
+}
+
+static void on_stdin(evutil_socket_t fd, short what, void *arg)
+{
+	char chunk[4096];
+	ssize_t n = read(fd, chunk, sizeof chunk);
+
+	if (n <= 0) {
+		event_del(in_ev);
+		eof = 1;
+	} else {
+		buf_append(&line, chunk, (size_t)n);
+	}
+	next_command();
+}
+int main(int argc, char **argv)
+{
+	struct l2_config cfg = {
+		.prefix = "ptxcache:", .connect_timeout_ms = 50, .command_timeout_ms = 50,
+		.max_value = 64 << 20, .identity = "l2drive test compiler",
+	};
+	struct buf err = BUF_INIT;
+	int i;
+
+	for (i = 1; i < argc && argv[i][0] == '-' && argv[i][1] == '-'; i++) {
+		if (!strcmp(argv[i], "--read-only"))
+			cfg.read_only = 1;
+		else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
+			cfg.connect_timeout_ms = cfg.command_timeout_ms = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--max-value") && i + 1 < argc)
+			cfg.max_value = atoll(argv[++i]);
+		else if (!strcmp(argv[i], "--prefix") && i + 1 < argc)
+			cfg.prefix = argv[++i];
+		else if (!strcmp(argv[i], "--identity") && i + 1 < argc)
+			cfg.identity = argv[++i];
+		else
+			break;
+	}
+	if (argc - i != 2) {
+		fprintf(stderr, "usage: l2drive [--read-only] [--timeout MS] [--max-value N] "
+			"[--prefix P] [--identity S] URL SECRET_FILE\n");
+		return 2;
+	}
+	cfg.url = argv[i];
+	cfg.secret_file = argv[i + 1];
+	signal(SIGPIPE, SIG_IGN);
+	log_threshold = LOG_DEBUG;
+	base = event_base_new();
+	if (!base || !(l2 = l2_new(base, &cfg, &err))) {
+		fprintf(stderr, "l2drive: %s\n", err.data ? err.data : "cannot start");
+		return 2;
+	}
+	in_ev = event_new(base, STDIN_FILENO, EV_READ | EV_PERSIST, on_stdin, NULL);
+	sleep_ev = evtimer_new(base, on_slept, NULL);
+	event_add(in_ev, NULL);
+	event_base_dispatch(base);
+	l2_free(l2);
+	event_free(in_ev);
+	event_free(sleep_ev);
+	event_base_free(base);
+	buf_free(&line);
+	buf_free(&err);
+	return 0;
+}

@@ -1,0 +1,353 @@
+/* Unit tests for daemon/l2.c without a Redis: the envelope (its documented
+ * layout, a round trip, every kind of tampering rejected with its reason),
+ * l2_new()'s checks of the URL and the secret, the write-side size bound,
+ * and the circuit breaker against a socket that is not there. The same
+ * module against a live redis-server: tests/test_l2_live.py. */
+#include "tests/unit/unit.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "daemon/l2.h"
+#include "daemon/log.h"
+
+static const char secret[] = "cluster secret";
+static const char ident[] = "LLVM 22.1.0 test";
+
+static void fill_key(unsigned char key[32], unsigned char seed)
+{
+	for (int i = 0; i < 32; i++)
+		key[i] = (unsigned char)(seed + i * 7);
+}
+
+/* A sealed sample: kind PTX, status 0, 40 bytes of data, a 5-byte log. */
+static void sample(const unsigned char key[32], struct buf *out)
+{
+	static const char data[] = "// PTX of a kernel, forty bytes long!!\n";
+	struct l2_value v = { 1, 0, data, 40, "warn!", 5 };
+
+	if (l2_seal(key, &v, ident, secret, strlen(secret), out) < 0)
+		out->len = 0;
+}
+
+static const char *open_why(const unsigned char key[32], const void *p, size_t n)
+{
+	struct l2_value v;
+	const char *why = "not set";
+
+	if (l2_open(key, p, n, ident, secret, strlen(secret), &v, &why) == 0)
+		return NULL;
+	return why;
+}
+
+static int is(const char *got, const char *want)
+{
+	if (got && !strcmp(got, want))
+		return 1;
+	fprintf(stderr, "  reason: got %s, want %s\n", got ? got : "(accepted)", want);
+	return 0;
+}
+
+TEST(l2_envelope_round_trip)
+{
+	unsigned char key[32];
+	struct buf b = BUF_INIT;
+	struct l2_value v;
+	const char *why = NULL;
+
+	fill_key(key, 1);
+	sample(key, &b);
+	/* The documented layout: magic, version, kind, status, identity,
+	 * data, log, each length-prefixed, then the 32-byte mac. */
+	REQUIRE(b.len == 4 + 1 + 1 + 4 + 2 + strlen(ident) + 4 + 40 + 4 + 5 + 32);
+	CHECK(!memcmp(b.data, "PXL2\x01\x01\0\0\0\0", 10));
+	CHECK((unsigned char)b.data[10] == 0 && (unsigned char)b.data[11] == strlen(ident));
+	CHECK(!memcmp(b.data + 12, ident, strlen(ident)));
+
+	REQUIRE(l2_open(key, b.data, b.len, ident, secret, strlen(secret), &v, &why) == 0);
+	CHECK(why == NULL);
+	CHECK(v.kind == 1 && v.status == 0);
+	CHECK(v.data_len == 40 && !memcmp(v.data, "// PTX of a kernel", 18));
+	CHECK(v.log_len == 5 && !memcmp(v.log, "warn!", 5));
+
+	/* A negative entry: a signed status, no data, a cubin kind. */
+	struct l2_value neg = { 2, -7, NULL, 0, "error: cannot select", 20 };
+	REQUIRE(l2_seal(key, &neg, ident, secret, strlen(secret), &b) == 0);
+	REQUIRE(l2_open(key, b.data, b.len, ident, secret, strlen(secret), &v, &why) == 0);
+	CHECK(v.kind == 2 && v.status == -7 && v.data_len == 0);
+	CHECK(v.log_len == 20 && !memcmp(v.log, "error: cannot select", 20));
+	buf_free(&b);
+}
+
+TEST(l2_envelope_tampering)
+{
+	unsigned char key[32], other[32];
+	struct buf b = BUF_INIT, o = BUF_INIT;
+	size_t id = strlen(ident), data_len_at = 12 + id, mac_at;
+	char *t;
+
+	fill_key(key, 1);
+	fill_key(other, 2);
+	sample(key, &b);
+	REQUIRE(b.len > 0);
+	mac_at = b.len - 32;
+	t = malloc(b.len);
+	REQUIRE(t);
+
+#define TAMPERED(edit, want) do {                                   \
+		memcpy(t, b.data, b.len);                           \
+		edit;                                               \
+		CHECK(is(open_why(key, t, b.len), want));           \
+	} while (0)
+	TAMPERED(t[data_len_at + 4 + 10] ^= 1, "bad hmac");      /* payload */
+	TAMPERED(t[b.len - 6] ^= 0x40, "bad hmac");               /* log */
+	TAMPERED(t[mac_at] ^= 1, "bad hmac");                     /* mac */
+	TAMPERED(t[b.len - 1] ^= 0x80, "bad hmac");
+	TAMPERED(t[6] ^= 0x80, "bad hmac");                       /* status */
+	TAMPERED(t[5] = 2, "bad hmac");                           /* kind */
+	TAMPERED(t[12] ^= 1, "bad hmac");                         /* identity */
+	TAMPERED(t[data_len_at + 3]++, "bad length");             /* data len +1 */
+	TAMPERED(t[data_len_at + 3]--, "bad length");             /* data len -1 */
+	TAMPERED(t[data_len_at] = (char)0xff, "bad length");      /* 4 GB */
+	TAMPERED(t[11]++, "bad length");                          /* identity len */
+	TAMPERED(t[10] = (char)0xff, "bad length");
+	TAMPERED(t[4] = 2, "wrong version");
+	TAMPERED(t[4] = 0, "wrong version");
+	TAMPERED(t[0] = 'X', "bad magic");
+#undef TAMPERED
+
+	/* Truncated anywhere, or longer by a byte: never accepted. */
+	for (size_t n = 0; n < b.len; n++)
+		CHECK(open_why(key, b.data, n) != NULL);
+	CHECK(is(open_why(key, b.data, b.len - 1), "bad length"));
+	CHECK(is(open_why(key, b.data, 0), "bad length"));
+	CHECK(is(open_why(key, NULL, 0), "bad length"));
+	CHECK(is(open_why(key, "PXL2", 4), "bad length"));
+	REQUIRE(buf_append(&b, "x", 1) == 0);
+	CHECK(is(open_why(key, b.data, b.len), "bad length"));
+	b.len--;
+
+	/* Every single bit flipped, anywhere: rejected. */
+	for (size_t i = 0; i < b.len; i++)
+		for (int bit = 0; bit < 8; bit++) {
+			memcpy(t, b.data, b.len);
+			t[i] ^= (char)(1 << bit);
+			if (open_why(key, t, b.len) == NULL) {
+				fprintf(stderr, "  accepted with byte %zu bit %d flipped\n", i, bit);
+				CHECK(0);
+			}
+		}
+
+	/* Another key's perfectly valid value, under this key. */
+	sample(other, &o);
+	REQUIRE(o.len == b.len);
+	CHECK(open_why(other, o.data, o.len) == NULL);
+	CHECK(is(open_why(key, o.data, o.len), "bad hmac"));
+
+	/* Sealed under another secret, or for another compiler. */
+	struct l2_value v = { 1, 0, "x", 1, "", 0 }, got;
+	const char *why;
+	REQUIRE(l2_seal(key, &v, ident, "another secret", 14, &o) == 0);
+	CHECK(is(open_why(key, o.data, o.len), "bad hmac"));
+	REQUIRE(l2_seal(key, &v, "LLVM 21.1.0 test", secret, strlen(secret), &o) == 0);
+	CHECK(is(open_why(key, o.data, o.len), "wrong identity"));
+	REQUIRE(l2_seal(key, &v, ident, secret, strlen(secret), &o) == 0);
+	CHECK(l2_open(key, o.data, o.len, "", secret, strlen(secret), &got, &why) < 0);
+	CHECK(is(why, "wrong identity"));
+	/* An empty secret seals nothing. */
+	CHECK(l2_seal(key, &v, ident, "", 0, &o) < 0);
+
+	free(t);
+	buf_free(&b);
+	buf_free(&o);
+}
+
+static char *write_file(const char *name, const void *p, size_t n)
+{
+	static char path[4][512];
+	static int next;
+	char *out = path[next++ % 4];
+	FILE *f;
+
+	snprintf(out, sizeof path[0], "%s/%s", unit_tmpdir(), name);
+	f = fopen(out, "wb");
+	if (f) {
+		fwrite(p, 1, n, f);
+		fclose(f);
+	}
+	return out;
+}
+
+/* l2_new(url, secret file): NULL with err's text, or ok. */
+static struct l2 *make(struct event_base *base, const char *url, const char *secret_file,
+		       int64_t max_value, struct buf *err)
+{
+	struct l2_config cfg = {
+		.url = url, .secret_file = secret_file, .prefix = "ptxcache:",
+		.connect_timeout_ms = 50, .command_timeout_ms = 50,
+		.max_value = max_value, .identity = ident,
+	};
+
+	buf_reset(err);
+	return l2_new(base, &cfg, err);
+}
+
+TEST(l2_new_checks_url_and_secret)
+{
+	struct event_base *base = event_base_new();
+	struct buf err = BUF_INIT;
+	char *ok = write_file("secret", "s3cret\n", 7);
+	char *empty = write_file("empty", "\n", 1);
+	char big[4098];
+	struct l2 *l2;
+
+	REQUIRE(base);
+	static const char *good[] = {
+		"redis://127.0.0.1:6379/2", "redis://127.0.0.1", "redis://localhost:7000",
+		"redis://:pw@127.0.0.1:1/0", "redis://user:p%40ss@[::1]:6380/3",
+		"redis://127.0.0.1/", "unix:/run/redis/redis.sock", "unix:///run/redis.sock",
+		"/run/redis.sock",
+	};
+	for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+		l2 = make(base, good[i], ok, 0, &err);
+		if (!l2)
+			fprintf(stderr, "  %s: %s\n", good[i], err.data);
+		CHECK(l2 != NULL);
+		l2_free(l2);
+	}
+	static const char *bad[] = {
+		"", "http://127.0.0.1", "redis://", "redis://127.0.0.1:0", "redis://127.0.0.1:65536",
+		"redis://127.0.0.1:12x", "redis://127.0.0.1/abc", "redis://u@127.0.0.1",
+		"redis://[::1", "unix:", "redis://127.0.0.1:6379/0?x=1",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		CHECK(make(base, bad[i], ok, 0, &err) == NULL);
+		CHECK(err.len > 0);
+	}
+	/* Credentials never show in a message. */
+	CHECK(make(base, "redis://me:hunter2@127.0.0.1:x", ok, 0, &err) == NULL);
+	CHECK(!strstr(err.data, "hunter2") && strstr(err.data, "***"));
+
+	CHECK(make(base, "/run/redis.sock", "/nonexistent/secret", 0, &err) == NULL);
+	CHECK(!strcmp(err.data, "cannot read l2 secret '/nonexistent/secret': "
+		      "No such file or directory"));
+	CHECK(make(base, "/run/redis.sock", empty, 0, &err) == NULL);
+	CHECK(strstr(err.data, "is empty") != NULL);
+	CHECK(make(base, "/run/redis.sock", NULL, 0, &err) == NULL);
+	CHECK(make(base, "/run/redis.sock", unit_tmpdir(), 0, &err) == NULL);
+	CHECK(strstr(err.data, "Is a directory") != NULL);
+	memset(big, 'k', sizeof big);
+	CHECK(make(base, "/run/redis.sock", write_file("big", big, 4097), 0, &err) == NULL);
+	CHECK(strstr(err.data, "longer than 4096") != NULL);
+	l2 = make(base, "/run/redis.sock", write_file("max", big, 4096), 0, &err);
+	CHECK(l2 != NULL);
+	l2_free(l2);
+	buf_free(&err);
+	event_base_free(base);
+}
+
+struct answers {
+	int calls, found, sync;
+	int in_get;
+};
+
+static void got(void *arg, int found, const struct l2_value *v)
+{
+	struct answers *a = arg;
+
+	a->calls++;
+	a->found += found;
+	a->sync += a->in_get;
+}
+
+static void get(struct l2 *l2, struct answers *a)
+{
+	unsigned char key[32];
+
+	fill_key(key, 9);
+	a->in_get = 1;
+	l2_get(l2, key, got, a);
+	a->in_get = 0;
+}
+
+/* Redis not there: every get answered, at once, as not found; errors
+ * counted; after five, the breaker opens and nothing is tried or counted
+ * (puts included) until its period is over. */
+TEST(l2_breaker_without_redis)
+{
+	struct event_base *base = event_base_new();
+	struct buf err = BUF_INIT;
+	char sock[600];
+	struct answers a = { 0 };
+	struct l2_counters c;
+	struct l2 *l2;
+	unsigned char key[32];
+	struct l2_value v = { 1, 0, "ptx", 3, "", 0 };
+	enum log_level saved = log_threshold;
+
+	REQUIRE(base);
+	snprintf(sock, sizeof sock, "%s/no-redis.sock", unit_tmpdir());
+	l2 = make(base, sock, write_file("secret", "s", 1), 0, &err);
+	REQUIRE(l2);
+	log_threshold = LOG_ERR;        /* the breaker's warning is expected */
+	for (int i = 0; i < 5; i++)
+		get(l2, &a);
+	l2_counters(l2, &c);
+	CHECK(a.calls == 5 && a.found == 0 && a.sync == 5);
+	CHECK(c.errors == 5 && c.breaker_opens == 1 && c.breaker_open == 1);
+	CHECK(c.hits == 0 && c.misses == 0 && c.timeouts == 0);
+
+	for (int i = 0; i < 100; i++)
+		get(l2, &a);
+	fill_key(key, 3);
+	l2_put(l2, key, &v);
+	l2_counters(l2, &c);
+	CHECK(a.calls == 105 && a.found == 0 && a.sync == 105);
+	CHECK(c.errors == 5 && c.breaker_opens == 1 && c.writes == 0);
+	log_threshold = saved;
+	l2_free(l2);
+	buf_free(&err);
+	event_base_free(base);
+}
+
+/* Values whose envelope is larger than max_value are never sent: a put
+ * exactly at the bound is tried (and fails here: no Redis), one byte more
+ * is not. */
+TEST(l2_put_size_bound)
+{
+	struct event_base *base = event_base_new();
+	struct buf err = BUF_INIT, sealed = BUF_INIT;
+	char sock[600];
+	unsigned char key[32];
+	struct l2_counters c;
+	static char data[1000];
+	struct l2_value v = { 1, 0, data, 0, "", 0 };
+	struct l2 *l2;
+	int64_t bound = 600;
+	size_t overhead;
+
+	REQUIRE(base);
+	fill_key(key, 4);
+	REQUIRE(l2_seal(key, &v, ident, secret, strlen(secret), &sealed) == 0);
+	overhead = sealed.len;          /* the envelope of an empty value */
+	snprintf(sock, sizeof sock, "%s/no-redis.sock", unit_tmpdir());
+	l2 = make(base, sock, write_file("secret", "s", 1), bound, &err);
+	REQUIRE(l2);
+
+	v.data_len = (size_t)bound - overhead + 1;      /* one byte over */
+	l2_put(l2, key, &v);
+	l2_counters(l2, &c);
+	CHECK(c.errors == 0);
+	v.data_len = (size_t)bound - overhead;          /* exactly at it */
+	l2_put(l2, key, &v);
+	l2_counters(l2, &c);
+	CHECK(c.errors == 1);
+	l2_free(l2);
+	buf_free(&err);
+	buf_free(&sealed);
+	event_base_free(base);
+}
