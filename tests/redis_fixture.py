@@ -4,6 +4,7 @@ tests can read, write and tamper with raw values.
 
     with RedisServer() as r:
         r.url                    # "unix:/tmp/.../redis.sock", for l2 = ...
+        RedisServer(tcp=True).tcp_url(db=3)   # "redis://127.0.0.1:PORT/3"
         r.set(b"k", b"v"); r.get(b"k"); r.keys("ptxcache:*")
         r.stop(); r.start()      # same socket path: clients reconnect
         r.pause(500)             # every client's commands wait 500 ms
@@ -85,14 +86,22 @@ class _Reader:
 class RedisServer:
     """redis-server on a private Unix socket; cleanup() stops and removes it."""
 
-    def __init__(self, start=True, extra=()):
+    def __init__(self, start=True, tcp=False, extra=()):
+        """tcp: also listen on a free loopback port (self.port, and
+        tcp_url()); the fixture itself always talks over the socket."""
         if not shutil.which(REDIS_SERVER):
             raise Skip("redis-server not installed (mk/deps.sh installs it)")
         self.tmp = tempfile.mkdtemp(prefix="ptxcache-redis-")
         self.socket = os.path.join(self.tmp, "redis.sock")
         self.url = "unix:" + self.socket
         self.log_path = os.path.join(self.tmp, "redis.log")
-        self.args = [REDIS_SERVER, "--port", "0", "--unixsocket", self.socket,
+        self.port = 0
+        if tcp:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind(("127.0.0.1", 0))
+                self.port = s.getsockname()[1]
+        self.args = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
+                     "--unixsocket", self.socket,
                      "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
                      "--daemonize", "no", "--dir", self.tmp, "--logfile", self.log_path,
                      "--enable-debug-command", "local"] + list(extra)
@@ -130,6 +139,13 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+    def tcp_url(self, db=0, user=None, password=None):
+        assert self.port, "started without tcp=True"
+        cred = ""
+        if password is not None:
+            cred = "%s:%s@" % (user or "", password)
+        return "redis://%s127.0.0.1:%d/%d" % (cred, self.port, db)
 
     def running(self):
         return self.proc is not None and self.proc.poll() is None
@@ -186,8 +202,14 @@ class RedisServer:
     def delete(self, *keys):
         return self.command("DEL", *keys)
 
-    def keys(self, pattern="*"):
-        return sorted(self.command("KEYS", pattern))
+    def keys(self, pattern="*", db=0):
+        if db:
+            self.command("SELECT", db)
+        try:
+            return sorted(k.decode() for k in self.command("KEYS", pattern))
+        finally:
+            if db:
+                self.command("SELECT", 0)
 
     def flushall(self):
         return self.command("FLUSHALL")
