@@ -339,7 +339,7 @@ def test_l2_tcp_select_and_documented_acl():
         if not os.path.exists(L2DRIVE):
             raise AssertionError("%s not built" % L2DRIVE)
         r.command("ACL", "SETUSER", "ptxcache", "on", ">pw 1", "resetkeys", "~ptxcache:*",
-                  "-@all", "+getrange", "+set", "+select")
+                  "resetchannels", "-@all", "+getrange", "+set", "+select")
         d = Drive(r.tcp_url(db=3, user="ptxcache", password="pw%201"), r.tmp)
         bad = Drive(r.tcp_url(db=3, user="ptxcache", password="hunter2"), r.tmp)
         try:
