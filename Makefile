@@ -23,6 +23,7 @@ endif
 
 DEP_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 DEP_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CLI_LIBS   = -lmsgpackc $(shell pkg-config --libs json-c 2>/dev/null)
 
 # LLVM is linked statically into the daemon alone: faster start-up and a
 # binary that can be carried to a machine without Debian's LLVM. Clients
@@ -32,6 +33,20 @@ LLVM_CFLAGS = $(shell $(LLVM_CONFIG) --cflags 2>/dev/null)
 LLVM_CXXFLAGS = $(shell $(LLVM_CONFIG) --cxxflags 2>/dev/null)
 LLVM_LIBS = $(shell $(LLVM_CONFIG) --link-static --ldflags --libs $(LLVM_COMPONENTS) 2>/dev/null) \
             $(shell $(LLVM_CONFIG) --link-static --system-libs 2>/dev/null)
+
+DAEMON_LIBS = $(LLVM_LIBS) $(DEP_LIBS) -lpthread
+
+# STATIC=1: every library but glibc linked statically (libstdc++ too), for
+# a daemon and CLI that run on a machine without Debian's packages (the GPU
+# proof, tests/gpu/README.md): make STATIC=1 B=build-static ptxcached ptxcache
+ifdef STATIC
+SYSLIBS     := -ldl -lm -lrt -lpthread -pthread
+static_libs  = -Wl,-Bstatic $(filter-out $(SYSLIBS) %.so,$(1)) -Wl,-Bdynamic -ldl -lm -lrt -lpthread
+DEP_LIBS     = $(shell pkg-config --static --libs $(PKGS) 2>/dev/null)
+DAEMON_LIBS  = $(call static_libs,$(LLVM_LIBS) $(DEP_LIBS))
+CLI_LIBS     = $(call static_libs,-lmsgpackc $(shell pkg-config --static --libs json-c 2>/dev/null))
+LDFLAGS     += -static-libstdc++ -static-libgcc
+endif
 
 PROTO_SRC  := proto/buf.c proto/frame.c proto/msg.c proto/ptxas_args.c
 DAEMON_SRC := daemon/main.c daemon/config.c daemon/log.c daemon/server.c daemon/worker.c \
@@ -81,7 +96,7 @@ $(B)/obj/daemon/store.o: CFLAGS += -I$(B)/gen
 
 $(B)/ptxcached: $(call obj,$(DAEMON_SRC) $(PROTO_SRC)) $(B)/obj/daemon/llvm_shim.o
 	@echo "  LD  $@"
-	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ $(LLVM_LIBS) $(DEP_LIBS) -lpthread
+	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS)
 
 $(B)/libptxcache.a: $(call obj,$(CLIENT_SRC) $(PROTO_SRC))
 	@echo "  AR  $@"
@@ -94,7 +109,7 @@ $(B)/libptxcache.so: $(call obj,$(CLIENT_SRC) $(PROTO_SRC))
 # The CLI alone uses json-c, to print the daemon's JSON answers as tables.
 $(B)/ptxcache: $(call obj,$(CLI_SRC)) $(B)/libptxcache.a
 	@echo "  LD  $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lmsgpackc $(shell pkg-config --libs json-c 2>/dev/null)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(CLI_LIBS)
 
 UNIT_SRC := $(wildcard tests/unit/*.c)
 $(B)/unit: $(call obj,$(UNIT_SRC) daemon/store.c daemon/key.c daemon/log.c daemon/l2.c $(PROTO_SRC))

@@ -567,6 +567,8 @@ int ptxcache_assemble(ptxcache *pc, const struct ptxcache_assemble_req *req,
 	msg_put_str(&w, "backend", req->backend == PTXCACHE_BACKEND_NVJITLINK ?
 		    "nvjitlink" : "ptxas");
 	msg_put_strv(&w, "asm_args", req->args, req->nargs);
+	if (req->sources)
+		msg_put_str(&w, "asm_sources", req->sources);
 	if (msg_end(&w) < 0) {
 		set_err(pc, "out of memory");
 		buf_free(&b);

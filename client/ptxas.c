@@ -187,6 +187,48 @@ static void replay_log(const char *log, size_t len, const char *input)
 	fflush(stderr);
 }
 
+/*
+ * The source files the PTX's .file directives name, as this process sees
+ * them: with line info, ptxas copies each one's mtime and size into the
+ * cubin, so they belong in the key (daemon/cubin.h). A directive that gives
+ * them itself needs no stat. Returns 0, or -1 for a relative path (it
+ * depends on the cwd, which the daemon's ptxas does not share).
+ */
+static int source_stamps(const struct buf *ptx, struct buf *out)
+{
+	const char *p = ptx->data, *end = ptx->data + ptx->len;
+
+	while (p && p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		const char *line_end = nl ? nl : end, *q = p;
+		while (q < line_end && (*q == ' ' || *q == '\t'))
+			q++;
+		if (line_end - q > 6 && !memcmp(q, ".file", 5) && (q[5] == ' ' || q[5] == '\t')) {
+			const char *a = memchr(q, '"', (size_t)(line_end - q));
+			const char *b = a ? memchr(a + 1, '"', (size_t)(line_end - a - 1)) : NULL;
+			const char *rest = b ? b + 1 : line_end;
+			while (rest < line_end && (*rest == ' ' || *rest == '\t'))
+				rest++;
+			if (a && b && (rest == line_end || *rest != ',')) {
+				char path[4096];
+				struct stat st;
+				size_t n = (size_t)(b - a - 1);
+				if (n == 0 || n >= sizeof path || a[1] != '/')
+					return -1;
+				memcpy(path, a + 1, n);
+				path[n] = '\0';
+				if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
+					buf_printf(out, "%s\t%lld:%lld\n", path, (long long)st.st_mtime,
+						   (long long)st.st_size);
+				else
+					buf_printf(out, "%s\t-\n", path);
+			}
+		}
+		p = nl ? nl + 1 : NULL;
+	}
+	return 0;
+}
+
 static int version(char **argv)
 {
 	char err[256], *text = NULL;
@@ -223,9 +265,11 @@ int cmd_ptxas(int argc, char **argv)
 		return exec_real(argv);
 	}
 	/* Whatever goes wrong on our side, the real ptxas says it better. */
-	if (read_all(cmd.input, &ptx) < 0 ||
+	struct buf stamps = BUF_INIT;
+	if (read_all(cmd.input, &ptx) < 0 || source_stamps(&ptx, &stamps) < 0 ||
 	    !(pc = ptxcache_connect(NULL, 2000, err, sizeof err))) {
 		buf_free(&ptx);
+		buf_free(&stamps);
 		ptxas_cmd_free(&cmd);
 		return exec_real(argv);
 	}
@@ -235,9 +279,11 @@ int cmd_ptxas(int argc, char **argv)
 	req.input_len = ptx.len;
 	req.args = (const char *const *)cmd.args;
 	req.nargs = cmd.nargs;
+	req.sources = stamps.len ? stamps.data : NULL;
 	rc = ptxcache_assemble(pc, &req, &res);
 	ptxcache_close(pc);
 	buf_free(&ptx);
+	buf_free(&stamps);
 	if (rc < 0 || (res.status != PTXCACHE_OK && res.status != PTXCACHE_ERROR)) {
 		if (getenv("PTXCACHE_DEBUG"))
 			fprintf(stderr, "ptxcache: running the real ptxas: %s\n",

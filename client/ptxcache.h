@@ -118,6 +118,13 @@ struct ptxcache_assemble_req {
 	                           input or output file. Borrowed. */
 	size_t nargs;
 	enum ptxcache_backend backend;
+	const char *sources;    /* NULL, or the client's view of the files
+	                           the PTX's .file directives name, one
+	                           "PATH\tMTIME:SIZE\n" (or "PATH\t-\n") line
+	                           each: ptxas copies mtime and size into the
+	                           line info, so they are part of the key, and
+	                           the daemon refuses (unavailable) when it sees
+	                           the files otherwise. Borrowed. */
 };
 
 /* Defaults: PTX input, no options, the ptxas back end. */

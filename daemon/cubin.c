@@ -437,6 +437,44 @@ static int split_args(const char *args, char *copy, char **argv, int at, int max
 	return at;
 }
 
+void cubin_stamp(const char *path, char *out, size_t len)
+{
+	struct stat st;
+
+	if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
+		snprintf(out, len, "%lld:%lld", (long long)st.st_mtime, (long long)st.st_size);
+	else
+		snprintf(out, len, "-");
+}
+
+/* 0 if we see every source file as the client saw it; else -1 with the
+ * first difference in res (the assembler would write other bytes). */
+static int check_sources(const char *sources, struct cubin_result *res)
+{
+	const char *p = sources;
+
+	while (p && *p) {
+		const char *nl = strchr(p, '\n'), *tab = strchr(p, '\t');
+		size_t n = nl ? (size_t)(nl - p) : strlen(p);
+		char path[4096], want[64], got[64];
+		if (!tab || tab > p + n || (size_t)(tab - p) >= sizeof path ||
+		    (size_t)(p + n - tab - 1) >= sizeof want)
+			break;
+		memcpy(path, p, (size_t)(tab - p));
+		path[tab - p] = '\0';
+		memcpy(want, tab + 1, (size_t)(p + n - tab - 1));
+		want[p + n - tab - 1] = '\0';
+		cubin_stamp(path, got, sizeof got);
+		if (strcmp(got, want) != 0) {
+			fail(res, 7, "the daemon sees source file '%s' as %s, the client as %s; "
+			     "its line info would differ", path, got, want);
+			return -1;
+		}
+		p += n + (nl != NULL);
+	}
+	return 0;
+}
+
 static void run_ptxas(const struct cubin_job *job, struct cubin_result *res)
 {
 	char dir[4096], in[4200], out[4200], p[4200];
@@ -637,6 +675,8 @@ out:
 
 void cubin_run(const struct cubin_job *job, struct cubin_result *res)
 {
+	if (job->sources && check_sources(job->sources, res) < 0)
+		return;
 	if (!job->path)
 		fail(res, 7, "no assembler");
 	else if (job->backend == CUBIN_NVJITLINK)

@@ -66,7 +66,16 @@ struct cubin_job {
 	const char *args;       /* canonical options, '\n'-separated
 	                           (ptxas_args_check); never an input/output */
 	int timeout_ms;         /* kill the assembler after this; 0: none */
+	const char *sources;    /* the client's view of the source files the
+	                           PTX's .file directives name, one
+	                           "PATH\tSTAMP\n" line each (cubin_stamp());
+	                           NULL: none given */
 };
+
+/* What ptxas records of a source file named by a .file directive (with
+ * -lineinfo it copies the file's mtime and size into .debug_line): "MTIME:SIZE",
+ * or "-" if it cannot be read. out holds at least 48 bytes. */
+void cubin_stamp(const char *path, char *out, size_t len);
 
 /* Outcome. status uses enum job_status's values: 0 ok (cubin set), 2 the
  * assembler failed (exit_code and log say how; deterministic), 5 it died

@@ -84,6 +84,8 @@ struct asm_req {
 	enum cubin_backend_kind backend;
 	char *args;             /* canonical options, '\n'-separated */
 	char *arch;             /* --gpu-name's value, or NULL */
+	char *sources;          /* the client's stamps of the PTX's .file
+	                           sources (see cubin.h), or NULL */
 };
 
 struct waiter {
@@ -322,7 +324,8 @@ static void asm_req_free(struct asm_req *a)
 		return;
 	free(a->args);
 	free(a->arch);
-	a->args = a->arch = NULL;
+	free(a->sources);
+	a->args = a->arch = a->sources = NULL;
 }
 
 static void start_cubin(struct conn *c, uint64_t id, const char *ptx,
@@ -367,6 +370,12 @@ static int parse_asm(const struct msg *m, struct compile_req *r, struct buf *err
 			r->from_ptx = 1;
 		} else if (!(n == 2 && !memcmp(v, "ir", 2))) {
 			buf_puts(err, "'input_kind' must be \"ir\" or \"ptx\"");
+			return -1;
+		}
+	}
+	if (msg_bytes(m, "asm_sources", &v, &n) == 1) {
+		if (n > 65536 || memchr(v, '\0', n) || !(r->asmr.sources = strndup(v, n))) {
+			buf_puts(err, "bad 'asm_sources'");
 			return -1;
 		}
 	}
@@ -670,6 +679,7 @@ static int cubin_key(const struct server *s, const struct asm_req *a,
 		{ "assembler", id ? id : "" },
 		{ "input_sha256", ptx_sha },
 		{ "asm_args", a->args },
+		{ "sources", a->sources },
 	};
 	return key_derive(parts, sizeof parts / sizeof parts[0], k, components);
 }
@@ -685,6 +695,8 @@ static int cubin_job_frame(const struct server *s, const struct asm_req *a,
 	msg_put_int(&w, "backend", a->backend);
 	msg_put_str(&w, "asm_path", s->asm_be[a->backend].path);
 	msg_put_str(&w, "args", a->args);
+	if (a->sources)
+		msg_put_str(&w, "sources", a->sources);
 	return msg_end(&w);
 }
 
@@ -779,7 +791,7 @@ static struct asm_req *asm_req_take(struct asm_req *a)
 
 	if (t) {
 		*t = *a;
-		a->args = a->arch = NULL;
+		a->args = a->arch = a->sources = NULL;
 	}
 	return t;
 }

@@ -670,17 +670,19 @@ static void run_cubin_job(const struct msg *m)
 	struct cubin_result res = { 0 };
 	struct buf out = BUF_INIT;
 	struct msg_writer mw;
-	char *path = NULL, *args = NULL;
+	char *path = NULL, *args = NULL, *sources = NULL;
 	int64_t backend = 0;
 
 	if (msg_bytes(m, "input", (const char **)&job.ptx, &job.ptx_len) != 1 ||
 	    msg_strdup(m, "asm_path", &path) != 1 ||
 	    msg_strdup(m, "args", &args) < 0 ||
+	    msg_strdup(m, "sources", &sources) < 0 ||
 	    msg_int(m, "backend", &backend) < 0)
 		_exit(1);
 	job.backend = backend == CUBIN_NVJITLINK ? CUBIN_NVJITLINK : CUBIN_PTXAS;
 	job.path = path;
 	job.args = args;
+	job.sources = sources;
 	/* Kill the assembler a little before the master kills us. */
 	job.timeout_ms = job_timeout_ms > 1000 ? job_timeout_ms - 500 : job_timeout_ms;
 	cubin_run(&job, &res);
@@ -698,6 +700,7 @@ static void run_cubin_job(const struct msg *m)
 	buf_free(&res.log);
 	free(path);
 	free(args);
+	free(sources);
 }
 
 static void run_job(const void *body, size_t len)

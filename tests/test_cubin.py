@@ -344,3 +344,33 @@ def test_cubin_request_refuses_options_that_name_files():
             t, body = raw.recv_frame()
             assert t == 0xff and b"invalid" in body, (args, t, body)
         assert d.stats()["compiles"] == 0
+
+
+def test_ptxas_source_file_stamps_are_part_of_the_key():
+    """With -lineinfo ptxas copies the mtime and size of the files the
+    PTX's .file directives name into the cubin: a touched source is a new
+    key, never a stale cubin; an unchanged one is a hit."""
+    real = real_ptxas()
+    k = triton_ptx()[0]
+    with Daemon() as d, tempfile.TemporaryDirectory() as t:
+        front = Front(t, d.socket)
+        src = os.path.join(t, "kernel_src.py")
+        ptx = os.path.join(t, "k.ptx")
+        with open(ptx, "wb") as f:
+            f.write(re.sub(rb'\.file\t1 "[^"]*"', b'.file\t1 "' + src.encode() + b'"', read(k)))
+        out = os.path.join(t, "k.o")
+        seen = []
+        for step in ("absent", "present", "touched", "again"):
+            if step == "present":
+                with open(src, "w") as f:
+                    f.write("x = 1\n")
+            elif step == "touched":
+                os.utime(src, (1577836800, 1577836800))
+            subprocess.run([real, "-lineinfo", "--gpu-name=sm_90a", ptx, "-o", out], check=True)
+            want = read(out)
+            r = front.run(["-lineinfo", "--gpu-name=sm_90a", ptx, "-o", out])
+            assert r.returncode == 0 and read(out) == want, (step, r.stderr)
+            seen.append(want)
+        assert seen[0] != seen[1] != seen[2] and seen[2] == seen[3]
+        s = d.stats()
+        assert s["compiles"] == 3 and s["hits"] == 1, s
