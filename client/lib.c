@@ -32,6 +32,8 @@ struct ptxcache {
 	int timeout_ms;
 	uint64_t next_id;
 	struct buf in;          /* bytes read but not yet consumed */
+	struct buf req;         /* the compile request being sent: kept from
+	                           call to call (see req_buf()) */
 	char err[512];
 };
 
@@ -153,6 +155,7 @@ void ptxcache_close(ptxcache *pc)
 		return;
 	close(pc->fd);
 	buf_free(&pc->in);
+	buf_free(&pc->req);
 	free(pc);
 }
 
@@ -327,10 +330,33 @@ void ptxcache_compile_req_init(struct ptxcache_compile_req *req)
 	req->strict = 1;
 }
 
+/*
+ * The buffer a compile or assemble request is built in: the handle's own,
+ * kept between calls with room for the input, so that a request of a large
+ * kernel is neither grown by doubling nor built in freshly mapped memory
+ * that faults in page by page on every call (bench/NOTES.md). Handed back
+ * with req_done(), which lets go of anything over REQ_KEEP.
+ */
+#define REQ_KEEP (8u << 20)
+static struct buf *req_buf(ptxcache *pc, size_t input_len)
+{
+	buf_reset(&pc->req);
+	buf_reserve(&pc->req, input_len + 4096); /* a failure shows at msg_end */
+	return &pc->req;
+}
+
+static void req_done(ptxcache *pc)
+{
+	if (pc->req.cap > REQ_KEEP)
+		buf_free(&pc->req);
+	else
+		buf_reset(&pc->req);
+}
+
 int ptxcache_compile(ptxcache *pc, const struct ptxcache_compile_req *req,
 		     struct ptxcache_result *res)
 {
-	struct buf b = BUF_INIT;
+	struct buf *b = req_buf(pc, req->input_len);
 	struct msg_writer w;
 	struct msg m;
 	size_t used = 0;
@@ -338,16 +364,16 @@ int ptxcache_compile(ptxcache *pc, const struct ptxcache_compile_req *req,
 	int64_t st, us = 0;
 
 	memset(res, 0, sizeof *res);
-	msg_begin(&w, &b, FRAME_COMPILE);
+	msg_begin(&w, b, FRAME_COMPILE);
 	msg_put_int(&w, "id", (int64_t)id);
 	put_compile_fields(&w, req);
 	if (msg_end(&w) < 0) {
 		set_err(pc, "out of memory");
-		buf_free(&b);
+		req_done(pc);
 		return -1;
 	}
-	int r = call(pc, &b, id, FRAME_COMPILE, &m, &used);
-	buf_free(&b);
+	int r = call(pc, b, id, FRAME_COMPILE, &m, &used);
+	req_done(pc);
 	if (r == 0) {
 		const char *k;
 		size_t kn;
@@ -545,11 +571,11 @@ void ptxcache_assemble_req_init(struct ptxcache_assemble_req *req)
 int ptxcache_assemble(ptxcache *pc, const struct ptxcache_assemble_req *req,
 		      struct ptxcache_asm_result *res)
 {
-	struct buf b = BUF_INIT;
+	struct buf *b = req_buf(pc, req->input_len);
 	struct msg_writer w;
 	struct msg m;
 	size_t used = 0;
-	uint64_t id = begin(pc, &w, &b, FRAME_COMPILE);
+	uint64_t id = begin(pc, &w, b, FRAME_COMPILE);
 	int64_t st, us = 0, xc = 0;
 
 	memset(res, 0, sizeof *res);
@@ -571,11 +597,11 @@ int ptxcache_assemble(ptxcache *pc, const struct ptxcache_assemble_req *req,
 		msg_put_str(&w, "asm_sources", req->sources);
 	if (msg_end(&w) < 0) {
 		set_err(pc, "out of memory");
-		buf_free(&b);
+		req_done(pc);
 		return -1;
 	}
-	int r = call(pc, &b, id, FRAME_COMPILE, &m, &used);
-	buf_free(&b);
+	int r = call(pc, b, id, FRAME_COMPILE, &m, &used);
+	req_done(pc);
 	if (r == 0) {
 		const char *k;
 		size_t kn;

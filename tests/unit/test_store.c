@@ -321,6 +321,45 @@ TEST(store_corrupt_blob_is_a_miss)
 	free(ptx);
 }
 
+/* The decoded copy kept for hot entries answers only for the very row it
+ * was decoded from: a replaced, damaged or deleted row is never answered
+ * from memory. */
+TEST(store_hot_copy_follows_its_row)
+{
+	struct store *s = open_store(0);
+	struct store_result r;
+	REQUIRE(s);
+	char *a = fake_ptx(40000, 5), *b = fake_ptx(40000, 6);
+	REQUIRE(memcmp(a, b, 40000));
+	REQUIRE(put(s, 1, a, 40000, 0, NULL) == 0);
+	for (int i = 0; i < 3; i++) {
+		CHECK(get(s, 1, &r) == 1);
+		CHECK(r.data.len == 40000 && !memcmp(r.data.data, a, 40000));
+		store_result_free(&r);
+	}
+	REQUIRE(put(s, 1, b, 40000, 0, NULL) == 0);
+	CHECK(get(s, 1, &r) == 1);
+	CHECK(r.data.len == 40000 && !memcmp(r.data.data, b, 40000));
+	store_result_free(&r);
+
+	sqlite3 *db = raw_open();
+	REQUIRE(db);
+	raw_int(db, "UPDATE entries SET checksum = checksum + 1 WHERE key = ?1", 1);
+	CHECK(get(s, 1, &r) == 0);
+	store_result_free(&r);
+
+	REQUIRE(put(s, 2, a, 40000, 0, NULL) == 0);
+	CHECK(get(s, 2, &r) == 1);
+	store_result_free(&r);
+	raw_int(db, "DELETE FROM entries WHERE key = ?1", 2);
+	CHECK(get(s, 2, &r) == 0);
+	store_result_free(&r);
+	sqlite3_close(db);
+	store_close(s);
+	free(a);
+	free(b);
+}
+
 TEST(store_verify_reports_corruption)
 {
 	struct store *s = open_store(0);
