@@ -22,8 +22,9 @@
  * `make bench`; null where a figure cannot be measured, with a note) and a
  * table on stdout; bench/plot.py draws the chart from the JSON.
  *
- * Cubin figures need a daemon that accepts compile requests of kind
- * "cubin" (probed) and a ptxas; without them they are null. Benchmarks are
+ * Cubin figures (ptxcache_assemble() on the kernel's IR, both stages
+ * cached) need a daemon that assembles (probed) and a ptxas; without them
+ * they are null, with a note. Benchmarks are
  * not tests: nothing here fails on a slow figure, only on a wrong answer
  * (a hit that is not a hit, a compile that fails).
  *
@@ -305,6 +306,22 @@ static long long tree_rss_kb(pid_t pid)
 	return total;
 }
 
+/* Time pid has spent on a CPU, in ns (/proc/PID/schedstat), or 0. */
+static double cpu_ns(pid_t pid)
+{
+	char path[64];
+	double ns = 0;
+
+	snprintf(path, sizeof path, "/proc/%d/schedstat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (f) {
+		if (fscanf(f, "%lf", &ns) != 1)
+			ns = 0;
+		fclose(f);
+	}
+	return ns;
+}
+
 /* ---- requests ---- */
 
 /* The request every figure uses: Triton's own llc flags. */
@@ -354,144 +371,80 @@ static double compile_ptx(ptxcache *pc, const char *ir, size_t n, int want_cache
 	return t;
 }
 
-/*
- * Cubin requests. libptxcache has no cubin call yet, so these speak the
- * protocol directly (proto/msg.h): a compile frame with kind "cubin" on
- * the kernel's IR, which the daemon takes through both cached stages.
- */
-struct raw {
-	int fd;
-	struct buf in;
-};
+/* Cubin requests: the kernel's IR through both cached stages, assembled
+ * for the same GPU as the cold ptxas runs (-arch=sm_90a). */
+static const char *const asm_args[] = { "--gpu-name=sm_90a" };
 
-static void raw_connect(struct raw *c, const char *sock)
+static int cubin_req(ptxcache *pc, const char *ir, size_t n,
+		     struct ptxcache_asm_result *res)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct ptxcache_compile_req r;
+	struct ptxcache_assemble_req a;
 
-	set_path(&sa, sock);
-	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	memset(&c->in, 0, sizeof c->in);
-	if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&sa, sizeof sa) < 0)
-		die("cannot connect to '%s': %s", sock, strerror(errno));
+	kernel_req(&r, ir, n);
+	ptxcache_assemble_req_init(&a);
+	a.input = ir;
+	a.input_len = n;
+	a.ir = &r;
+	a.args = asm_args;
+	a.nargs = sizeof asm_args / sizeof asm_args[0];
+	return ptxcache_assemble(pc, &a, res);
 }
 
-static void raw_close(struct raw *c)
-{
-	close(c->fd);
-	buf_free(&c->in);
-}
-
-/* Send a cubin compile; return 0 with status, cached and the output length,
- * or -1 with the error frame's message in err (the daemon refused it). */
-static int raw_cubin(struct raw *c, const char *ir, size_t n, int *status,
-		     int *cached, size_t *out_len, char *err, size_t errlen)
-{
-	struct buf b = BUF_INIT;
-	struct msg_writer w;
-	static int64_t id;
-
-	msg_begin(&w, &b, FRAME_COMPILE);
-	msg_put_int(&w, "id", ++id);
-	msg_put_bin(&w, "input", ir, n);
-	msg_put_str(&w, "kind", "cubin");
-	msg_put_str(&w, "triple", "nvptx64-nvidia-cuda");
-	msg_put_str(&w, "cpu", "sm_90a");
-	msg_put_str(&w, "features", "+ptx90");
-	msg_put_int(&w, "opt", 3);
-	if (msg_end(&w) < 0)
-		die("out of memory");
-	for (size_t off = 0; off < b.len;) {
-		ssize_t k = send(c->fd, b.data + off, b.len - off, MSG_NOSIGNAL);
-		if (k <= 0)
-			die("cannot send: %s", strerror(errno));
-		off += (size_t)k;
-	}
-	buf_free(&b);
-	for (;;) {
-		struct frame_hdr h;
-		int r = frame_parse_hdr(c->in.data, c->in.len, 1u << 30, &h, NULL);
-		if (r < 0)
-			die("malformed reply");
-		if (r == 1 && c->in.len >= FRAME_HDR_LEN + h.len) {
-			struct msg m;
-			int64_t st = -1;
-			const char *s = "";
-			size_t sn = 0;
-			int ret = 0;
-			if (msg_parse(&m, c->in.data + FRAME_HDR_LEN, h.len,
-				      &MSG_LIMITS_DEFAULT, NULL) < 0)
-				die("malformed reply");
-			if (h.type == FRAME_ERROR) {
-				msg_bytes(&m, "message", &s, &sn);
-				snprintf(err, errlen, "%.*s", (int)sn, s);
-				ret = -1;
-			} else {
-				*cached = 0;
-				*out_len = 0;
-				msg_int(&m, "status", &st);
-				msg_bool(&m, "cached", cached);
-				if (msg_bytes(&m, "output", &s, &sn) == 1)
-					*out_len = sn;
-				*status = (int)st;
-				if (st != 0 && msg_bytes(&m, "log", &s, &sn) == 1)
-					snprintf(err, errlen, "%.*s", (int)sn, s);
-			}
-			msg_free(&m);
-			buf_consume(&c->in, FRAME_HDR_LEN + h.len);
-			return ret;
-		}
-		if (buf_reserve(&c->in, 65536) < 0)
-			die("out of memory");
-		ssize_t k = recv(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len - 1, 0);
-		if (k <= 0)
-			die("daemon closed the connection");
-		c->in.len += (size_t)k;
-	}
-}
-
-static double cubin_one(struct raw *c, const char *ir, size_t n, int want_cached,
+static double cubin_one(ptxcache *pc, const char *ir, size_t n, int want_cached,
 			const char *what, size_t *out_len)
 {
-	char err[512] = "";
-	int status, cached;
-	size_t len;
+	struct ptxcache_asm_result res;
 
 	double t0 = now_ms();
-	if (raw_cubin(c, ir, n, &status, &cached, &len, err, sizeof err) < 0)
-		die("%s: %s", what, err);
+	if (cubin_req(pc, ir, n, &res) < 0)
+		die("%s: %s", what, ptxcache_errmsg(pc));
 	double t = now_ms() - t0;
-	if (status != 0)
-		die("%s: status %d: %s", what, status, err);
-	if (want_cached >= 0 && cached != want_cached)
+	if (res.status != PTXCACHE_OK)
+		die("%s: status %d: %s", what, res.status, res.log ? res.log : "");
+	if (want_cached >= 0 && res.cached != want_cached)
 		die("%s: expected a %s", what, want_cached ? "hit" : "miss");
 	if (out_len)
-		*out_len = len;
+		*out_len = res.output_len;
+	ptxcache_asm_result_free(&res);
 	return t;
 }
 
-/* Does the daemon compile cubin? 1 yes, 0 no (with a note). */
+/* Does the daemon assemble cubin? 1 yes, 0 no (with a note). The probe
+ * assembles llc's PTX of k with a comment added: a PTX of its own, since
+ * the cubin stage is keyed on the PTX and the IR of k must still miss. */
 static int probe_cubin(const char *sock, const struct kernel *k)
 {
-	struct raw c;
-	char err[512] = "";
-	int status = -1, cached;
-	size_t len, n;
-	char *ir = with_nonce(k, 999, &n);
+	struct ptxcache_assemble_req a;
+	struct ptxcache_asm_result res;
+	ptxcache *pc = connect_or_die(sock);
+	char path[400], *ptx;
+	size_t n;
+	int ok = 0;
 
-	raw_connect(&c, sock);
-	int r = raw_cubin(&c, ir, n, &status, &cached, &len, err, sizeof err);
-	raw_close(&c);
-	free(ir);
-	if (r < 0) {
-		note("cubin figures are null: the daemon refuses kind \"cubin\" (%s)", err);
-		return 0;
+	snprintf(path, sizeof path, "%s/cold/%s.ptx", g.tmp, k->name);
+	if (!(ptx = read_file(path, &n)) || !(ptx = realloc(ptx, n + 64)))
+		die("cannot read '%s'", path);
+	n += (size_t)sprintf(ptx + n, "\n// ptxcache-bench probe\n");
+	ptxcache_assemble_req_init(&a);
+	a.input = ptx;
+	a.input_len = n;
+	a.args = asm_args;
+	a.nargs = sizeof asm_args / sizeof asm_args[0];
+	if (ptxcache_assemble(pc, &a, &res) < 0) {
+		note("cubin figures are null: the daemon refuses cubin requests (%s)",
+		     ptxcache_errmsg(pc));
+	} else if (res.status != PTXCACHE_OK) {
+		note("cubin figures are null: a cubin request returned status %d (%.160s)",
+		     res.status, res.log ? res.log : "");
+		ptxcache_asm_result_free(&res);
+	} else {
+		ok = 1;
+		ptxcache_asm_result_free(&res);
 	}
-	if (status != 0) {
-		note("cubin figures are null: a cubin compile returned status %d (%s)",
-		     status, err);
-		return 0;
-	}
-	return 1;
+	free(ptx);
+	ptxcache_close(pc);
+	return ok;
 }
 
 /* ---- the floor: a bare echo server ---- */
@@ -725,15 +678,14 @@ static void miss_runs(struct figures *f, const struct daemon *d, int cubin)
 	f->miss_cubin_ms = NAN;
 	if (!cubin)
 		return;
-	struct raw c;
-	raw_connect(&c, d->sock);
+	pc = connect_or_die(d->sock);
 	f->miss_cubin_ms = 0;
 	for (int i = 0; i < g.nk; i++) {
 		struct kernel *k = &g.k[i];
-		k->miss_cubin_ms = cubin_one(&c, k->ir, k->ir_len, 0, k->name, &k->cubin_len);
+		k->miss_cubin_ms = cubin_one(pc, k->ir, k->ir_len, 0, k->name, &k->cubin_len);
 		f->miss_cubin_ms += k->miss_cubin_ms;
 	}
-	raw_close(&c);
+	ptxcache_close(pc);
 }
 
 /* Frame sizes of a hit's request and reply, as libptxcache and the daemon
@@ -840,18 +792,17 @@ static void hit_runs(struct figures *f, const struct daemon *d, int cubin)
 
 	f->hit_cubin_ms = f->hit_cubin_p50_us = NAN;
 	if (cubin) {
-		struct raw c;
-		raw_connect(&c, d->sock);
+		pc = connect_or_die(d->sock);
 		for (int p = 0; p < passes; p++) {
 			double t0 = now_ms();
 			for (int i = 0; i < g.nk; i++) {
 				struct kernel *k = &g.k[i];
-				hit[(size_t)p * g.nk + i] = cubin_one(&c, k->ir, k->ir_len, 1,
+				hit[(size_t)p * g.nk + i] = cubin_one(pc, k->ir, k->ir_len, 1,
 								      k->name, NULL) * 1e3;
 			}
 			pass[p] = now_ms() - t0;
 		}
-		raw_close(&c);
+		ptxcache_close(pc);
 		for (int i = 0; i < g.nk; i++) {
 			for (int p = 0; p < passes; p++)
 				per[p] = hit[(size_t)p * g.nk + i];
@@ -958,6 +909,13 @@ static double ranks(int n, long long *compiles)
 
 /* ---- output ---- */
 
+/* The corpus asked for again, for what a build wants in the end: cubin
+ * where the daemon assembles, else PTX. */
+static double repeat_ms(const struct figures *x)
+{
+	return isnan(x->hit_cubin_ms) ? x->hit_ptx_ms : x->hit_cubin_ms;
+}
+
 static void jnum(FILE *f, const char *key, double v, int last)
 {
 	if (isnan(v))
@@ -1008,6 +966,9 @@ static void write_json(const struct figures *x, const char *path)
 	jnum(f, "ranks1_compiles", (double)x->ranks1_compiles, 0);
 	jnum(f, "daemon_start_ms", x->daemon_start_ms, 0);
 	jnum(f, "ptx_identical_to_llc", x->ptx_identical, 0);
+	jnum(f, "repeat_speedup_vs_cold", (x->cold_llc_ms + (isnan(x->cold_ptxas_ms) ? 0 :
+		x->cold_ptxas_ms)) / repeat_ms(x), 0);
+	jnum(f, "hit_p50_over_floor", x->hit_p50_us / x->floor_p50_us, 0);
 	fprintf(f, "  \"quick\": %s,\n  \"workers\": %d,\n", g.quick ? "true" : "false",
 		g.workers);
 	fputs("  \"notes\": [", f);
@@ -1065,7 +1026,6 @@ static void row(const char *what, double v, const char *unit, const char *ratio_
 static void print_table(const struct figures *x)
 {
 	double cold = x->cold_llc_ms + (isnan(x->cold_ptxas_ms) ? 0 : x->cold_ptxas_ms);
-	double hit = x->hit_ptx_ms + (isnan(x->hit_cubin_ms) ? 0 : x->hit_cubin_ms);
 	double miss = x->miss_ptx_ms + (isnan(x->miss_cubin_ms) ? 0 : x->miss_cubin_ms);
 
 	printf("\nptxcache bench: %d kernels%s, %d workers\n\n", g.nk,
@@ -1080,8 +1040,9 @@ static void print_table(const struct figures *x)
 	    x->cold_llc_ms / x->hit_ptx_ms);
 	row("hit cubin, whole corpus", x->hit_cubin_ms, "ms", "cold ptxas /",
 	    x->cold_ptxas_ms / x->hit_cubin_ms);
-	row("hit ptx+cubin vs cold llc+ptxas", hit, "ms", "cold /", cold / hit);
-	row("miss ptx+cubin vs cold llc+ptxas", miss, "ms", "cold /", cold / miss);
+	row("corpus repeat (final artifact hits)", repeat_ms(x), "ms", "cold llc+ptxas /",
+	    cold / repeat_ms(x));
+	row("miss ptx then cubin, warm daemon", miss, "ms", "cold llc+ptxas /", cold / miss);
 	row("hit p50 per request", x->hit_p50_us, "us", "/ floor", x->hit_p50_us / x->floor_p50_us);
 	row("hit p99 per request", x->hit_p99_us, "us", "/ floor p99",
 	    x->hit_p99_us / x->floor_p99_us);
@@ -1108,8 +1069,56 @@ static void print_table(const struct figures *x)
 static void usage(void)
 {
 	fputs("usage: bench [--quick] [--out DIR] [--corpus DIR] [--daemon PATH]\n"
-	      "             [--llc PATH] [--workers N]\n", stderr);
+	      "             [--llc PATH] [--workers N] [--hit-loop[-cubin] SECONDS]\n", stderr);
 	exit(2);
+}
+
+/* For profiling the hit path (bench/NOTES.md): a daemon primed with the
+ * corpus, its pid on stdout, a second to attach a profiler, then hits from
+ * one client for a while (cubin: IR-to-cubin requests), then the hit and
+ * floor passes of a full run. */
+static void hit_loop(double seconds, int cubin)
+{
+	struct daemon d;
+	struct figures f;
+
+	snprintf(g.tmp, sizeof g.tmp, "/tmp/ptxcache-bench-XXXXXX");
+	if (!mkdtemp(g.tmp))
+		die("cannot create a temp dir: %s", strerror(errno));
+	daemon_start(&d, "loop");
+	ptxcache *pc = connect_or_die(d.sock);
+	for (int i = 0; i < g.nk; i++) {
+		compile_ptx(pc, g.k[i].ir, g.k[i].ir_len, -1, g.k[i].name, &g.k[i].ptx_len);
+		if (cubin)
+			cubin_one(pc, g.k[i].ir, g.k[i].ir_len, -1, g.k[i].name, NULL);
+	}
+	printf("%d\n", (int)d.pid);
+	fflush(stdout);
+	sleep(1);
+	double end = now_ms() + seconds * 1e3, t0 = now_ms();
+	double dcpu = cpu_ns(d.pid), ccpu = cpu_ns(getpid());
+	long long n = 0;
+	while (now_ms() < end)
+		for (int i = 0; i < g.nk; i++, n++)
+			if (cubin)
+				cubin_one(pc, g.k[i].ir, g.k[i].ir_len, 1, g.k[i].name, NULL);
+			else
+				compile_ptx(pc, g.k[i].ir, g.k[i].ir_len, 1, g.k[i].name, NULL);
+	ptxcache_close(pc);
+	/* CPU time per hit holds up on a busy machine better than wall time. */
+	fprintf(stderr, "bench: %lld hits, mean %.1f us; cpu per hit: daemon %.1f us, "
+		"client %.1f us\n", n, (now_ms() - t0) * 1e3 / (double)n,
+		(cpu_ns(d.pid) - dcpu) / 1e3 / (double)n,
+		(cpu_ns(getpid()) - ccpu) / 1e3 / (double)n);
+	hit_runs(&f, &d, cubin);
+	fprintf(stderr, "bench: hit cubin corpus pass %.1f ms, p50 %.1f us\n", f.hit_cubin_ms,
+		f.hit_cubin_p50_us);
+	fprintf(stderr, "bench: hit p50 %.1f us, p99 %.1f us; floor p50 %.1f us, p99 %.1f us; "
+		"p50 ratio %.2f; corpus pass %.1f ms\n", f.hit_p50_us, f.hit_p99_us,
+		f.floor_p50_us, f.floor_p99_us, f.hit_p50_us / f.floor_p50_us, f.hit_ptx_ms);
+	daemon_stop(&d);
+	char *rm[] = { "/bin/rm", "-rf", g.tmp, NULL };
+	run_timed(rm);
 }
 
 int main(int argc, char **argv)
@@ -1117,6 +1126,8 @@ int main(int argc, char **argv)
 	struct figures f;
 	struct daemon d;
 	char path[512];
+	double loop = 0;
+	int loop_cubin = 0;
 
 	memset(&f, 0, sizeof f);
 	for (int i = 1; i < argc; i++) {
@@ -1135,12 +1146,20 @@ int main(int argc, char **argv)
 			g.llc = argv[++i];
 		else if (!strcmp(a, "--workers"))
 			g.workers = atoi(argv[++i]);
+		else if (!strcmp(a, "--hit-loop"))
+			loop = atof(argv[++i]);
+		else if (!strcmp(a, "--hit-loop-cubin"))
+			loop = atof(argv[++i]), loop_cubin = 1;
 		else
 			usage();
 	}
 	signal(SIGPIPE, SIG_IGN);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	load_corpus();
+	if (loop > 0) {
+		hit_loop(loop, loop_cubin);
+		return 0;
+	}
 	g.ptxas = find_ptxas();
 	if (!g.ptxas)
 		note("no ptxas ($PTXCACHE_PTXAS, $CUDA_HOME, /usr/local/cuda, PATH): "
