@@ -56,13 +56,20 @@ struct l2_counters {
 typedef void (*l2_get_cb)(void *arg, int found, const struct l2_value *v);
 
 /* Create the tier (it connects lazily and reconnects by itself). NULL with
- * a message in err for a bad URL or an unreadable or empty secret. */
+ * a message in err for a bad URL, a host name that does not resolve (names
+ * are resolved here, once: hiredis would block the loop on every connect),
+ * or an unreadable, empty or over-4-KiB secret. Zero timeouts and max_value
+ * take the defaults (50 ms, 64 MiB); NULL prefix: "ptxcache:". */
 struct l2 *l2_new(struct event_base *base, const struct l2_config *cfg,
 		  struct buf *err);
+/* Close the connection and free everything. Callbacks of gets still in
+ * flight are NOT called. Never call it from inside an l2 callback. NULL ok. */
 void l2_free(struct l2 *l2);
 
 /* Look key up; cb is called exactly once, possibly before l2_get()
- * returns (breaker open, not connected). */
+ * returns (breaker open, not connected, a Unix socket that is not there),
+ * otherwise from the loop (inside hiredis: cb may call l2_get() and
+ * l2_put() again). */
 void l2_get(struct l2 *l2, const unsigned char key[32], l2_get_cb cb, void *arg);
 
 /* Publish key's value in the background (nothing if read-only, too large,
@@ -74,7 +81,11 @@ void l2_counters(struct l2 *l2, struct l2_counters *c);
 /* The envelope, exposed for tests: seal v under secret into out, and open
  * a sealed value (0 and *v pointing into bytes, or -1 with the reason in
  * why: "bad magic", "wrong version", "wrong identity", "bad length",
- * "bad hmac"). */
+ * "bad hmac", "bad kind"). v->log is not NUL-terminated. Checks run in
+ * that order: magic and version, every length against the bytes left, the
+ * HMAC (constant-time), then identity and kind. l2_seal() replaces out's
+ * contents; -1 for an empty secret, an identity over 65535 bytes, a field
+ * over 4 GiB or no memory. */
 int l2_seal(const unsigned char key[32], const struct l2_value *v,
 	    const char *identity, const void *secret, size_t secret_len,
 	    struct buf *out);
