@@ -43,6 +43,7 @@
 #include "daemon/config.h"
 #include "daemon/cubin.h"
 #include "daemon/key.h"
+#include "daemon/l2.h"
 #include "daemon/log.h"
 #include "daemon/store.h"
 #include "proto/frame.h"
@@ -120,6 +121,7 @@ struct counters {
 struct server {
 	struct server_config *cfg;
 	struct event_base *base;
+	struct l2 *l2;          /* the Redis tier, or NULL */
 	struct evconnlistener *listener;
 	struct store *store;
 	struct pool *pool;
@@ -314,6 +316,7 @@ struct compile_req {
 	int64_t opt;
 	int emit, strict;
 	char *optset;           /* '\n'-separated backend options */
+	char ns[16];            /* the user's namespace, or "" (shared) */
 	int cubin;              /* kind "cubin": asmr says how */
 	int from_ptx;           /* input_kind "ptx": the input is PTX already */
 	struct asm_req asmr;
@@ -516,8 +519,17 @@ static int compile_key(const struct compile_req *r, struct key *k,
 		{ "emit", r->emit ? "1" : "0" },
 		{ "strict", r->strict ? "1" : "0" },
 		{ "options", r->optset },
+		{ "namespace", r->ns },        /* last: only with namespaces */
 	};
-	return key_derive(parts, sizeof parts / sizeof parts[0], k, components);
+	size_t n = sizeof parts / sizeof parts[0] - (r->ns[0] ? 0 : 1);
+	return key_derive(parts, n, k, components);
+}
+
+/* With namespace-per-uid, a user's entries are theirs alone. */
+static void set_namespace(struct server *s, struct conn *c, struct compile_req *r)
+{
+	if (s->cfg->namespace_per_uid && c->peer)
+		snprintf(r->ns, sizeof r->ns, "uid:%u", (unsigned)c->peer->uid);
 }
 
 /* exit_code: the assembler's exit status for a cubin reply; -1: none. */
@@ -587,16 +599,19 @@ static int add_waiter(struct flight *f, struct conn *c, uint64_t id)
 	return 0;
 }
 
-/* The pool finished a flight's job: store it if deterministic, then answer
- * every waiter. Storing first means an acknowledged result is durable. */
-static void flight_done(struct pool_job *job, const struct job_result *res)
+/* A flight has its result, compiled here or fetched from the Redis tier:
+ * store it if deterministic, publish what we compiled, then answer every
+ * waiter. Storing first means an acknowledged result is durable. */
+static void flight_finish(struct flight *f, const struct job_result *res,
+			  int compiled)
 {
-	struct flight *f = (struct flight *)((char *)job - offsetof(struct flight, job));
 	struct server *s = f->srv;
 
-	s->n.compiles++;
-	if (res->status != JOB_OK)
-		s->n.compile_errors++;
+	if (compiled) {
+		s->n.compiles++;
+		if (res->status != JOB_OK)
+			s->n.compile_errors++;
+	}
 	/* An assembler's failure is deterministic (a syntax error, say) and
 	 * cached with its exit status as the entry's status; its death by a
 	 * signal, a timeout or a missing binary are not. */
@@ -623,6 +638,14 @@ static void flight_done(struct pool_job *job, const struct job_result *res)
 			log_warn("%s", err.data ? err.data : "cannot store entry");
 		}
 		buf_free(&err);
+		if (compiled && s->l2) {
+			struct l2_value v = {
+				.kind = f->kind, .status = status,
+				.data = res->output, .data_len = res->output_len,
+				.log = res->log, .log_len = res->log_len,
+			};
+			l2_put(s->l2, f->key.hash, &v);
+		}
 	} else {
 		log_warn("compile of %.16s failed: %.*s", f->key.hex,
 			 (int)res->log_len, res->log ? res->log : "");
@@ -661,6 +684,52 @@ static void flight_done(struct pool_job *job, const struct job_result *res)
 	free(f->arch);
 	free(f);
 	maybe_stop(s);
+}
+
+/* The pool finished a flight's job. */
+static void flight_done(struct pool_job *job, const struct job_result *res)
+{
+	flight_finish((struct flight *)((char *)job - offsetof(struct flight, job)), res, 1);
+}
+
+/* The Redis tier answered for f: a verified value of the right stage
+ * finishes the flight as a hit; anything else sends it to the pool. */
+static void flight_l2_done(void *arg, int found, const struct l2_value *v)
+{
+	struct flight *f = arg;
+
+	if (found && v->kind == (int)f->kind) {
+		struct job_result res = {
+			.status = f->kind == STORE_CUBIN && v->status > 0 ? JOB_ERROR :
+				  (enum job_status)v->status,
+			.exit_code = f->kind == STORE_CUBIN ? v->status : 0,
+			.output = v->data, .output_len = v->data_len,
+			.log = v->log, .log_len = v->log_len,
+		};
+		flight_finish(f, &res, 0);
+		return;
+	}
+	pool_submit(f->srv->pool, &f->job);
+}
+
+/* Start a flight that has its key, job and first waiter: register it for
+ * single flight (which so holds across both tiers), then ask Redis, or
+ * the pool directly. */
+static void flight_launch(struct server *s, struct flight *f, struct conn *c)
+{
+	f->srv = s;
+	f->peer = c->peer;
+	if (f->peer)
+		f->peer->jobs++;
+	unsigned b = bucket_of(&f->key);
+	f->next = s->flights[b];
+	s->flights[b] = f;
+	s->nflights++;
+	f->job.done = flight_done;
+	if (s->l2)
+		l2_get(s->l2, f->key.hash, flight_l2_done, f);
+	else
+		pool_submit(s->pool, &f->job);
 }
 
 /* ---- the cubin stage ------------------------------------------------ */
@@ -768,20 +837,11 @@ static void start_cubin(struct conn *c, uint64_t id, const char *ptx,
 		buf_free(&comp);
 		return;
 	}
-	f->srv = s;
 	f->kind = STORE_CUBIN;
 	f->components = buf_detach(&comp, NULL);
 	f->arch = a->arch ? strdup(a->arch) : NULL;
 	f->job.any_worker = 1;
-	f->job.done = flight_done;
-	f->peer = c->peer;
-	if (f->peer)
-		f->peer->jobs++;
-	unsigned b = bucket_of(&f->key);
-	f->next = s->flights[b];
-	s->flights[b] = f;
-	s->nflights++;
-	pool_submit(s->pool, &f->job);
+	flight_launch(s, f, c);
 }
 
 /* Move a's strings into a new asm_req for a waiter; NULL if out of memory
@@ -826,6 +886,7 @@ static void handle_compile(struct conn *c, uint64_t id, const struct msg *m)
 		send_error(c, id, "invalid", err.data ? err.data : "out of memory");
 		goto out;
 	}
+	set_namespace(s, c, &r);
 	if (r.cubin && r.from_ptx) {
 		start_cubin(c, id, r.input, r.input_len, &r.asmr, 0);
 		goto out;
@@ -896,21 +957,12 @@ static void handle_compile(struct conn *c, uint64_t id, const struct msg *m)
 		goto out;
 	}
 	f->waiters->then = then;
-	f->srv = s;
 	f->kind = STORE_PTX;
 	f->components = buf_detach(&comp, NULL);
 	f->arch = r.cpu ? strdup(r.cpu) : NULL;
 	f->job.optset = r.optset;
 	r.optset = NULL;
-	f->job.done = flight_done;
-	f->peer = c->peer;
-	if (f->peer)
-		f->peer->jobs++;
-	unsigned b = bucket_of(&f->key);
-	f->next = s->flights[b];
-	s->flights[b] = f;
-	s->nflights++;
-	pool_submit(s->pool, &f->job);
+	flight_launch(s, f, c);
 out:
 	compile_req_free(&r);
 	buf_free(&err);
@@ -1001,8 +1053,199 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 		   (long long)pc.spawned, (long long)pc.recycled, pc.busy, pc.queued,
 		   s->cfg->pool.size, pc.ready, (long long)(time(NULL) - s->started),
 		   codegen_identity());
+	if (s->l2 && j.len) {
+		struct l2_counters lc;
+		l2_counters(s->l2, &lc);
+		j.len--;        /* reopen the object */
+		buf_printf(&j, ",\"l2_hits\":%lld,\"l2_misses\":%lld,\"l2_errors\":%lld,"
+			   "\"l2_timeouts\":%lld,\"l2_rejects\":%lld,\"l2_writes\":%lld,"
+			   "\"l2_breaker_opens\":%lld,\"l2_breaker_open\":%d}",
+			   (long long)lc.hits, (long long)lc.misses, (long long)lc.errors,
+			   (long long)lc.timeouts, (long long)lc.rejects, (long long)lc.writes,
+			   (long long)lc.breaker_opens, lc.breaker_open);
+	}
 	reply_json(c, FRAME_STATS, id, &j);
 	buf_free(&j);
+}
+
+/* ls / evict filter fields: kind, arch, older_than (s), min_bytes. */
+static int parse_filter(const struct msg *m, struct store_filter *f, char **arch,
+			struct buf *err)
+{
+	const char *k;
+	size_t n;
+	const char *why = NULL;
+
+	memset(f, 0, sizeof *f);
+	*arch = NULL;
+	if (msg_bytes(m, "kind", &k, &n) == 1) {
+		if (n == 3 && !memcmp(k, "ptx", 3))
+			f->kind = STORE_PTX;
+		else if (n == 5 && !memcmp(k, "cubin", 5))
+			f->kind = STORE_CUBIN;
+		else
+			why = "'kind' must be \"ptx\" or \"cubin\"";
+	}
+	if (!why && (text_field(m, "arch", 64, arch, &why) < 0 ||
+		     msg_int(m, "older_than", &f->older_than_s) < 0 ||
+		     msg_int(m, "min_bytes", &f->min_bytes) < 0))
+		why = why ? why : "bad filter field";
+	if (why) {
+		buf_printf(err, "%s", why);
+		return -1;
+	}
+	f->arch = *arch;
+	return 0;
+}
+
+static void handle_ls(struct conn *c, uint64_t id, const struct msg *m)
+{
+	struct store_filter f;
+	struct buf j = BUF_INIT, err = BUF_INIT;
+	char *arch = NULL;
+	int64_t limit = 100;
+
+	if (parse_filter(m, &f, &arch, &err) < 0 || msg_int(m, "limit", &limit) < 0) {
+		send_error(c, id, "invalid", err.len ? err.data : "bad 'limit'");
+	} else if (store_list(c->srv->store, &f, (int)(limit > 1000000 ? 1000000 : limit), &j) < 0) {
+		send_error(c, id, "internal", "cannot list the cache");
+	} else {
+		reply_json(c, FRAME_LS, id, &j);
+	}
+	free(arch);
+	buf_free(&j);
+	buf_free(&err);
+}
+
+static void handle_show(struct conn *c, uint64_t id, const struct msg *m)
+{
+	unsigned char hash[32];
+	char *hex = NULL;
+	struct buf j = BUF_INIT;
+
+	if (msg_strdup(m, "key", &hex) != 1 || key_from_hex(hex, hash) < 0) {
+		send_error(c, id, "invalid", "'key' must be 64 hex digits");
+	} else {
+		int r = store_show(c->srv->store, hash, &j);
+		if (r == 1)
+			reply_json(c, FRAME_SHOW, id, &j);
+		else
+			send_error(c, id, r == 0 ? "not_found" : "internal",
+				   r == 0 ? "no such entry" : "cannot read the cache");
+	}
+	free(hex);
+	buf_free(&j);
+}
+
+/* Why would this compile request miss? The exact key's presence, the
+ * request's components, and the nearest stored entry with what differs. */
+static void handle_explain(struct conn *c, uint64_t id, const struct msg *m)
+{
+	struct server *s = c->srv;
+	struct compile_req r;
+	struct buf err = BUF_INIT, comp = BUF_INIT, j = BUF_INIT, shown = BUF_INIT;
+	struct key k;
+
+	if (parse_compile(m, (uint32_t)s->cfg->max_frame, &r, &err) < 0) {
+		send_error(c, id, "invalid", err.data ? err.data : "out of memory");
+		goto out;
+	}
+	set_namespace(s, c, &r);
+	if (compile_key(&r, &k, &comp) < 0) {
+		send_error(c, id, "internal", "out of memory");
+		goto out;
+	}
+	int cached = store_show(s->store, k.hash, &shown) == 1;
+	buf_printf(&j, "{\"key\":\"%s\",\"cached\":%s,\"components\":%s,\"nearest\":",
+		   k.hex, cached ? "true" : "false", comp.data);
+	if (cached || store_nearest(s->store, comp.data, &j) != 1)
+		buf_puts(&j, "null");
+	buf_puts(&j, "}");
+	reply_json(c, FRAME_EXPLAIN, id, &j);
+out:
+	compile_req_free(&r);
+	buf_free(&err);
+	buf_free(&comp);
+	buf_free(&j);
+	buf_free(&shown);
+}
+
+static void handle_verify(struct conn *c, uint64_t id, const struct msg *m)
+{
+	struct buf report = BUF_INIT, j = BUF_INIT;
+	int problems = store_verify(c->srv->store, &report);
+
+	if (problems < 0) {
+		send_error(c, id, "internal", "cannot verify the cache");
+	} else {
+		buf_printf(&j, "{\"problems\":%d,\"report\":[", problems);
+		/* One JSON string per report line. */
+		int first = 1;
+		for (char *line = report.data; line && *line;) {
+			size_t n = strcspn(line, "\n");
+			buf_puts(&j, first ? "\"" : ",\"");
+			for (size_t i = 0; i < n; i++) {
+				unsigned char ch = (unsigned char)line[i];
+				if (ch == '"' || ch == '\\')
+					buf_printf(&j, "\\%c", ch);
+				else if (ch < 0x20)
+					buf_printf(&j, "\\u%04x", ch);
+				else
+					buf_append(&j, &line[i], 1);
+			}
+			buf_puts(&j, "\"");
+			first = 0;
+			line += n + (line[n] == '\n');
+		}
+		buf_puts(&j, "]}");
+		reply_json(c, FRAME_VERIFY, id, &j);
+	}
+	buf_free(&report);
+	buf_free(&j);
+}
+
+/* Eviction rewrites the cache for everyone: root and the daemon's own
+ * user only. Fields: the ls filter, or max_size (LRU down to it), or all. */
+static void handle_evict(struct conn *c, uint64_t id, const struct msg *m)
+{
+	struct store_filter f;
+	struct buf j = BUF_INIT, err = BUF_INIT;
+	char *arch = NULL;
+	int64_t max_size = -1;
+	int all = 0, removed;
+
+	if (c->peer && c->peer->uid != 0 && c->peer->uid != geteuid()) {
+		send_error(c, id, "denied", "evicting needs root or the daemon's user");
+		return;
+	}
+	if (parse_filter(m, &f, &arch, &err) < 0 || msg_int(m, "max_size", &max_size) < 0 ||
+	    msg_bool(m, "all", &all) < 0) {
+		send_error(c, id, "invalid", err.len ? err.data : "bad evict field");
+		goto out;
+	}
+	if (all)
+		removed = store_remove(c->srv->store, NULL);
+	else if (max_size >= 0)
+		removed = store_evict_lru(c->srv->store, max_size);
+	else if (f.kind || f.arch || f.older_than_s > 0 || f.min_bytes > 0)
+		removed = store_remove(c->srv->store, &f);
+	else {
+		send_error(c, id, "invalid", "evict needs a filter, max_size or all");
+		goto out;
+	}
+	if (removed < 0) {
+		send_error(c, id, "internal", "cannot evict from the cache");
+		goto out;
+	}
+	int64_t entries, bytes;
+	store_totals(c->srv->store, &entries, &bytes);
+	buf_printf(&j, "{\"removed\":%d,\"entries\":%lld,\"bytes\":%lld}", removed,
+		   (long long)entries, (long long)bytes);
+	reply_json(c, FRAME_EVICT, id, &j);
+out:
+	free(arch);
+	buf_free(&j);
+	buf_free(&err);
 }
 
 /* The request table. Checklist when adding a request: frame.h's enum,
@@ -1015,6 +1258,11 @@ static const struct request_type {
 	{ .type = FRAME_PING, .handler = handle_ping },
 	{ .type = FRAME_COMPILE, .handler = handle_compile },
 	{ .type = FRAME_STATS, .handler = handle_stats },
+	{ .type = FRAME_LS, .handler = handle_ls },
+	{ .type = FRAME_SHOW, .handler = handle_show },
+	{ .type = FRAME_EXPLAIN, .handler = handle_explain },
+	{ .type = FRAME_VERIFY, .handler = handle_verify },
+	{ .type = FRAME_EVICT, .handler = handle_evict },
 };
 
 static void handle_frame(struct conn *c, const struct frame_hdr *h,
@@ -1537,6 +1785,21 @@ int server_run(struct server_config *cfg)
 	s.pool = pool_new(s.base, &cfg->pool, &err);
 	if (!s.pool)
 		goto out;
+	if (cfg->l2_url && *cfg->l2_url) {
+		struct l2_config lc = {
+			.url = cfg->l2_url,
+			.secret_file = cfg->l2_secret_file,
+			.prefix = cfg->l2_prefix,
+			.read_only = cfg->l2_read_only,
+			.connect_timeout_ms = cfg->l2_timeout_ms,
+			.command_timeout_ms = cfg->l2_timeout_ms,
+			.max_value = cfg->l2_max_value,
+			.identity = codegen_identity(),
+		};
+		s.l2 = l2_new(s.base, &lc, &err);
+		if (!s.l2)
+			goto out;
+	}
 	if ((lfd = systemd_socket()) >= 0)
 		s.socket_from_systemd = 1;
 	else if ((lfd = listen_socket(cfg->socket_path, &err)) < 0)
@@ -1572,6 +1835,7 @@ out:
 		log_err("%s", err.data);
 	if (s.listener)
 		evconnlistener_free(s.listener);
+	l2_free(s.l2);
 	pool_free(s.pool);
 	if (s.flush_timer)
 		event_free(s.flush_timer);

@@ -25,6 +25,12 @@ struct server_config {
 	const char *allow_users;  /* comma-separated names or uids (live) */
 	const char *allow_groups; /* comma-separated names or gids (live) */
 	int namespace_per_uid;  /* each user gets their own cache entries */
+	const char *l2_url;     /* the Redis tier ("" = off) */
+	const char *l2_secret_file;
+	const char *l2_prefix;
+	int l2_read_only;
+	int l2_timeout_ms;
+	int64_t l2_max_value;
 	int log_level;          /* (live) */
 	const char *ptxas;      /* ptxas for cubin requests; "" search, "none" */
 	const char *nvjitlink;  /* libnvJitLink.so.13; "" search, "none" */

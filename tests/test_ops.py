@@ -34,7 +34,7 @@ def print_config(*args, env=None):
     assert r.returncode == 0, r.stderr
     out = {}
     for line in r.stdout.splitlines():
-        m = re.match(r"^([a-z-]+) = (.*)\t# (.*)$", line)
+        m = re.match(r"^([a-z0-9-]+) = (.*)\t# (.*)$", line)
         assert m, "unexpected --print-config line %r" % line
         out[m.group(1)] = (m.group(2), m.group(3))
     return out

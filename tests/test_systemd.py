@@ -236,8 +236,8 @@ def test_sample_config_and_man_page_name_every_setting_with_its_default():
                        text=True, env={k: v for k, v in os.environ.items()
                                        if not k.startswith("PTXCACHE_")})
     assert r.returncode == 0, r.stderr
-    defaults = dict(re.findall(r"^([a-z-]+) = (.*)\t# default$", r.stdout, re.M))
-    names = re.findall(r"^([a-z-]+) = ", r.stdout, re.M)
+    defaults = dict(re.findall(r"^([a-z0-9-]+) = (.*)\t# default$", r.stdout, re.M))
+    names = re.findall(r"^([a-z0-9-]+) = ", r.stdout, re.M)
     assert names and len(defaults) == len(names), r.stdout
     sample = open(os.path.join(ROOT, "systemd", "ptxcached.conf")).read()
     man = open(os.path.join(ROOT, "man", "ptxcached.conf.5")).read().replace("\\-", "-")
@@ -249,9 +249,9 @@ def test_sample_config_and_man_page_name_every_setting_with_its_default():
     with tempfile.TemporaryDirectory() as t:
         conf = os.path.join(t, "c.conf")
         with open(conf, "w") as f:
-            f.write(re.sub(r"^#([a-z-]+ = \S.*)$", r"\1", sample, flags=re.M))
+            f.write(re.sub(r"^#([a-z0-9-]+ = \S.*)$", r"\1", sample, flags=re.M))
         r = subprocess.run([DAEMON, "--config", conf, "--print-config"], capture_output=True,
                            text=True)
         assert r.returncode == 0, r.stderr
-        for name, value, src in re.findall(r"^([a-z-]+) = (.*)\t# (.*)$", r.stdout, re.M):
+        for name, value, src in re.findall(r"^([a-z0-9-]+) = (.*)\t# (.*)$", r.stdout, re.M):
             assert value == defaults[name], (name, value, defaults[name], src)
