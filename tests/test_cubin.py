@@ -277,7 +277,8 @@ def test_compile_cubin_on_ir_caches_both_stages():
         ptx = os.path.join(t, "k.ptx")
         with open(ptx, "wb") as f:
             f.write(llc(TRITON_FLAGS + [ll, "-o", "-"]).stdout)
-        subprocess.run([real, "--gpu-name=sm_90a", ptx, "-o", os.path.join(t, "want.cubin")], check=True)
+        subprocess.run([real, "--gpu-name=sm_90a", ptx, "-o", os.path.join(t, "want.cubin")],
+                       check=True, capture_output=True)
         assert read(out) == read(os.path.join(t, "want.cubin"))
         r = d.cli("compile", "--cubin", "--arch", "sm_90a", "--ptx-isa", "90", "-O3", "--json",
                   "-o", out, ll)
