@@ -76,7 +76,7 @@ struct tm_slot {
 
 static struct tm_slot tm_cache[TM_CACHE_SLOTS];
 static unsigned tm_next;                /* round-robin victim */
-static void (*fatal_cb)(const char *reason);
+static void (*fatal_cb)(const char *printed, size_t printed_len, const char *reason);
 static int cap_fd = -1;                 /* memory file that stands in for fd 2 */
 static int saved_fd = -1;               /* the real fd 2 while a job runs */
 
@@ -139,27 +139,24 @@ static void capture_end(struct buf *log)
 	}
 }
 
-/* LLVM's fatal-error handler. Whatever the job wrote to stderr before the
- * error (warnings) goes to the real stderr first, where llc would have
- * printed it; then the caller hears the reason. LLVM then ends the process
- * (abort, or exit(1) for usage errors). */
+/* LLVM's fatal-error handler: the caller hears what the job printed
+ * before the error (warnings, which llc would have shown first) and the
+ * reason. LLVM then ends the process (abort, or exit(1) for usage
+ * errors). */
 static void fatal_handler(const char *reason)
 {
-	if (saved_fd >= 0) {
-		struct buf pending = BUF_INIT;
-		capture_end(&pending);
-		if (pending.len) {
-			ssize_t w = write(STDERR_FILENO, pending.data, pending.len);
-			(void)w;
-		}
-		buf_free(&pending);
-	}
+	struct buf pending = BUF_INIT;
+
+	capture_end(&pending);
 	if (fatal_cb)
-		fatal_cb(reason);
+		fatal_cb(pending.data ? pending.data : "", pending.len, reason);
+	buf_free(&pending);
 }
 
 int codegen_init(int argc, const char *const *argv,
-		 void (*on_fatal)(const char *reason), struct buf *err)
+		 void (*on_fatal)(const char *printed, size_t printed_len,
+				  const char *reason),
+		 struct buf *err)
 {
 	char *msg = NULL;
 	struct buf said = BUF_INIT;

@@ -61,11 +61,14 @@ struct codegen_result {
  * "-trap-unreachable", "--nvptx-short-ptr", "-fp-contract=fast", ...): any
  * option llc accepts that is not a per-job field above. An option LLVM does
  * not know is refused: returns -1 with a message in err. on_fatal is called
- * with LLVM's reason text when LLVM hits a fatal error (the process then
- * aborts, as llc does). Call once per process.
+ * when LLVM hits a fatal error, with what the job had printed before it
+ * (warnings, as llc would have shown them) and LLVM's reason text; the
+ * process then aborts, as llc does. Call once per process.
  */
 int codegen_init(int argc, const char *const *argv,
-		 void (*on_fatal)(const char *reason), struct buf *err);
+		 void (*on_fatal)(const char *printed, size_t printed_len,
+				  const char *reason),
+		 struct buf *err);
 
 /* Compile one job. res must be zero-initialised by the caller, who owns and
  * frees its bufs. Never exits except through LLVM's fatal-error path. */

@@ -23,7 +23,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -570,7 +569,6 @@ void pool_free(struct pool *p)
 /* ---- worker side ---------------------------------------------------- */
 
 static int wfd = -1;            /* the socket to the master */
-static int capture_fd = -1;     /* memfd behind fd 2: what LLVM prints */
 
 static int write_full(int fd, const void *p, size_t n)
 {
@@ -602,25 +600,6 @@ static int read_full(int fd, void *p, size_t n)
 	return 0;
 }
 
-/* What LLVM printed on fd 2 since the job began. */
-static void read_captured(struct buf *out)
-{
-	off_t len = lseek(capture_fd, 0, SEEK_CUR);
-	if (len <= 0 || buf_reserve(out, (size_t)len) < 0)
-		return;
-	ssize_t r = pread(capture_fd, out->data + out->len, (size_t)len, 0);
-	if (r > 0) {
-		out->len += (size_t)r;
-		out->data[out->len] = '\0';
-	}
-}
-
-static void reset_capture(void)
-{
-	if (ftruncate(capture_fd, 0) == 0)
-		lseek(capture_fd, 0, SEEK_SET);
-}
-
 static void send_reply(int status, const struct buf *ptx, const struct buf *lg,
 		       int64_t us)
 {
@@ -649,11 +628,11 @@ static int64_t elapsed_us(void)
 }
 
 /* LLVM is about to abort: tell the master why, as llc would print it. */
-static void on_fatal(const char *reason)
+static void on_fatal(const char *printed, size_t printed_len, const char *reason)
 {
 	struct buf lg = BUF_INIT;
 
-	read_captured(&lg);
+	buf_append(&lg, printed, printed_len);
 	buf_printf(&lg, "LLVM ERROR: %s\n", reason);
 	send_reply(JOB_FATAL, NULL, &lg, elapsed_us());
 	/* No core dump for an expected abort. */
@@ -743,14 +722,8 @@ static void run_job(const void *body, size_t len)
 	job.pipeline = pipeline;
 	job.emit = emit;
 	job.strict = strict;
-	reset_capture();
 	codegen_run(&job, &res);
-	/* Anything LLVM printed straight to stderr belongs to the log too. */
-	struct buf lg = BUF_INIT;
-	read_captured(&lg);
-	buf_append(&lg, res.log.data, res.log.len);
-	send_reply(res.status, &res.ptx, &lg, elapsed_us());
-	buf_free(&lg);
+	send_reply(res.status, &res.ptx, &res.log, elapsed_us());
 	buf_free(&res.ptx);
 	buf_free(&res.log);
 	msg_free(&m);
@@ -777,12 +750,6 @@ void worker_main(int fd, const char *optset, const struct pool_config *cfg)
 		struct rlimit rl = { (rlim_t)cfg->mem_limit, (rlim_t)cfg->mem_limit };
 		setrlimit(RLIMIT_AS, &rl);
 	}
-	/* Our own log lines go to the real stderr; fd 2 captures LLVM's. */
-	log_fd = dup(STDERR_FILENO);
-	capture_fd = memfd_create("ptxcache-llvm-stderr", MFD_CLOEXEC);
-	if (log_fd < 0 || capture_fd < 0 || dup2(capture_fd, STDERR_FILENO) < 0)
-		_exit(1);
-
 	/* optset: '\n'-separated backend options. */
 	char *opts = strdup(optset), *save = NULL;
 	const char *argv[64];
@@ -793,7 +760,6 @@ void worker_main(int fd, const char *optset, const struct pool_config *cfg)
 	int ok = codegen_init(argc, argv, on_fatal, &err) == 0;
 	if (ok)
 		codegen_warm_up(cfg->warm_cpu, cfg->warm_features);
-	reset_capture();
 	msg_begin(&mw, &out, FRAME_HELLO | FRAME_REPLY);
 	msg_put_int(&mw, "pid", getpid());
 	if (!ok)
