@@ -171,7 +171,8 @@ static void set_path(struct sockaddr_un *sa, const char *path)
 /* ---- child processes ---- */
 
 /* Run argv with stdout and stderr to /dev/null; its wall time in ms, or a
- * negative number if it did not exit 0. */
+ * negative number if it did not exit 0 (the wait status in last_status). */
+static int last_status;
 static double run_timed(char *const argv[])
 {
 	double t0 = now_ms();
@@ -190,7 +191,25 @@ static double run_timed(char *const argv[])
 	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 		;
 	double t = now_ms() - t0;
+	last_status = st;
 	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? t : -1;
+}
+
+/* A cold tool run, once more if it fails (a busy machine has killed one
+ * here); its wall time in ms. */
+static double run_cold(char *const argv[], const char *what)
+{
+	for (int i = 0; i < 2; i++) {
+		double t = run_timed(argv);
+		if (t >= 0)
+			return t;
+		fprintf(stderr, "bench: %s on %s: %s %d%s\n", argv[0], what,
+			WIFSIGNALED(last_status) ? "signal" : "exit status",
+			WIFSIGNALED(last_status) ? WTERMSIG(last_status) :
+			WEXITSTATUS(last_status), i ? "" : "; once more");
+	}
+	die("%s failed on %s twice", argv[0], what);
+	return -1;
 }
 
 static ptxcache *connect_or_die(const char *sock)
@@ -604,18 +623,14 @@ static void cold_runs(struct figures *f)
 		snprintf(out, sizeof out, "%s/cold/%s.ptx", g.tmp, k->name);
 		char *llc[] = { (char *)g.llc, "-O3", "-mtriple=nvptx64-nvidia-cuda",
 				"-mcpu=sm_90a", "-mattr=+ptx90", in, "-o", out, NULL };
-		k->cold_llc_ms = run_timed(llc);
-		if (k->cold_llc_ms < 0)
-			die("%s failed on %s", g.llc, in);
+		k->cold_llc_ms = run_cold(llc, in);
 		f->cold_llc_ms += k->cold_llc_ms;
 		k->cold_ptxas_ms = NAN;
 		if (!ok_ptxas)
 			continue;
 		snprintf(cub, sizeof cub, "%s/cold/%s.cubin", g.tmp, k->name);
 		char *ptxas[] = { (char *)g.ptxas, "-arch=sm_90a", out, "-o", cub, NULL };
-		k->cold_ptxas_ms = run_timed(ptxas);
-		if (k->cold_ptxas_ms < 0)
-			die("%s failed on %s", g.ptxas, out);
+		k->cold_ptxas_ms = run_cold(ptxas, out);
 		f->cold_ptxas_ms += k->cold_ptxas_ms;
 	}
 }

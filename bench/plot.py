@@ -38,9 +38,9 @@ def main():
     lines = [
         ("cold llc + ptxas processes", series("cold_llc_ms", plus="cold_ptxas_ms"), "C3", "v"),
         ("cold llc process", series("cold_llc_ms"), "C1", "o"),
-        ("miss cubin, warm daemon", series("miss_cubin_ms", plus="miss_ptx_ms"), "C4", "^"),
+        ("miss ptx then cubin, warm daemon", series("miss_cubin_ms", plus="miss_ptx_ms"), "C4", "^"),
         ("miss ptx, warm daemon", series("miss_ptx_ms"), "C0", "s"),
-        ("hit cubin", series("hit_cubin_us", 1e-3), "C5", "x"),
+        ("hit cubin (IR to cubin, both stages)", series("hit_cubin_us", 1e-3), "C5", "x"),
         ("hit ptx", series("hit_ptx_us", 1e-3), "C2", "."),
         ("floor: echo + SHA-256", series("floor_us", 1e-3), "0.5", "_"),
     ]
