@@ -202,3 +202,69 @@ class Raw:
 
     def close(self):
         self.s.close()
+
+
+def mp_unpack(data):
+    """A tiny msgpack decoder for tests: the whole of data as one object
+    (maps, arrays, str, bin, ints, bools, nil, floats)."""
+    def one(p):
+        c = data[p]
+        p += 1
+        if c <= 0x7f:
+            return c, p
+        if c >= 0xe0:
+            return c - 0x100, p
+        if 0x80 <= c <= 0x8f:
+            return mapn(p, c & 0x0f)
+        if 0x90 <= c <= 0x9f:
+            return arrn(p, c & 0x0f)
+        if 0xa0 <= c <= 0xbf:
+            n = c & 0x1f
+            return data[p:p + n].decode(errors="replace"), p + n
+        if c == 0xc0:
+            return None, p
+        if c in (0xc2, 0xc3):
+            return c == 0xc3, p
+        if c in (0xc4, 0xc5, 0xc6, 0xd9, 0xda, 0xdb):
+            w = {0xc4: 1, 0xc5: 2, 0xc6: 4, 0xd9: 1, 0xda: 2, 0xdb: 4}[c]
+            n = int.from_bytes(data[p:p + w], "big")
+            p += w
+            b = bytes(data[p:p + n])
+            return (b if c <= 0xc6 else b.decode(errors="replace")), p + n
+        if c in (0xcc, 0xcd, 0xce, 0xcf):
+            w = 1 << (c - 0xcc)
+            return int.from_bytes(data[p:p + w], "big"), p + w
+        if c in (0xd0, 0xd1, 0xd2, 0xd3):
+            w = 1 << (c - 0xd0)
+            return int.from_bytes(data[p:p + w], "big", signed=True), p + w
+        if c == 0xca:
+            return struct.unpack(">f", data[p:p + 4])[0], p + 4
+        if c == 0xcb:
+            return struct.unpack(">d", data[p:p + 8])[0], p + 8
+        if c in (0xdc, 0xdd):
+            w = 2 if c == 0xdc else 4
+            return arrn(p + w, int.from_bytes(data[p:p + w], "big"))
+        if c in (0xde, 0xdf):
+            w = 2 if c == 0xde else 4
+            return mapn(p + w, int.from_bytes(data[p:p + w], "big"))
+        raise ValueError("msgpack byte 0x%02x" % c)
+
+    def arrn(p, n):
+        out = []
+        for _ in range(n):
+            v, p = one(p)
+            out.append(v)
+        return out, p
+
+    def mapn(p, n):
+        out = {}
+        for _ in range(n):
+            k, p = one(p)
+            v, p = one(p)
+            out[k] = v
+        return out, p
+
+    v, end = one(0)
+    if end != len(data):
+        raise ValueError("trailing bytes")
+    return v
