@@ -60,6 +60,7 @@ struct kernel {
 	char *name;             /* file name without .ll */
 	char *ir;
 	size_t ir_len;
+	int dup;                /* same IR as an earlier kernel: a hit, not a miss */
 	size_t ptx_len, cubin_len;
 	size_t req_frame, rep_frame;    /* hit request and reply frame sizes */
 	double cold_llc_ms, cold_ptxas_ms;
@@ -72,7 +73,7 @@ static struct {
 	int quick, workers;
 	char tmp[256];
 	struct kernel *k;
-	int nk;
+	int nk, distinct;       /* kernels, and kernels with distinct IR */
 	char notes[16][256];
 	int nnotes;
 } g = {
@@ -571,6 +572,18 @@ static void load_corpus(void)
 			g.k[n++] = g.k[i];
 		g.nk = n;
 	}
+	/* The corpus holds a few kernels twice under two names: the second is
+	 * a hit even on an empty cache. */
+	unsigned char (*md)[32] = calloc((size_t)g.nk, 32);
+	if (!md)
+		die("out of memory");
+	for (int i = 0; i < g.nk; i++) {
+		SHA256((const unsigned char *)g.k[i].ir, g.k[i].ir_len, md[i]);
+		for (int j = 0; j < i && !g.k[i].dup; j++)
+			g.k[i].dup = !memcmp(md[i], md[j], 32);
+		g.distinct += !g.k[i].dup;
+	}
+	free(md);
 }
 
 static const char *find_ptxas(void)
@@ -671,7 +684,7 @@ static void miss_runs(struct figures *f, const struct daemon *d, int cubin)
 		if (ptxcache_compile(pc, &r, &res) < 0)
 			die("miss %s: %s", k->name, ptxcache_errmsg(pc));
 		k->miss_ptx_ms = now_ms() - t0;
-		if (res.status != PTXCACHE_OK || res.cached)
+		if (res.status != PTXCACHE_OK || res.cached != k->dup)
 			die("miss %s: status %d, cached %d", k->name, res.status, res.cached);
 		f->miss_ptx_ms += k->miss_ptx_ms;
 		k->ptx_len = res.output_len;
@@ -697,7 +710,10 @@ static void miss_runs(struct figures *f, const struct daemon *d, int cubin)
 	f->miss_cubin_ms = 0;
 	for (int i = 0; i < g.nk; i++) {
 		struct kernel *k = &g.k[i];
-		k->miss_cubin_ms = cubin_one(pc, k->ir, k->ir_len, 0, k->name, &k->cubin_len);
+		/* -1: kernels of different IR may share their PTX, and the cubin
+		 * stage is keyed on the PTX. */
+		k->miss_cubin_ms = cubin_one(pc, k->ir, k->ir_len, k->dup ? 1 : -1,
+					     k->name, &k->cubin_len);
 		f->miss_cubin_ms += k->miss_cubin_ms;
 	}
 	ptxcache_close(pc);
@@ -981,6 +997,7 @@ static void write_json(const struct figures *x, const char *path)
 	jnum(f, "ranks1_compiles", (double)x->ranks1_compiles, 0);
 	jnum(f, "daemon_start_ms", x->daemon_start_ms, 0);
 	jnum(f, "ptx_identical_to_llc", x->ptx_identical, 0);
+	jnum(f, "distinct_kernels", g.distinct, 0);
 	jnum(f, "repeat_speedup_vs_cold", (x->cold_llc_ms + (isnan(x->cold_ptxas_ms) ? 0 :
 		x->cold_ptxas_ms)) / repeat_ms(x), 0);
 	jnum(f, "hit_p50_over_floor", x->hit_p50_us / x->floor_p50_us, 0);
@@ -1043,8 +1060,8 @@ static void print_table(const struct figures *x)
 	double cold = x->cold_llc_ms + (isnan(x->cold_ptxas_ms) ? 0 : x->cold_ptxas_ms);
 	double miss = x->miss_ptx_ms + (isnan(x->miss_cubin_ms) ? 0 : x->miss_cubin_ms);
 
-	printf("\nptxcache bench: %d kernels%s, %d workers\n\n", g.nk,
-	       g.quick ? " (QUICK subset)" : "", g.workers);
+	printf("\nptxcache bench: %d kernels (%d distinct IR)%s, %d workers\n\n", g.nk,
+	       g.distinct, g.quick ? " (QUICK subset)" : "", g.workers);
 	row("cold llc, a process per kernel", x->cold_llc_ms, "ms", NULL, 0);
 	row("cold ptxas, a process per kernel", x->cold_ptxas_ms, "ms", NULL, 0);
 	row("miss ptx, warm daemon", x->miss_ptx_ms, "ms", "cold llc /",
@@ -1065,8 +1082,8 @@ static void print_table(const struct figures *x)
 	row("8 ranks, empty cache, wall", x->ranks8_wall_ms, "ms", "/ 1 rank",
 	    x->ranks8_wall_ms / x->ranks1_wall_ms);
 	row("1 rank, empty cache, wall", x->ranks1_wall_ms, "ms", NULL, 0);
-	row("compiles for 8 ranks", (double)x->ranks8_compiles, "", "per kernel",
-	    (double)x->ranks8_compiles / g.nk);
+	row("compiles for 8 ranks", (double)x->ranks8_compiles, "", "per distinct kernel",
+	    (double)x->ranks8_compiles / g.distinct);
 	row("first request after start", x->first_request_ms, "ms", "/ steady",
 	    x->first_request_ms / x->steady_request_ms);
 	row("steady request (same kernel, miss)", x->steady_request_ms, "ms", NULL, 0);
@@ -1205,7 +1222,8 @@ int main(int argc, char **argv)
 	f.stored_bytes = stat_of(d.sock, "bytes");
 	f.raw_bytes = 0;
 	for (int i = 0; i < g.nk; i++)
-		f.raw_bytes += (long long)(g.k[i].ptx_len + g.k[i].cubin_len);
+		if (!g.k[i].dup)
+			f.raw_bytes += (long long)(g.k[i].ptx_len + g.k[i].cubin_len);
 	f.daemon_rss_kb = tree_rss_kb(d.pid);
 	daemon_stop(&d);
 
