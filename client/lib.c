@@ -24,6 +24,9 @@
 #include "proto/frame.h"
 #include "proto/msg.h"
 
+/* Where the node's systemd service listens (systemd/ptxcached.socket). */
+#define SYSTEM_SOCKET "/run/ptxcache/ptxcached.sock"
+
 /* Replies carry PTX or cubin: generous, but bounded. */
 #define REPLY_MAX (1u << 30)
 
@@ -60,13 +63,14 @@ char *ptxcache_default_socket(void)
 	if (e && *e)
 		return strdup(e);
 	e = getenv("XDG_RUNTIME_DIR");
-	if (e && *e) {
-		if (asprintf(&out, "%s/ptxcache/ptxcached.sock", e) < 0)
-			return NULL;
-		return out;
-	}
-	if (asprintf(&out, "/tmp/ptxcache-%u/ptxcached.sock", (unsigned)getuid()) < 0)
+	if (e && *e ? asprintf(&out, "%s/ptxcache/ptxcached.sock", e) < 0 :
+	    asprintf(&out, "/tmp/ptxcache-%u/ptxcached.sock", (unsigned)getuid()) < 0)
 		return NULL;
+	/* No daemon of the user's own: the node's service, if there is one. */
+	if (access(out, F_OK) != 0 && access(SYSTEM_SOCKET, F_OK) == 0) {
+		free(out);
+		return strdup(SYSTEM_SOCKET);
+	}
 	return out;
 }
 

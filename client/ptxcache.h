@@ -8,8 +8,9 @@
  * thread. Nothing here links LLVM.
  *
  * Socket rules: an explicit path, else $PTXCACHE_SOCKET, else
- * $XDG_RUNTIME_DIR/ptxcache/ptxcached.sock, else
- * /tmp/ptxcache-$UID/ptxcached.sock.
+ * $XDG_RUNTIME_DIR/ptxcache/ptxcached.sock (or, without XDG_RUNTIME_DIR,
+ * /tmp/ptxcache-$UID/ptxcached.sock); if that does not exist but the
+ * node's service socket /run/ptxcache/ptxcached.sock does, that one.
  */
 #ifndef PTXCACHE_H
 #define PTXCACHE_H

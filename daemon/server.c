@@ -686,6 +686,29 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 	maybe_stop(s);
 }
 
+/* Whether a miss may start a new compile: not while the daemon stops
+ * (it would outlive the shutdown deadline), and not past the user's cap
+ * (fairness: one user's flood of misses may not fill the queue). If not,
+ * the client is told why and 1 returned. */
+static int refuse_new_flight(struct server *s, struct conn *c, uint64_t id)
+{
+	char why[128];
+
+	if (s->stopping) {
+		send_error(c, id, "unavailable", "the daemon is shutting down");
+		return 1;
+	}
+	if (c->peer && c->peer->jobs >= s->cfg->max_jobs_per_uid) {
+		s->n.refused_jobs++;
+		snprintf(why, sizeof why,
+			 "too many compiles in flight for uid %u (limit %d); retry later",
+			 (unsigned)c->peer->uid, s->cfg->max_jobs_per_uid);
+		send_error(c, id, "busy", why);
+		return 1;
+	}
+	return 0;
+}
+
 /* The pool finished a flight's job. */
 static void flight_done(struct pool_job *job, const struct job_result *res)
 {
@@ -782,7 +805,7 @@ static void start_cubin(struct conn *c, uint64_t id, const char *ptx,
 {
 	struct server *s = c->srv;
 	const struct cubin_backend *be = &s->asm_be[a->backend];
-	struct buf err = BUF_INIT, comp = BUF_INIT;
+	struct buf comp = BUF_INIT;
 	struct key k;
 	char sha[65];
 
@@ -816,14 +839,8 @@ static void start_cubin(struct conn *c, uint64_t id, const char *ptx,
 			s->n.dedup_joins++;
 		return;
 	}
-	if (!chained && c->peer && c->peer->jobs >= s->cfg->max_jobs_per_uid) {
-		s->n.refused_jobs++;
-		buf_printf(&err, "too many compiles in flight for uid %u (limit %d); retry later",
-			   (unsigned)c->peer->uid, s->cfg->max_jobs_per_uid);
-		send_error(c, id, "busy", err.data);
-		buf_free(&err);
+	if (!chained && refuse_new_flight(s, c, id))
 		return;
-	}
 	f = calloc(1, sizeof *f);
 	if (!f || cubin_key(s, a, sha, &f->key, &comp) < 0 ||
 	    cubin_job_frame(s, a, ptx, ptx_len, &f->job.frame) < 0 ||
@@ -932,12 +949,7 @@ static void handle_compile(struct conn *c, uint64_t id, const struct msg *m)
 		goto out;
 	}
 
-	/* Fairness: one user's flood of misses may not fill the queue. */
-	if (c->peer && c->peer->jobs >= s->cfg->max_jobs_per_uid) {
-		s->n.refused_jobs++;
-		buf_printf(&err, "too many compiles in flight for uid %u (limit %d); retry later",
-			   (unsigned)c->peer->uid, s->cfg->max_jobs_per_uid);
-		send_error(c, id, "busy", err.data);
+	if (refuse_new_flight(s, c, id)) {
 		asm_req_free(then);
 		free(then);
 		goto out;

@@ -9,7 +9,7 @@ import tempfile
 import threading
 import time
 
-from harness import DAEMON, Daemon, Raw, Skip, frame
+from harness import DAEMON, Daemon, Raw, Skip, frame, mp_pack
 from sysutil import cli_as, make_reachable, mp_unpack, probe_as, small_ir
 
 ERROR = 0xff
@@ -176,6 +176,7 @@ def test_sigterm_answers_inflight_compile_refuses_new_and_exits_0():
         t = threading.Thread(target=lambda: out.update(
             r=d.cli("compile", "--json", "-", input=small_ir("term"), check=False)))
         t.start()
+        open_conn = Raw(d.socket)
         try:
             deadline = time.time() + 60
             while d.stats()["jobs_running"] < 1:
@@ -186,6 +187,10 @@ def test_sigterm_answers_inflight_compile_refuses_new_and_exits_0():
             # New connections are refused while the compile finishes.
             ftype, body = first_frame(d.socket)
             assert ftype == ERROR and b"shutting down" in body["message"], body
+            # So is a new compile on a connection that was already open.
+            open_conn.send(frame(3, mp_pack({"id": 5, "input": small_ir("term2")})))
+            ftype, raw = open_conn.recv_frame()
+            assert ftype == ERROR and b"shutting down" in raw, raw
             assert d.proc.poll() is None
         finally:
             os.kill(w, signal.SIGCONT)
