@@ -4,7 +4,7 @@
 
 LLVM_CONFIG ?= $(shell command -v llvm-config-22 || echo /usr/lib/llvm-22/bin/llvm-config)
 LLVM_BIN    := $(shell $(LLVM_CONFIG) --bindir 2>/dev/null)
-PKGS        := sqlite3 libevent msgpack libzstd libcrypto hiredis
+PKGS        := sqlite3 libevent msgpack libzstd libcrypto hiredis libxxhash
 B           := build
 
 CC      ?= cc

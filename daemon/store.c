@@ -69,6 +69,7 @@
 #include <unistd.h>
 
 #include <sqlite3.h>
+#include <xxhash.h>
 #include <zstd.h>
 
 #include "daemon/log.h"
@@ -168,103 +169,11 @@ struct hot {
 /* Larger entries are decoded on every hit: they would crowd out the rest. */
 #define HOT_MAX_ENTRY ((size_t)8 << 20)
 
-/* ---- XXH64 (the reference algorithm, seedable) ---- */
-
-#define P64_1 0x9E3779B185EBCA87ULL
-#define P64_2 0xC2B2AE3D27D4EB4FULL
-#define P64_3 0x165667B19E3779F9ULL
-#define P64_4 0x85EBCA77C2B2AE63ULL
-#define P64_5 0x27D4EB2F165667C5ULL
-
-static inline uint64_t rotl64(uint64_t x, int r)
-{
-	return (x << r) | (x >> (64 - r));
-}
-
-static inline uint64_t rd64(const unsigned char *p)
-{
-	uint64_t v;
-	memcpy(&v, p, 8);
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-	v = __builtin_bswap64(v);
-#endif
-	return v;
-}
-
-static inline uint32_t rd32(const unsigned char *p)
-{
-	uint32_t v;
-	memcpy(&v, p, 4);
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-	v = __builtin_bswap32(v);
-#endif
-	return v;
-}
-
-static inline uint64_t xxh_round(uint64_t acc, uint64_t in)
-{
-	acc += in * P64_2;
-	acc = rotl64(acc, 31);
-	return acc * P64_1;
-}
-
-static inline uint64_t xxh_merge(uint64_t acc, uint64_t v)
-{
-	acc ^= xxh_round(0, v);
-	return acc * P64_1 + P64_4;
-}
-
-static uint64_t xxh64(const void *data, size_t len, uint64_t seed)
-{
-	const unsigned char *p = data, *end = p + len;
-	uint64_t h;
-
-	if (len >= 32) {
-		const unsigned char *limit = end - 32;
-		uint64_t v1 = seed + P64_1 + P64_2, v2 = seed + P64_2;
-		uint64_t v3 = seed, v4 = seed - P64_1;
-		do {
-			v1 = xxh_round(v1, rd64(p));
-			v2 = xxh_round(v2, rd64(p + 8));
-			v3 = xxh_round(v3, rd64(p + 16));
-			v4 = xxh_round(v4, rd64(p + 24));
-			p += 32;
-		} while (p <= limit);
-		h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
-		h = xxh_merge(h, v1);
-		h = xxh_merge(h, v2);
-		h = xxh_merge(h, v3);
-		h = xxh_merge(h, v4);
-	} else {
-		h = seed + P64_5;
-	}
-	h += (uint64_t)len;
-	for (; p + 8 <= end; p += 8) {
-		h ^= xxh_round(0, rd64(p));
-		h = rotl64(h, 27) * P64_1 + P64_4;
-	}
-	if (p + 4 <= end) {
-		h ^= (uint64_t)rd32(p) * P64_1;
-		h = rotl64(h, 23) * P64_2 + P64_3;
-		p += 4;
-	}
-	for (; p < end; p++) {
-		h ^= *p * P64_5;
-		h = rotl64(h, 11) * P64_1;
-	}
-	h ^= h >> 33;
-	h *= P64_2;
-	h ^= h >> 29;
-	h *= P64_3;
-	h ^= h >> 32;
-	return h;
-}
-
 /* The checksum column: data's hash, continued over the log. */
 static int64_t entry_checksum(const void *data, size_t dlen, const void *log,
 			      size_t llen)
 {
-	return (int64_t)xxh64(log ? log : "", llen, xxh64(data ? data : "", dlen, 0));
+	return (int64_t)XXH64(log ? log : "", llen, XXH64(data ? data : "", dlen, 0));
 }
 
 /* ---- small helpers ---- */
