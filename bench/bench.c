@@ -90,6 +90,9 @@ struct daemon {
 	double start_ms;        /* spawn until it answers a ping */
 };
 
+/* The daemon running now, stopped by die() in the bench process itself. */
+static pid_t live_daemon, bench_pid;
+
 static void die(const char *fmt, ...)
 {
 	va_list ap;
@@ -99,6 +102,10 @@ static void die(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
+	if (live_daemon > 0 && getpid() == bench_pid) {
+		kill(live_daemon, SIGTERM);
+		waitpid(live_daemon, NULL, 0);
+	}
 	exit(1);
 }
 
@@ -238,6 +245,8 @@ static void daemon_start(struct daemon *d, const char *name)
 	d->pid = fork();
 	if (d->pid < 0)
 		die("cannot fork: %s", strerror(errno));
+	if (d->pid > 0)
+		live_daemon = d->pid;
 	if (d->pid == 0) {
 		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
 		dup2(fd, 1);
@@ -267,6 +276,7 @@ static void daemon_stop(struct daemon *d)
 {
 	int st;
 
+	live_daemon = 0;
 	kill(d->pid, SIGTERM);
 	for (int i = 0; i < 500; i++) {
 		if (waitpid(d->pid, &st, WNOHANG) == d->pid)
@@ -1187,6 +1197,7 @@ int main(int argc, char **argv)
 	}
 	signal(SIGPIPE, SIG_IGN);
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	bench_pid = getpid();
 	load_corpus();
 	if (loop > 0) {
 		hit_loop(loop, loop_cubin);
