@@ -77,6 +77,7 @@ struct conn {
 	uint64_t serial;
 	struct peer *peer;
 	struct event *timer;    /* header or idle timeout, see conn_arm() */
+	enum { TIMER_NONE, TIMER_HEADER, TIMER_IDLE } timer_mode;
 	int partial;            /* a frame has started but not arrived whole */
 	struct conn *prev, *next;       /* the server's open connections */
 };
@@ -223,16 +224,16 @@ static void conn_arm(struct conn *c)
 
 	if (c->state != CONN_READING || !c->timer)
 		return;
-	if (c->partial) {
-		if (!evtimer_pending(c->timer, NULL)) {
-			struct timeval tv = { cfg->header_timeout_s, 0 };
-			evtimer_add(c->timer, &tv);
-		}
-	} else if (c->waiting == 0) {
-		struct timeval tv = { cfg->idle_timeout_s, 0 };
+	int want = c->partial ? TIMER_HEADER : c->waiting == 0 ? TIMER_IDLE : TIMER_NONE;
+	/* A frame's deadline counts from its first byte, not its latest. */
+	if (want == TIMER_HEADER && c->timer_mode == TIMER_HEADER)
+		return;
+	evtimer_del(c->timer);
+	c->timer_mode = want;
+	if (want != TIMER_NONE) {
+		struct timeval tv = { want == TIMER_HEADER ? cfg->header_timeout_s
+							   : cfg->idle_timeout_s, 0 };
 		evtimer_add(c->timer, &tv);
-	} else {
-		evtimer_del(c->timer);
 	}
 }
 
@@ -1371,9 +1372,9 @@ static void on_conn_read(struct bufferevent *bev, void *arg)
 			protocol_error(c, "out of memory reading the request");
 			break;
 		}
-		if (c->partial && c->timer)
-			evtimer_del(c->timer);
+		/* A whole frame: the next one gets a deadline of its own. */
 		c->partial = 0;
+		c->timer_mode = TIMER_NONE;
 		handle_frame(c, &h, all + FRAME_HDR_LEN);
 		if (c->state != CONN_CLOSED)
 			evbuffer_drain(in, FRAME_HDR_LEN + h.len);
