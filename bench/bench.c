@@ -229,7 +229,17 @@ static ptxcache *connect_or_die(const char *sock)
 	return pc;
 }
 
+static void daemon_start_with(struct daemon *d, const char *name,
+			      const char *const *extra);
+
 static void daemon_start(struct daemon *d, const char *name)
+{
+	daemon_start_with(d, name, NULL);
+}
+
+/* Start a private daemon; extra: more flags, NULL-terminated, or NULL. */
+static void daemon_start_with(struct daemon *d, const char *name,
+			      const char *const *extra)
 {
 	char log[400];
 
@@ -251,8 +261,12 @@ static void daemon_start(struct daemon *d, const char *name)
 		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
 		dup2(fd, 1);
 		dup2(fd, 2);
-		execl(g.daemon, g.daemon, "--socket", d->sock, "--cache-dir", d->cache,
-		      "--workers", workers, "--log-level", "warning", (char *)NULL);
+		const char *argv[32] = { g.daemon, "--socket", d->sock, "--cache-dir",
+					 d->cache, "--workers", workers, "--log-level",
+					 "warning" };
+		for (int i = 0; extra && extra[i] && i < 20; i++)
+			argv[9 + i] = extra[i];
+		execv(g.daemon, (char *const *)argv);
 		_exit(127);
 	}
 	for (;;) {
@@ -631,6 +645,9 @@ struct figures {
 	long long stored_bytes, raw_bytes, daemon_rss_kb;
 	double hits_per_s;
 	int ptx_identical;      /* kernels whose daemon PTX matches llc's */
+	/* The Redis tier: two nodes' first passes over the corpus. */
+	double l2_node1_pass_ms, l2_node2_pass_ms;
+	long long l2_node2_compiles, l2_node2_hits;
 };
 
 static void cold_runs(struct figures *f)
@@ -948,6 +965,76 @@ static double ranks(int n, long long *compiles)
 	return t;
 }
 
+/* ---- two nodes sharing Redis ---- */
+
+/* One pass over the corpus (PTX); its wall time in ms. */
+static double corpus_pass(const char *sock)
+{
+	ptxcache *pc = connect_or_die(sock);
+	double t = 0;
+
+	for (int i = 0; i < g.nk; i++)
+		t += compile_ptx(pc, g.k[i].ir, g.k[i].ir_len, -1, g.k[i].name, NULL);
+	ptxcache_close(pc);
+	return t;
+}
+
+/*
+ * A second node's first pass over the corpus, after a first node compiled
+ * it, both with empty local caches and one real redis-server between them:
+ * the tier's promise is that the second pass costs what hits cost, not what
+ * compiles cost. NAN (with a note) without redis-server.
+ */
+static void second_node(struct figures *f)
+{
+	char dir[300], rsock[340], url[360], secret[340];
+	struct daemon a, b;
+
+	f->l2_node1_pass_ms = f->l2_node2_pass_ms = NAN;
+	f->l2_node2_compiles = f->l2_node2_hits = -1;
+	snprintf(dir, sizeof dir, "%s/redis", g.tmp);
+	snprintf(rsock, sizeof rsock, "%s/redis.sock", dir);
+	snprintf(url, sizeof url, "unix:%s", rsock);
+	snprintf(secret, sizeof secret, "%s/secret", dir);
+	mkdir(dir, 0700);
+	int fd = open(secret, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	if (fd < 0 || write(fd, "bench secret\n", 13) != 13)
+		die("cannot write '%s'", secret);
+	close(fd);
+	pid_t redis = fork();
+	if (redis == 0) {
+		int null = open("/dev/null", O_WRONLY);
+		dup2(null, 1);
+		dup2(null, 2);
+		execlp("redis-server", "redis-server", "--port", "0", "--unixsocket", rsock,
+		       "--save", "", "--appendonly", "no", "--dir", dir, (char *)NULL);
+		_exit(127);
+	}
+	struct stat st;
+	for (int i = 0; i < 500 && stat(rsock, &st) < 0; i++) {
+		if (waitpid(redis, NULL, WNOHANG) == redis) {
+			note("no redis-server: the second-node figures are null");
+			return;
+		}
+		usleep(10000);
+	}
+	const char *const extra[] = { "--l2", url, "--l2-secret-file", secret,
+				      "--l2-timeout-ms", "2000", NULL };
+	daemon_start_with(&a, "node1", extra);
+	f->l2_node1_pass_ms = corpus_pass(a.sock);
+	/* Publishing is in the background: wait for every write. */
+	for (int i = 0; i < 3000 && stat_of(a.sock, "l2_writes") < g.distinct; i++)
+		usleep(10000);
+	daemon_stop(&a);
+	daemon_start_with(&b, "node2", extra);
+	f->l2_node2_pass_ms = corpus_pass(b.sock);
+	f->l2_node2_compiles = stat_of(b.sock, "compiles");
+	f->l2_node2_hits = stat_of(b.sock, "l2_hits");
+	daemon_stop(&b);
+	kill(redis, SIGTERM);
+	waitpid(redis, NULL, 0);
+}
+
 /* ---- output ---- */
 
 /* The corpus asked for again, for what a build wants in the end: cubin
@@ -1011,6 +1098,10 @@ static void write_json(const struct figures *x, const char *path)
 	jnum(f, "repeat_speedup_vs_cold", (x->cold_llc_ms + (isnan(x->cold_ptxas_ms) ? 0 :
 		x->cold_ptxas_ms)) / repeat_ms(x), 0);
 	jnum(f, "hit_p50_over_floor", x->hit_p50_us / x->floor_p50_us, 0);
+	jnum(f, "l2_node1_first_pass_ms", x->l2_node1_pass_ms, 0);
+	jnum(f, "l2_node2_first_pass_ms", x->l2_node2_pass_ms, 0);
+	jnum(f, "l2_node2_compiles", x->l2_node2_compiles < 0 ? NAN : (double)x->l2_node2_compiles, 0);
+	jnum(f, "l2_node2_hits", x->l2_node2_hits < 0 ? NAN : (double)x->l2_node2_hits, 0);
 	fprintf(f, "  \"quick\": %s,\n  \"workers\": %d,\n", g.quick ? "true" : "false",
 		g.workers);
 	fputs("  \"notes\": [", f);
@@ -1102,6 +1193,11 @@ static void print_table(const struct figures *x)
 	row("raw ptx+cubin bytes", (double)x->raw_bytes, "B", NULL, 0);
 	row("daemon rss (master + workers)", (double)x->daemon_rss_kb, "kB", NULL, 0);
 	row("hits/s, 16 clients", x->hits_per_s, "/s", NULL, 0);
+	row("node 1 first pass (compiles, Redis)", x->l2_node1_pass_ms, "ms", NULL, 0);
+	row("node 2 first pass (from Redis)", x->l2_node2_pass_ms, "ms", "node 1 /",
+	    x->l2_node1_pass_ms / x->l2_node2_pass_ms);
+	row("node 2 compiles", x->l2_node2_compiles < 0 ? NAN : (double)x->l2_node2_compiles,
+	    "", NULL, 0);
 	printf("\n  daemon PTX identical to llc's for %d of %d kernels\n",
 	       x->ptx_identical, g.nk);
 	for (int i = 0; i < g.nnotes; i++)
@@ -1237,6 +1333,9 @@ int main(int argc, char **argv)
 			f.raw_bytes += (long long)(g.k[i].ptx_len + g.k[i].cubin_len);
 	f.daemon_rss_kb = tree_rss_kb(d.pid);
 	daemon_stop(&d);
+
+	fprintf(stderr, "bench: a second node's first pass through Redis\n");
+	second_node(&f);
 
 	fprintf(stderr, "bench: 1 and 8 ranks on empty caches\n");
 	f.ranks1_wall_ms = ranks(1, &f.ranks1_compiles);
