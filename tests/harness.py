@@ -32,6 +32,22 @@ class Skip(Exception):
     pass
 
 
+# make check-asan: binaries built with ASan and UBSan. Daemons then stop
+# with SIGTERM, and their logs are searched for sanitizer reports.
+SANITIZED = bool(os.environ.get("PTXCACHE_SANITIZED"))
+SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                   "SUMMARY: UndefinedBehaviorSanitizer")
+
+
+def sanitizer_report(text):
+    """The sanitizer report in a log, or None."""
+    for m in SANITIZER_MARKS:
+        i = text.find(m)
+        if i >= 0:
+            return text[max(0, i - 200):i + 4000]
+    return None
+
+
 def triton_kernels():
     if not os.path.isdir(TRITON):
         raise Skip("corpus not found at %s" % TRITON)
@@ -108,8 +124,13 @@ class Daemon:
         return self.proc.returncode if self.proc else None
 
     def cleanup(self):
+        if SANITIZED:
+            self.stop(signal.SIGTERM)   # a normal exit, so LeakSanitizer runs
         self.stop(signal.SIGKILL)
+        report = sanitizer_report(self.logtext()) if os.path.exists(self.log_path) else None
         shutil.rmtree(self.tmp, ignore_errors=True)
+        if report:
+            raise AssertionError("sanitizer report from the daemon:\n" + report)
 
     def __enter__(self):
         return self
