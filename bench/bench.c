@@ -420,7 +420,7 @@ static double compile_ptx(ptxcache *pc, const char *ir, size_t n, int want_cache
 static const char *const asm_args[] = { "--gpu-name=sm_90a" };
 
 static int cubin_req(ptxcache *pc, const char *ir, size_t n,
-		     struct ptxcache_asm_result *res)
+		     struct ptxcache_result *res)
 {
 	struct ptxcache_compile_req r;
 	struct ptxcache_assemble_req a;
@@ -438,7 +438,7 @@ static int cubin_req(ptxcache *pc, const char *ir, size_t n,
 static double cubin_one(ptxcache *pc, const char *ir, size_t n, int want_cached,
 			const char *what, size_t *out_len)
 {
-	struct ptxcache_asm_result res;
+	struct ptxcache_result res;
 
 	double t0 = now_ms();
 	if (cubin_req(pc, ir, n, &res) < 0)
@@ -450,7 +450,7 @@ static double cubin_one(ptxcache *pc, const char *ir, size_t n, int want_cached,
 		die("%s: expected a %s", what, want_cached ? "hit" : "miss");
 	if (out_len)
 		*out_len = res.output_len;
-	ptxcache_asm_result_free(&res);
+	ptxcache_result_free(&res);
 	return t;
 }
 
@@ -460,7 +460,7 @@ static double cubin_one(ptxcache *pc, const char *ir, size_t n, int want_cached,
 static int probe_cubin(const char *sock, const struct kernel *k)
 {
 	struct ptxcache_assemble_req a;
-	struct ptxcache_asm_result res;
+	struct ptxcache_result res;
 	ptxcache *pc = connect_or_die(sock);
 	char path[400], *ptx;
 	size_t n;
@@ -481,10 +481,10 @@ static int probe_cubin(const char *sock, const struct kernel *k)
 	} else if (res.status != PTXCACHE_OK) {
 		note("cubin figures are null: a cubin request returned status %d (%.160s)",
 		     res.status, res.log ? res.log : "");
-		ptxcache_asm_result_free(&res);
+		ptxcache_result_free(&res);
 	} else {
 		ok = 1;
-		ptxcache_asm_result_free(&res);
+		ptxcache_result_free(&res);
 	}
 	free(ptx);
 	ptxcache_close(pc);

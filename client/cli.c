@@ -267,21 +267,11 @@ static int cmd_llc(int argc, char **argv)
 
 static void json_str(FILE *f, const char *s, size_t n)
 {
-	fputc('"', f);
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)s[i];
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c == '\n')
-			fputs("\\n", f);
-		else if (c == '\t')
-			fputs("\\t", f);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
+	struct buf b = BUF_INIT;
+
+	if (buf_json_str(&b, s, n) == 0)
+		fwrite(b.data, 1, b.len, f);
+	buf_free(&b);
 }
 
 static const char *const status_names[] = {
@@ -377,7 +367,7 @@ static int compile_cubin(struct compile_args *ca, const char *in, const struct b
 			 const char *out, int json, const char *backend)
 {
 	struct ptxcache_assemble_req req;
-	struct ptxcache_asm_result res;
+	struct ptxcache_result res;
 	struct buf gpu = BUF_INIT;
 	const char *args[1];
 	size_t l = strlen(in);
@@ -416,10 +406,10 @@ static int compile_cubin(struct compile_args *ca, const char *in, const struct b
 	if (res.status != PTXCACHE_OK) {
 		fprintf(stderr, "ptxcache: compile of '%s' to cubin failed (%s)\n", in,
 			status_names[res.status]);
-		ptxcache_asm_result_free(&res);
+		ptxcache_result_free(&res);
 		return 1;
 	}
-	ptxcache_asm_result_free(&res);
+	ptxcache_result_free(&res);
 	return 0;
 }
 

@@ -267,6 +267,61 @@ static int call(ptxcache *pc, const struct buf *req, uint64_t id,
 	}
 }
 
+/* A str or bin field copied out, NUL-terminated (caller frees); NULL if
+ * absent or out of memory. */
+static char *dup_field(const struct msg *m, const char *key, size_t *len)
+{
+	const char *s;
+	size_t n;
+
+	if (msg_bytes(m, key, &s, &n) != 1)
+		return NULL;
+	char *p = malloc(n + 1);
+	if (p) {
+		memcpy(p, s, n);
+		p[n] = '\0';
+		if (len)
+			*len = n;
+	}
+	return p;
+}
+
+/* Begin a request frame of type in b with a fresh id; returns the id. */
+static uint64_t begin(ptxcache *pc, struct msg_writer *w, struct buf *b, uint8_t type)
+{
+	uint64_t id = ++pc->next_id;
+
+	msg_begin(w, b, type);
+	msg_put_int(w, "id", (int64_t)id);
+	return id;
+}
+
+/* Send the request that w holds (begun with msg_begin, "id" written) and
+ * return the reply's "json" field. */
+static int json_call(ptxcache *pc, struct msg_writer *w, uint64_t id,
+		     uint8_t type, char **json)
+{
+	struct msg m;
+	size_t used = 0;
+	int r;
+
+	*json = NULL;
+	if (msg_end(w) < 0) {
+		set_err(pc, "out of memory");
+		buf_free(w->out);
+		return -1;
+	}
+	r = call(pc, w->out, id, type, &m, &used);
+	buf_free(w->out);
+	if (r == 0 && !(*json = dup_field(&m, "json", NULL))) {
+		set_err(pc, "malformed reply from ptxcached");
+		r = -1;
+	}
+	msg_free(&m);
+	buf_consume(&pc->in, used);
+	return r;
+}
+
 /* A request with only an id, whose reply we parse into m. */
 static int simple_call(ptxcache *pc, uint8_t type, struct msg *m, size_t *consumed)
 {
@@ -285,23 +340,6 @@ static int simple_call(ptxcache *pc, uint8_t type, struct msg *m, size_t *consum
 	int r = call(pc, &b, id, type, m, consumed);
 	buf_free(&b);
 	return r;
-}
-
-static char *dup_field(const struct msg *m, const char *key, size_t *len)
-{
-	const char *s;
-	size_t n;
-
-	if (msg_bytes(m, key, &s, &n) != 1)
-		return NULL;
-	char *p = malloc(n + 1);
-	if (p) {
-		memcpy(p, s, n);
-		p[n] = '\0';
-		if (len)
-			*len = n;
-	}
-	return p;
 }
 
 /* The fields of a compile request, shared by compile and explain. */
@@ -357,41 +395,37 @@ static void req_done(ptxcache *pc)
 		buf_reset(&pc->req);
 }
 
-int ptxcache_compile(ptxcache *pc, const struct ptxcache_compile_req *req,
-		     struct ptxcache_result *res)
+/* Send the compile frame in b (request id) and read its reply into res. */
+static int compile_call(ptxcache *pc, struct msg_writer *w, uint64_t id,
+			struct ptxcache_result *res)
 {
-	struct buf *b = req_buf(pc, req->input_len);
-	struct msg_writer w;
 	struct msg m;
 	size_t used = 0;
-	uint64_t id = ++pc->next_id;
-	int64_t st, us = 0;
+	int64_t st, us = 0, xc = 0;
+	const char *k;
+	size_t kn;
+	int cached = 0;
 
-	memset(res, 0, sizeof *res);
-	msg_begin(&w, b, FRAME_COMPILE);
-	msg_put_int(&w, "id", (int64_t)id);
-	put_compile_fields(&w, req);
-	if (msg_end(&w) < 0) {
+	if (msg_end(w) < 0) {
 		set_err(pc, "out of memory");
 		req_done(pc);
 		return -1;
 	}
-	int r = call(pc, b, id, FRAME_COMPILE, &m, &used);
+	int r = call(pc, w->out, id, FRAME_COMPILE, &m, &used);
 	req_done(pc);
 	if (r == 0) {
-		const char *k;
-		size_t kn;
-		int cached = 0;
 		if (msg_int(&m, "status", &st) != 1 || st < 0 || st > PTXCACHE_UNAVAILABLE ||
 		    msg_bytes(&m, "key", &k, &kn) != 1 || kn != 64 ||
 		    msg_bool(&m, "cached", &cached) < 0 ||
-		    msg_int(&m, "compile_us", &us) < 0) {
+		    msg_int(&m, "compile_us", &us) < 0 ||
+		    msg_int(&m, "exit_code", &xc) < 0 || xc < 0 || xc > 255) {
 			set_err(pc, "malformed compile reply from ptxcached");
 			r = -1;
 		} else {
 			res->status = (enum ptxcache_status)st;
 			res->cached = cached;
 			res->compile_us = us;
+			res->exit_code = (int)xc;
 			memcpy(res->key, k, 64);
 			res->key[64] = '\0';
 			res->output = dup_field(&m, "output", &res->output_len);
@@ -401,6 +435,18 @@ int ptxcache_compile(ptxcache *pc, const struct ptxcache_compile_req *req,
 	msg_free(&m);
 	buf_consume(&pc->in, used);
 	return r;
+}
+
+int ptxcache_compile(ptxcache *pc, const struct ptxcache_compile_req *req,
+		     struct ptxcache_result *res)
+{
+	struct buf *b = req_buf(pc, req->input_len);
+	struct msg_writer w;
+	uint64_t id = begin(pc, &w, b, FRAME_COMPILE);
+
+	memset(res, 0, sizeof *res);
+	put_compile_fields(&w, req);
+	return compile_call(pc, &w, id, res);
 }
 
 void ptxcache_result_free(struct ptxcache_result *res)
@@ -423,9 +469,6 @@ int ptxcache_ping(ptxcache *pc)
 	return r;
 }
 
-static int json_call(ptxcache *pc, struct msg_writer *w, uint64_t id,
-		     uint8_t type, char **json);
-static uint64_t begin(ptxcache *pc, struct msg_writer *w, struct buf *b, uint8_t type);
 
 int ptxcache_stats_json(ptxcache *pc, char **json)
 {
@@ -457,41 +500,6 @@ int ptxcache_hello(ptxcache *pc, char **server, char **compiler)
 	msg_free(&m);
 	buf_consume(&pc->in, used);
 	return r;
-}
-
-/* Send the request that w holds (begun with msg_begin, "id" written) and
- * return the reply's "json" field. */
-static int json_call(ptxcache *pc, struct msg_writer *w, uint64_t id,
-		     uint8_t type, char **json)
-{
-	struct msg m;
-	size_t used = 0;
-	int r;
-
-	*json = NULL;
-	if (msg_end(w) < 0) {
-		set_err(pc, "out of memory");
-		buf_free(w->out);
-		return -1;
-	}
-	r = call(pc, w->out, id, type, &m, &used);
-	buf_free(w->out);
-	if (r == 0 && !(*json = dup_field(&m, "json", NULL))) {
-		set_err(pc, "malformed reply from ptxcached");
-		r = -1;
-	}
-	msg_free(&m);
-	buf_consume(&pc->in, used);
-	return r;
-}
-
-static uint64_t begin(ptxcache *pc, struct msg_writer *w, struct buf *b, uint8_t type)
-{
-	uint64_t id = ++pc->next_id;
-
-	msg_begin(w, b, type);
-	msg_put_int(w, "id", (int64_t)id);
-	return id;
 }
 
 static void put_filter(struct msg_writer *w, const struct ptxcache_filter *f)
@@ -573,14 +581,11 @@ void ptxcache_assemble_req_init(struct ptxcache_assemble_req *req)
 }
 
 int ptxcache_assemble(ptxcache *pc, const struct ptxcache_assemble_req *req,
-		      struct ptxcache_asm_result *res)
+		      struct ptxcache_result *res)
 {
 	struct buf *b = req_buf(pc, req->input_len);
 	struct msg_writer w;
-	struct msg m;
-	size_t used = 0;
 	uint64_t id = begin(pc, &w, b, FRAME_COMPILE);
-	int64_t st, us = 0, xc = 0;
 
 	memset(res, 0, sizeof *res);
 	msg_put_str(&w, "kind", "cubin");
@@ -599,47 +604,7 @@ int ptxcache_assemble(ptxcache *pc, const struct ptxcache_assemble_req *req,
 	msg_put_strv(&w, "asm_args", req->args, req->nargs);
 	if (req->sources)
 		msg_put_str(&w, "asm_sources", req->sources);
-	if (msg_end(&w) < 0) {
-		set_err(pc, "out of memory");
-		req_done(pc);
-		return -1;
-	}
-	int r = call(pc, b, id, FRAME_COMPILE, &m, &used);
-	req_done(pc);
-	if (r == 0) {
-		const char *k;
-		size_t kn;
-		int cached = 0;
-		if (msg_int(&m, "status", &st) != 1 || st < 0 || st > PTXCACHE_UNAVAILABLE ||
-		    msg_bytes(&m, "key", &k, &kn) != 1 || kn != 64 ||
-		    msg_bool(&m, "cached", &cached) < 0 ||
-		    msg_int(&m, "compile_us", &us) < 0 ||
-		    msg_int(&m, "exit_code", &xc) < 0 || xc < 0 || xc > 255) {
-			set_err(pc, "malformed compile reply from ptxcached");
-			r = -1;
-		} else {
-			res->status = (enum ptxcache_status)st;
-			res->cached = cached;
-			res->compile_us = us;
-			res->exit_code = (int)xc;
-			memcpy(res->key, k, 64);
-			res->key[64] = '\0';
-			res->output = dup_field(&m, "output", &res->output_len);
-			res->log = dup_field(&m, "log", &res->log_len);
-		}
-	}
-	msg_free(&m);
-	buf_consume(&pc->in, used);
-	return r;
-}
-
-void ptxcache_asm_result_free(struct ptxcache_asm_result *res)
-{
-	if (!res)
-		return;
-	free(res->output);
-	free(res->log);
-	res->output = res->log = NULL;
+	return compile_call(pc, &w, id, res);
 }
 
 int ptxcache_assembler_version(ptxcache *pc, char **text)

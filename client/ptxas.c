@@ -249,7 +249,7 @@ int cmd_ptxas(int argc, char **argv)
 	struct ptxas_cmd cmd;
 	struct buf ptx = BUF_INIT;
 	struct ptxcache_assemble_req req;
-	struct ptxcache_asm_result res;
+	struct ptxcache_result res;
 	char err[256];
 	ptxcache *pc;
 	int rc;
@@ -290,20 +290,20 @@ int cmd_ptxas(int argc, char **argv)
 				rc < 0 ? "the daemon did not answer" :
 				res.log ? res.log : "the daemon could not assemble");
 		if (rc == 0)
-			ptxcache_asm_result_free(&res);
+			ptxcache_result_free(&res);
 		ptxas_cmd_free(&cmd);
 		return exec_real(argv);
 	}
 	if (res.status == PTXCACHE_OK &&
 	    write_output(cmd.output ? cmd.output : "elf.o", res.output,
 			 res.output_len) < 0) {
-		ptxcache_asm_result_free(&res);
+		ptxcache_result_free(&res);
 		ptxas_cmd_free(&cmd);
 		return exec_real(argv);
 	}
 	replay_log(res.log ? res.log : "", res.log_len, cmd.input);
 	rc = res.status == PTXCACHE_OK ? 0 : res.exit_code ? res.exit_code : 255;
-	ptxcache_asm_result_free(&res);
+	ptxcache_result_free(&res);
 	ptxas_cmd_free(&cmd);
 	return rc;
 }

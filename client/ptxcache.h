@@ -84,6 +84,7 @@ struct ptxcache_result {
 	char *log;              /* diagnostics (NUL-terminated), may be NULL */
 	size_t log_len;
 	int64_t compile_us;     /* compile time in the worker, 0 on a hit */
+	int exit_code;          /* cubin: the assembler's exit status; else 0 */
 };
 
 /*
@@ -131,29 +132,18 @@ struct ptxcache_assemble_req {
 /* Defaults: PTX input, no options, the ptxas back end. */
 void ptxcache_assemble_req_init(struct ptxcache_assemble_req *req);
 
-/* The answer to an assemble; free with ptxcache_asm_result_free(). */
-struct ptxcache_asm_result {
-	enum ptxcache_status status; /* OK; ERROR: the assembler failed (see
-	                           exit_code and log); a PTX-stage status when
-	                           the IR did not compile; UNAVAILABLE: the
-	                           daemon has no such assembler (log says what
-	                           is missing and how to point the daemon at it) */
-	int cached;             /* the cubin stage was answered from the cache */
-	char key[65];           /* the key of the stage that answered */
-	char *output;           /* the cubin (owned), may be NULL */
-	size_t output_len;
-	char *log;              /* what the assembler printed (owned, NUL-
-	                           terminated), its input named "<input>" */
-	size_t log_len;
-	int exit_code;          /* the assembler's exit status */
-	int64_t compile_us;
-};
-
-/* Assemble req. Returns 0 when the daemon answered (res->status says how
- * it went), -1 when it could not be asked (ptxcache_errmsg says why). */
+/*
+ * Assemble req. Returns 0 when the daemon answered, -1 when it could not be
+ * asked (ptxcache_errmsg says why). res (free with ptxcache_result_free())
+ * then holds: status OK; ERROR when the assembler failed (exit_code and
+ * log say how); a PTX-stage status when the IR did not compile;
+ * UNAVAILABLE when the daemon has no such assembler (log says what is
+ * missing and how to point the daemon at it). cached and key are those of
+ * the stage that answered; output is the cubin; log is what the assembler
+ * printed, its input named "<input>".
+ */
 int ptxcache_assemble(ptxcache *pc, const struct ptxcache_assemble_req *req,
-		      struct ptxcache_asm_result *res);
-void ptxcache_asm_result_free(struct ptxcache_asm_result *res);
+		      struct ptxcache_result *res);
 
 /* The daemon's ptxas `--version` text, byte for byte (malloc'd, caller
  * frees). 0, or -1 if the daemon has no ptxas or cannot be asked. */

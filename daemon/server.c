@@ -1193,21 +1193,11 @@ static void handle_verify(struct conn *c, uint64_t id, const struct msg *m)
 	} else {
 		buf_printf(&j, "{\"problems\":%d,\"report\":[", problems);
 		/* One JSON string per report line. */
-		int first = 1;
 		for (char *line = report.data; line && *line;) {
 			size_t n = strcspn(line, "\n");
-			buf_puts(&j, first ? "\"" : ",\"");
-			for (size_t i = 0; i < n; i++) {
-				unsigned char ch = (unsigned char)line[i];
-				if (ch == '"' || ch == '\\')
-					buf_printf(&j, "\\%c", ch);
-				else if (ch < 0x20)
-					buf_printf(&j, "\\u%04x", ch);
-				else
-					buf_append(&j, &line[i], 1);
-			}
-			buf_puts(&j, "\"");
-			first = 0;
+			if (line != report.data)
+				buf_puts(&j, ",");
+			buf_json_str(&j, line, n);
 			line += n + (line[n] == '\n');
 		}
 		buf_puts(&j, "]}");

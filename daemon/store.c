@@ -248,80 +248,6 @@ static int mkdirs(const char *dir)
 
 /* ---- JSON output ---- */
 
-/* Length of a valid UTF-8 sequence at p (n bytes left), 0 if not one. */
-static size_t utf8_seq(const unsigned char *p, size_t n)
-{
-	unsigned char c = p[0];
-	size_t len;
-	uint32_t cp;
-
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xc2 && c <= 0xdf) {
-		len = 2;
-		cp = c & 0x1f;
-	} else if (c >= 0xe0 && c <= 0xef) {
-		len = 3;
-		cp = c & 0x0f;
-	} else if (c >= 0xf0 && c <= 0xf4) {
-		len = 4;
-		cp = c & 0x07;
-	} else {
-		return 0;
-	}
-	if (len > n)
-		return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((p[i] & 0xc0) != 0x80)
-			return 0;
-		cp = (cp << 6) | (p[i] & 0x3f);
-	}
-	if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-	    cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-		return 0;
-	return len;
-}
-
-/* Append s[0..n) as a JSON string (the same escaping as key.c: bytes that
- * are not UTF-8 become \u00XX, so the output is always valid JSON). */
-static int json_str(struct buf *b, const char *s, size_t n)
-{
-	const unsigned char *p = (const unsigned char *)s;
-	size_t i = 0, run = 0;
-
-	if (buf_reserve(b, n + 2) < 0 || buf_append(b, "\"", 1) < 0)
-		return -1;
-	while (i < n) {
-		unsigned char c = p[i];
-		size_t l = (c >= 0x20 && c != '"' && c != '\\') ? utf8_seq(p + i, n - i) : 0;
-		if (l) {
-			i += l;
-			continue;
-		}
-		if (buf_append(b, s + run, i - run) < 0)
-			return -1;
-		char esc[8];
-		const char *e = esc;
-		switch (c) {
-		case '"': e = "\\\""; break;
-		case '\\': e = "\\\\"; break;
-		case '\n': e = "\\n"; break;
-		case '\r': e = "\\r"; break;
-		case '\t': e = "\\t"; break;
-		case '\b': e = "\\b"; break;
-		case '\f': e = "\\f"; break;
-		default:
-			snprintf(esc, sizeof esc, "\\u%04x", c);
-		}
-		if (buf_puts(b, e) < 0)
-			return -1;
-		run = ++i;
-	}
-	if (buf_append(b, s + run, n - run) < 0 || buf_append(b, "\"", 1) < 0)
-		return -1;
-	return 0;
-}
-
 /* ---- the flat components format ---- */
 
 /* One field of a flat JSON object, pointing into the text: the name and,
@@ -1240,7 +1166,7 @@ static int row_json(sqlite3_stmt *st, struct buf *j)
 	if (buf_printf(j, "{\"key\":\"%s\",\"kind\":\"%s\",\"status\":%lld,\"arch\":",
 		       hex, kind_name(sqlite3_column_int64(st, 1)),
 		       (long long)sqlite3_column_int64(st, 2)) < 0 ||
-	    json_str(j, arch, strlen(arch)) < 0 ||
+	    buf_json_str(j, arch, strlen(arch)) < 0 ||
 	    buf_printf(j, ",\"data_len\":%lld,\"stored_bytes\":%lld,\"hits\":%lld,"
 		       "\"created\":%lld,\"last_used\":%lld,\"compile_us\":%lld,"
 		       "\"components\":",
@@ -1255,7 +1181,7 @@ static int row_json(sqlite3_stmt *st, struct buf *j)
 	 * (a damaged row) as a string, so the output is always valid JSON. */
 	if (flat_parse(comp, f, MAX_FIELDS) >= 0)
 		return buf_puts(j, comp);
-	return json_str(j, comp, strlen(comp));
+	return buf_json_str(j, comp, strlen(comp));
 }
 
 int store_show(struct store *s, const unsigned char key[32], struct buf *json)
@@ -1283,10 +1209,10 @@ int store_show(struct store *s, const unsigned char key[32], struct buf *json)
 			goto out;
 		if (bad) {
 			if (buf_puts(json, ",\"log_error\":") < 0 ||
-			    json_str(json, why, strlen(why)) < 0)
+			    buf_json_str(json, why, strlen(why)) < 0)
 				goto out;
 		} else if (buf_puts(json, ",\"log\":") < 0 ||
-			   json_str(json, log.data ? log.data : "", log.len) < 0) {
+			   buf_json_str(json, log.data ? log.data : "", log.len) < 0) {
 			goto out;
 		}
 	}

@@ -2,6 +2,7 @@
 #include "proto/buf.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,4 +98,78 @@ char *buf_detach(struct buf *b, size_t *len)
 	b->data = NULL;
 	b->len = b->cap = 0;
 	return p;
+}
+
+/* Length of a valid UTF-8 sequence starting at p (at most n bytes), or 0 if
+ * the bytes there are not one (overlong, surrogate, out of range, cut). */
+static size_t utf8_seq(const unsigned char *p, size_t n)
+{
+	unsigned char c = p[0];
+	size_t len;
+	uint32_t cp;
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf) {
+		len = 2;
+		cp = c & 0x1f;
+	} else if (c >= 0xe0 && c <= 0xef) {
+		len = 3;
+		cp = c & 0x0f;
+	} else if (c >= 0xf0 && c <= 0xf4) {
+		len = 4;
+		cp = c & 0x07;
+	} else {
+		return 0;
+	}
+	if (len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		cp = (cp << 6) | (p[i] & 0x3f);
+	}
+	if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+	    cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return len;
+}
+
+int buf_json_str(struct buf *b, const char *s, size_t n)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t i = 0, run = 0;
+
+	if (buf_reserve(b, n + 2) < 0 || buf_append(b, "\"", 1) < 0)
+		return -1;
+	while (i < n) {
+		unsigned char c = p[i];
+		size_t l = (c >= 0x20 && c != '"' && c != '\\') ? utf8_seq(p + i, n - i) : 0;
+		if (l) {
+			i += l;
+			continue;
+		}
+		/* Flush the plain run before this byte, then escape it. */
+		if (buf_append(b, s + run, i - run) < 0)
+			return -1;
+		char esc[8];
+		const char *e = esc;
+		switch (c) {
+		case '"': e = "\\\""; break;
+		case '\\': e = "\\\\"; break;
+		case '\n': e = "\\n"; break;
+		case '\r': e = "\\r"; break;
+		case '\t': e = "\\t"; break;
+		case '\b': e = "\\b"; break;
+		case '\f': e = "\\f"; break;
+		default:
+			snprintf(esc, sizeof esc, "\\u%04x", c);
+		}
+		if (buf_puts(b, e) < 0)
+			return -1;
+		run = ++i;
+	}
+	if (buf_append(b, s + run, n - run) < 0 || buf_append(b, "\"", 1) < 0)
+		return -1;
+	return 0;
 }

@@ -31,6 +31,11 @@ int buf_printf(struct buf *b, const char *fmt, ...)
 /* Drop the first n bytes (n <= len). */
 void buf_consume(struct buf *b, size_t n);
 void buf_reset(struct buf *b);
+/* Append s[0..n) as a JSON string literal, quotes included: control
+ * characters, quotes and backslashes escaped, and every byte that is not
+ * part of valid UTF-8 written as \u00XX, so the result is always valid
+ * JSON. */
+int buf_json_str(struct buf *b, const char *s, size_t n);
 void buf_free(struct buf *b);
 /* Hand the data over to the caller (who frees it with free()); the buf is
  * left empty. Returns a valid NUL-terminated string even for an empty buf,
