@@ -48,6 +48,21 @@ def sanitizer_report(text):
     return None
 
 
+SMALL_IR = """target triple = "nvptx64-nvidia-cuda"
+define ptx_kernel void @KERNEL(ptr addrspace(1) %a, ptr addrspace(1) %b, float %x) {
+  %v = load float, ptr addrspace(1) %a
+  %w = fadd float %v, %x
+  store float %w, ptr addrspace(1) %b
+  ret void
+}
+"""
+
+
+def small_ir(tag):
+    """A small kernel of its own per tag, so tests do not share cache entries."""
+    return SMALL_IR.replace("@KERNEL", "@k_" + tag).encode()
+
+
 def triton_kernels():
     if not os.path.isdir(TRITON):
         raise Skip("corpus not found at %s" % TRITON)

@@ -9,23 +9,7 @@ import subprocess
 import sys
 import tempfile
 
-from harness import CLI, Skip
-
-SMALL = """
-target triple = "nvptx64-nvidia-cuda"
-define ptx_kernel void @k(ptr addrspace(1) %a, float %x) {
-  %v = load float, ptr addrspace(1) %a
-  %w = fmul float %v, %x
-  store float %w, ptr addrspace(1) %a
-  ret void
-}
-"""
-
-
-def small_ir(tag):
-    """A distinct small kernel per tag, so tests do not share cache entries."""
-    return SMALL.replace("@k", "@ops_" + tag).encode()
-
+from harness import CLI, Skip, small_ir  # noqa: F401 (small_ir: for the tests)
 
 def mp_unpack(data):
     """Decode one msgpack value (what the daemon sends: maps, str, bin,

@@ -9,24 +9,14 @@ import subprocess
 import threading
 import time
 
-from harness import (CLI, TRITON_FLAGS, Daemon, Raw, Skip, frame, llc, mp_pack, mp_unpack,
+from harness import (CLI, TRITON_FLAGS, Daemon, Raw, Skip, frame, llc, mp_pack, mp_unpack, small_ir,
                      triton_kernels)
 
 RANKS = 8
 KERNELS = 12
 
-SMALL = """target triple = "nvptx64-nvidia-cuda"
-define ptx_kernel void @c_%s(ptr addrspace(1) %%a) {
-  %%v = load float, ptr addrspace(1) %%a
-  %%w = fadd float %%v, 2.0
-  store float %%w, ptr addrspace(1) %%a
-  ret void
-}
-"""
-
-
 def small(tag):
-    return (SMALL % tag).encode()
+    return small_ir("c_" + tag)
 
 
 def compile_frame(rid, ir):

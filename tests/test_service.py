@@ -8,23 +8,7 @@ import threading
 import time
 
 from harness import (CLI, CORPUS, LLC, LLVM_BIN, TRITON_FLAGS, Daemon, Raw, Skip,
-                     frame, llc, mp_pack, triton_kernels)
-
-SMALL = """
-target triple = "nvptx64-nvidia-cuda"
-define ptx_kernel void @add(ptr addrspace(1) %a, ptr addrspace(1) %b, float %x) {
-  %v = load float, ptr addrspace(1) %a
-  %w = fadd float %v, %x
-  store float %w, ptr addrspace(1) %b
-  ret void
-}
-"""
-
-
-def small_ir(tag):
-    """A distinct small kernel per tag, so tests do not share cache entries."""
-    return SMALL.replace("@add", "@add_" + tag).encode()
-
+                     frame, llc, mp_pack, small_ir, triton_kernels)
 
 def test_ping_and_hello():
     with Daemon() as d:
