@@ -159,13 +159,11 @@ fuzz: deps
 # $(ASAN_B)/, then the suite run against it (tests/harness.py takes its
 # binaries from $$PTXCACHE_BUILD). LLVM is linked statically and is not
 # instrumented; tests/lsan.supp names the leaks that are not ours.
-# Workers run without an address-space cap (PTXCACHE_WORKER_MEM=0): ASan's
-# shadow memory does not fit under one. ASAN_TESTS narrows the run
-# (tests/run.py arguments, e.g. "-k test_abuse").
+# ASAN_TESTS narrows the run (tests/run.py arguments, e.g. "-k test_abuse").
 ASAN_B ?= build-asan
 check-asan: deps
 	@$(MAKE) --no-print-directory B=$(ASAN_B) SANITIZE=address,undefined all
-	@PTXCACHE_BUILD=$(ASAN_B) PTXCACHE_SANITIZED=1 PTXCACHE_WORKER_MEM=0 \
+	@PTXCACHE_BUILD=$(ASAN_B) PTXCACHE_SANITIZED=1 \
 	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0 \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

@@ -29,6 +29,8 @@ int main(int argc, char **argv)
 		int problems = store_verify(s, &report);
 		store_close(s);
 		fputs(report.data ? report.data : "", stdout);
+		buf_free(&report);
+		buf_free(&err);
 		if (problems < 0) {
 			fprintf(stderr, "ptxcached: cannot verify '%s'\n", cfg.cache_dir);
 			return 1;

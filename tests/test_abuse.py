@@ -12,7 +12,7 @@ import socket
 import struct
 import time
 
-from harness import Daemon, Raw, Skip, frame, mp_pack, mp_unpack, triton_kernels
+from harness import SANITIZED, Daemon, Raw, Skip, frame, mp_pack, mp_unpack, triton_kernels
 
 # Growth of the master's resident memory that abuse may cause (allocator
 # slack, SQLite's page cache, libevent's buffers), far below what the
@@ -192,9 +192,13 @@ def test_malformed_input_never_hurts_the_daemon():
         # Bounded: the freed heap the master keeps by design (64 MB, see
         # mallopt() in server.c) plus slack, and no growth from one round
         # of the same abuse to the next.
-        assert rss[2] - rss[0] < RETAINED_KB + RSS_BOUND_KB, rss
+        # (Under ASan, freed memory waits in its quarantine, up to 256 MB:
+        # there only the growth from round to round means anything.)
         assert rss[2] - rss[1] < RSS_BOUND_KB // 2, rss
-        assert d.rss_held - rss[0] < RETAINED_KB + RSS_BOUND_KB + 100 * 64 * 2, (rss, d.rss_held)
+        if not SANITIZED:
+            assert rss[2] - rss[0] < RETAINED_KB + RSS_BOUND_KB, rss
+            assert d.rss_held - rss[0] < RETAINED_KB + RSS_BOUND_KB + 100 * 64 * 2, \
+                (rss, d.rss_held)
 
 
 def test_max_connections_refused_with_error():
@@ -301,7 +305,7 @@ def test_slow_reader_output_cap():
         assert s["output_overflows"] == 1, s
         assert slow.closed()
         rss1 = rss_kb(d.proc.pid)
-        assert rss1 - rss0 < RSS_BOUND_KB, (rss0, rss1)
+        assert SANITIZED or rss1 - rss0 < RSS_BOUND_KB, (rss0, rss1)
         # The well-behaved reader is still served, from the cache.
         c.send(frame(3, mp_pack(dict(req, id=2))))
         r = mp_unpack(c.recv_frame()[1])
