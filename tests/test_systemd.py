@@ -90,7 +90,7 @@ def test_socket_activation_notify_and_serve():
         assert "(from systemd)" in a.logtext(), a.logtext()
         assert not os.path.exists(a.own_socket), "made its own socket despite LISTEN_FDS"
         r = a.cli("compile", "-", input=small_ir("activated"))
-        assert b".entry ops_activated" in r.stdout, r.stdout
+        assert b".entry k_activated" in r.stdout, r.stdout
 
         a.proc.send_signal(signal.SIGTERM)
         assert any("STOPPING=1" in m for m in a.messages("STOPPING=1"))
