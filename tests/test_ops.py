@@ -294,4 +294,4 @@ def test_log_lines_one_per_event_with_syslog_priorities():
             assert "ptxas: first line\\nptxas: second line" in log, log
             for line in log.splitlines():
                 assert re.match(r"^<[3467]>ptxcached\[\d+\]: \S", line), "bad log line %r" % line
-            assert "@ops_twolines" not in log, "IR in the log"
+            assert "@k_twolines" not in log, "IR in the log"
