@@ -7,8 +7,8 @@ import tempfile
 import threading
 import time
 
-from harness import (CLI, CORPUS, LLC, LLVM_BIN, TRITON_FLAGS, Daemon, Raw, Skip,
-                     frame, llc, mp_pack, small_ir, triton_kernels)
+from harness import (CLI, CORPUS, LLC, LLVM_BIN, SANITIZED, TRITON_FLAGS, Daemon, Raw,
+                     Skip, frame, llc, mp_pack, small_ir, triton_kernels)
 
 def test_ping_and_hello():
     with Daemon() as d:
@@ -278,3 +278,42 @@ def test_pipelined_requests_answered_by_id():
                     ids.add(i)
         assert ids == set(range(100, 104)) | {50}, ids
         c.close()
+
+
+def test_worker_memory_cap_fails_only_that_job_and_is_not_cached():
+    """A compile that needs more memory than --worker-mem: the worker dies,
+    the client gets an error, nothing is cached (it is the environment, not
+    the kernel), and a small kernel is still served."""
+    if SANITIZED:
+        raise Skip("no worker memory cap under AddressSanitizer")
+    big = max(triton_kernels(), key=os.path.getsize)
+    with Daemon(workers=1, extra=["--worker-mem", "100M"]) as d:
+        r = d.cli("compile", "--json", big, check=False)
+        assert r.returncode != 0 and b'"status":"crash"' in r.stdout, r.stdout[:300]
+        s = d.stats()
+        assert s["worker_crashes"] == 1 and s["entries"] == 0, s
+        d.cli("compile", "-", input=small_ir("after_oom"))
+        assert d.stats()["entries"] == 1
+
+
+def test_workers_recycled_after_n_jobs():
+    with Daemon(workers=1, extra=["--recycle-after", "2"]) as d:
+        first = d.workers()
+        for i in range(5):
+            d.cli("compile", "-", input=small_ir("recycle%d" % i))
+        s = d.stats()
+        assert s["workers_recycled"] == 2 and s["worker_crashes"] == 0, s
+        assert d.workers() != first
+
+
+def test_workers_dying_in_a_loop_back_off():
+    """A worker that cannot even start (its memory cap is below what LLVM
+    needs) dies again and again: the daemon keeps serving what needs no
+    worker, and spawns with growing pauses instead of in a tight loop."""
+    if SANITIZED:
+        raise Skip("no worker memory cap under AddressSanitizer")
+    with Daemon(workers=1, extra=["--worker-mem", "16M"]) as d:
+        time.sleep(3)
+        s = d.stats()
+        assert s["workers_ready"] == 0 and 2 <= s["workers_spawned"] <= 15, s
+        d.cli("ping")
