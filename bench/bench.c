@@ -392,17 +392,25 @@ static char *with_nonce(const struct kernel *k, int nonce, size_t *n)
 	return p;
 }
 
-/* One PTX compile; its wall time in ms. want_cached: 0 or 1 must match,
- * -1 either. */
-static double compile_ptx(ptxcache *pc, const char *ir, size_t n, int want_cached,
-			  const char *what, size_t *out_len)
+static int ptx_req(ptxcache *pc, const char *ir, size_t n, struct ptxcache_result *res)
 {
 	struct ptxcache_compile_req r;
-	struct ptxcache_result res;
 
 	kernel_req(&r, ir, n);
+	return ptxcache_compile(pc, &r, res);
+}
+
+/* One request through call (ptx_req or cubin_req); its wall time in ms.
+ * Dies unless it succeeds; want_cached: 0 or 1 must match, -1 either. */
+static double timed_req(int (*call)(ptxcache *, const char *, size_t,
+				    struct ptxcache_result *),
+			ptxcache *pc, const char *ir, size_t n, int want_cached,
+			const char *what, size_t *out_len)
+{
+	struct ptxcache_result res;
+
 	double t0 = now_ms();
-	if (ptxcache_compile(pc, &r, &res) < 0)
+	if (call(pc, ir, n, &res) < 0)
 		die("%s: %s", what, ptxcache_errmsg(pc));
 	double t = now_ms() - t0;
 	if (res.status != PTXCACHE_OK)
@@ -433,25 +441,6 @@ static int cubin_req(ptxcache *pc, const char *ir, size_t n,
 	a.args = asm_args;
 	a.nargs = sizeof asm_args / sizeof asm_args[0];
 	return ptxcache_assemble(pc, &a, res);
-}
-
-static double cubin_one(ptxcache *pc, const char *ir, size_t n, int want_cached,
-			const char *what, size_t *out_len)
-{
-	struct ptxcache_result res;
-
-	double t0 = now_ms();
-	if (cubin_req(pc, ir, n, &res) < 0)
-		die("%s: %s", what, ptxcache_errmsg(pc));
-	double t = now_ms() - t0;
-	if (res.status != PTXCACHE_OK)
-		die("%s: status %d: %s", what, res.status, res.log ? res.log : "");
-	if (want_cached >= 0 && res.cached != want_cached)
-		die("%s: expected a %s", what, want_cached ? "hit" : "miss");
-	if (out_len)
-		*out_len = res.output_len;
-	ptxcache_result_free(&res);
-	return t;
 }
 
 /* Does the daemon assemble cubin? 1 yes, 0 no (with a note). The probe
@@ -695,7 +684,7 @@ static void miss_runs(struct figures *f, const struct daemon *d, int cubin)
 
 	/* The first request after start: a miss on a warm-up-sized kernel. */
 	ir = with_nonce(sm, 0, &n);
-	f->first_request_ms = compile_ptx(pc, ir, n, 0, "first request", NULL);
+	f->first_request_ms = timed_req(ptx_req, pc, ir, n, 0, "first request", NULL);
 	free(ir);
 	f->miss_ptx_ms = 0;
 	f->ptx_identical = 0;
@@ -724,7 +713,7 @@ static void miss_runs(struct figures *f, const struct daemon *d, int cubin)
 	}
 	for (int i = 0; i < 5; i++) {
 		ir = with_nonce(sm, i + 1, &n);
-		st[i] = compile_ptx(pc, ir, n, 0, "steady request", NULL);
+		st[i] = timed_req(ptx_req, pc, ir, n, 0, "steady request", NULL);
 		free(ir);
 	}
 	f->steady_request_ms = quantile(st, 5, 0.5);
@@ -739,7 +728,7 @@ static void miss_runs(struct figures *f, const struct daemon *d, int cubin)
 		struct kernel *k = &g.k[i];
 		/* -1: kernels of different IR may share their PTX, and the cubin
 		 * stage is keyed on the PTX. */
-		k->miss_cubin_ms = cubin_one(pc, k->ir, k->ir_len, k->dup ? 1 : -1,
+		k->miss_cubin_ms = timed_req(cubin_req, pc, k->ir, k->ir_len, k->dup ? 1 : -1,
 					     k->name, &k->cubin_len);
 		f->miss_cubin_ms += k->miss_cubin_ms;
 	}
@@ -825,7 +814,7 @@ static void hit_runs(struct figures *f, const struct daemon *d, int cubin)
 		for (int i = 0; i < g.nk; i++) {
 			struct kernel *k = &g.k[i];
 			hit[(size_t)p * g.nk + i] =
-				compile_ptx(pc, k->ir, k->ir_len, 1, k->name, NULL) * 1e3;
+				timed_req(ptx_req, pc, k->ir, k->ir_len, 1, k->name, NULL) * 1e3;
 		}
 		pass[p] = now_ms() - t0;
 	}
@@ -855,7 +844,7 @@ static void hit_runs(struct figures *f, const struct daemon *d, int cubin)
 			double t0 = now_ms();
 			for (int i = 0; i < g.nk; i++) {
 				struct kernel *k = &g.k[i];
-				hit[(size_t)p * g.nk + i] = cubin_one(pc, k->ir, k->ir_len, 1,
+				hit[(size_t)p * g.nk + i] = timed_req(cubin_req, pc, k->ir, k->ir_len, 1,
 								      k->name, NULL) * 1e3;
 			}
 			pass[p] = now_ms() - t0;
@@ -911,7 +900,7 @@ static double clients(const char *sock, int nproc, double duration_ms,
 		for (int i = duration_ms ? c % g.nk : 0;; i = (i + 1) % g.nk) {
 			if (duration_ms ? now_ms() >= end : made == g.nk)
 				break;
-			compile_ptx(pc, g.k[i].ir, g.k[i].ir_len, duration_ms ? 1 : -1,
+			timed_req(ptx_req, pc, g.k[i].ir, g.k[i].ir_len, duration_ms ? 1 : -1,
 				    g.k[i].name, NULL);
 			made++;
 		}
@@ -955,7 +944,7 @@ static double ranks(int n, long long *compiles)
 	/* One compile first, so every daemon is measured with a worker up. */
 	ptxcache *pc = connect_or_die(d.sock);
 	char *ir = with_nonce(smallest(), 0, &len);
-	compile_ptx(pc, ir, len, 0, "warm-up", NULL);
+	timed_req(ptx_req, pc, ir, len, 0, "warm-up", NULL);
 	free(ir);
 	ptxcache_close(pc);
 	long long before = stat_of(d.sock, "compiles");
@@ -974,7 +963,7 @@ static double corpus_pass(const char *sock)
 	double t = 0;
 
 	for (int i = 0; i < g.nk; i++)
-		t += compile_ptx(pc, g.k[i].ir, g.k[i].ir_len, -1, g.k[i].name, NULL);
+		t += timed_req(ptx_req, pc, g.k[i].ir, g.k[i].ir_len, -1, g.k[i].name, NULL);
 	ptxcache_close(pc);
 	return t;
 }
@@ -1226,9 +1215,9 @@ static void hit_loop(double seconds, int cubin)
 	daemon_start(&d, "loop");
 	ptxcache *pc = connect_or_die(d.sock);
 	for (int i = 0; i < g.nk; i++) {
-		compile_ptx(pc, g.k[i].ir, g.k[i].ir_len, -1, g.k[i].name, &g.k[i].ptx_len);
+		timed_req(ptx_req, pc, g.k[i].ir, g.k[i].ir_len, -1, g.k[i].name, &g.k[i].ptx_len);
 		if (cubin)
-			cubin_one(pc, g.k[i].ir, g.k[i].ir_len, -1, g.k[i].name, NULL);
+			timed_req(cubin_req, pc, g.k[i].ir, g.k[i].ir_len, -1, g.k[i].name, NULL);
 	}
 	printf("%d\n", (int)d.pid);
 	fflush(stdout);
@@ -1239,9 +1228,9 @@ static void hit_loop(double seconds, int cubin)
 	while (now_ms() < end)
 		for (int i = 0; i < g.nk; i++, n++)
 			if (cubin)
-				cubin_one(pc, g.k[i].ir, g.k[i].ir_len, 1, g.k[i].name, NULL);
+				timed_req(cubin_req, pc, g.k[i].ir, g.k[i].ir_len, 1, g.k[i].name, NULL);
 			else
-				compile_ptx(pc, g.k[i].ir, g.k[i].ir_len, 1, g.k[i].name, NULL);
+				timed_req(ptx_req, pc, g.k[i].ir, g.k[i].ir_len, 1, g.k[i].name, NULL);
 	ptxcache_close(pc);
 	/* CPU time per hit holds up on a busy machine better than wall time. */
 	fprintf(stderr, "bench: %lld hits, mean %.1f us; cpu per hit: daemon %.1f us, "
