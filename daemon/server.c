@@ -318,6 +318,7 @@ struct compile_req {
 	int emit, strict;
 	char *optset;           /* '\n'-separated backend options */
 	char ns[16];            /* the user's namespace, or "" (shared) */
+	char input_sha[65];     /* SHA-256 of input, once computed */
 	int cubin;              /* kind "cubin": asmr says how */
 	int from_ptx;           /* input_kind "ptx": the input is PTX already */
 	struct asm_req asmr;
@@ -500,17 +501,20 @@ static int parse_compile(const struct msg *m, uint32_t max_input,
 
 /* Key components of a compile request, in their fixed order. The input
  * enters as its SHA-256; the diagnostic name never enters (clients map it). */
-static int compile_key(const struct compile_req *r, struct key *k,
+static int compile_key(struct compile_req *r, struct key *k,
 		       struct buf *components)
 {
-	char sha[65], opt[4];
+	char opt[4];
 
-	key_sha256_hex(r->input, r->input_len, sha);
+	/* Hashed once per request: a miss derives the key again, with its
+	 * components. */
+	if (!r->input_sha[0])
+		key_sha256_hex(r->input, r->input_len, r->input_sha);
 	snprintf(opt, sizeof opt, "%d", (int)r->opt);
 	const struct key_part parts[] = {
 		{ "kind", "ptx" },
 		{ "compiler", codegen_identity() },
-		{ "input_sha256", sha },
+		{ "input_sha256", r->input_sha },
 		{ "triple", r->triple },
 		{ "march", r->march },
 		{ "cpu", r->cpu },
