@@ -726,7 +726,11 @@ static void flight_l2_done(void *arg, int found, const struct l2_value *v)
 {
 	struct flight *f = arg;
 
-	if (found && v->kind == (int)f->kind) {
+	/* Sealed by a node of the cluster, so authentic, but still a value
+	 * from outside: a status this daemon would never have stored (another
+	 * version, another bug) is no answer; compile instead. */
+	if (found && v->kind == (int)f->kind &&
+	    v->status >= 0 && v->status <= (f->kind == STORE_CUBIN ? 255 : JOB_FATAL)) {
 		struct job_result res = {
 			.status = f->kind == STORE_CUBIN && v->status > 0 ? JOB_ERROR :
 				  (enum job_status)v->status,

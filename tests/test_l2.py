@@ -1,6 +1,7 @@
 """The shared tier end to end: two real daemons (two nodes, separate cache
 directories) and one real redis-server."""
 import concurrent.futures
+import json
 import os
 import tempfile
 import time
@@ -132,3 +133,25 @@ def test_burst_of_identical_requests_reads_redis_once():
             reads = r.calls("getrange") + r.calls("get")
             assert reads == 1, (reads, s)
             assert s["compiles"] == 0 and s["l2_hits"] == 1, s
+
+
+def test_sealed_value_with_impossible_status_is_compiled_not_trusted():
+    """A value that verifies (right secret, identity, key) but carries a
+    status no daemon stores: the request compiles locally and the bad value
+    is never answered or stored."""
+    from test_l2_live import seal
+    k = triton_kernels()[0]
+    ir = open(k, "rb").read()
+    with RedisServer() as r, tempfile.TemporaryDirectory() as t:
+        with node(r, t, "--l2-read-only", "yes") as a:
+            key = json.loads(a.cli("compile", "--json", "-", input=ir).stdout)["key"]
+            identity = a.stats()["compiler"].encode()
+        r.set("ptxcache:" + key, seal(key, b"not ptx", kind=1, status=99,
+                                     identity=identity, secret=SECRET.rstrip(b"\n")))
+        with node(r, t) as b:
+            got = json.loads(b.cli("compile", "--json", "-", input=ir).stdout)
+            s = b.stats()
+            assert got["status"] == "ok" and "not ptx" not in got["ptx"], got
+            assert s["compiles"] == 1 and s["l2_hits"] in (0, 1), s
+            again = json.loads(b.cli("compile", "--json", "-", input=ir).stdout)
+            assert again["cached"] and again["ptx"] == got["ptx"]
