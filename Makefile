@@ -63,7 +63,7 @@ else
 Q := @
 endif
 
-.PHONY: all deps run test check bench clean check-asan fuzz
+.PHONY: all deps run test check bench clean check-asan fuzz corpus
 all: $(B)/ptxcached $(B)/ptxcache $(B)/libptxcache.a $(B)/libptxcache.so $(B)/unit
 
 deps:
@@ -162,7 +162,7 @@ fuzz: deps
 # ASAN_TESTS narrows the run (tests/run.py arguments, e.g. "-k test_abuse").
 ASAN_B ?= build-asan
 check-asan: deps
-	@$(MAKE) --no-print-directory B=$(ASAN_B) SANITIZE=address,undefined all
+	@$(MAKE) --no-print-directory B=$(ASAN_B) SANITIZE=address,undefined all corpus
 	@PTXCACHE_BUILD=$(ASAN_B) PTXCACHE_SANITIZED=1 \
 	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0 \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
@@ -179,18 +179,28 @@ $(B)/bench/bench: bench/bench.c $(B)/libptxcache.a
 	$(Q)$(CC) $(CFLAGS) $(DEP_CFLAGS) -o $@ $< $(B)/libptxcache.a -lmsgpackc -lcrypto -lm
 
 bench: deps
-	@$(MAKE) --no-print-directory all $(B)/bench/bench
+	@$(MAKE) --no-print-directory all corpus $(B)/bench/bench
 	@./mk/deps.sh bench || true
-	$(B)/bench/bench --out $(B)/bench $(if $(QUICK),--quick)
+	$(B)/bench/bench --out $(B)/bench --corpus $(B)/corpus/triton $(if $(QUICK),--quick)
 	@$(PLOT_PYTHON) bench/plot.py $(B)/bench/results.json $(B)/bench/latency.png
+
+# The kernels the tests and the bench compile (tests/corpus/README.md),
+# unpacked from the repository's own archive into the build tree.
+CORPUS_ARCHIVE := tests/corpus/triton.tar.zst
+corpus: $(B)/corpus/triton/MANIFEST.tsv
+$(B)/corpus/triton/MANIFEST.tsv: $(CORPUS_ARCHIVE)
+	@echo "  UNPACK $<"
+	$(Q)rm -rf $(B)/corpus/triton && mkdir -p $(B)/corpus
+	$(Q)zstd -dcq $< | tar -x -C $(B)/corpus
+	$(Q)touch $@
 
 run: deps
 	@$(MAKE) --no-print-directory all
 	$(B)/ptxcached
 
 test: deps
-	@$(MAKE) --no-print-directory all
-	@python3 tests/run.py
+	@$(MAKE) --no-print-directory all corpus
+	@python3 tests/run.py $(TEST_ARGS)
 
 check: test
 

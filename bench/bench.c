@@ -1,8 +1,9 @@
 /*
  * bench: ptxcache measured against the real alternatives, in one run.
  *
- * Over the kernels of ../shared/corpus/triton, with private daemons on
- * empty cache directories in a temp dir, this measures:
+ * Over the kernels of the project's corpus (build/corpus/triton, unpacked
+ * from tests/corpus), with private daemons on empty cache directories in a
+ * temp dir, this measures:
  *
  *   cold     one llc process and one ptxas process per kernel (the tools
  *            ptxcache replaces), wall time per process;
@@ -78,7 +79,7 @@ static struct {
 	int nnotes;
 } g = {
 	.daemon = "build/ptxcached",
-	.corpus = "../shared/corpus/triton",
+	.corpus = "build/corpus/triton",
 	.out = "build/bench",
 	.llc = "/usr/lib/llvm-22/bin/llc",
 	.workers = 2,

@@ -20,9 +20,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(ROOT, os.environ.get("PTXCACHE_BUILD", "build"))
 DAEMON = os.path.join(BUILD, "ptxcached")
 CLI = os.path.join(BUILD, "ptxcache")
-SHARED = os.environ.get("PTXCACHE_SHARED", os.path.join(os.path.dirname(ROOT), "shared"))
-CORPUS = os.path.join(SHARED, "corpus")
-TRITON = os.path.join(CORPUS, "triton")
+# The project's kernels (tests/corpus/), unpacked by `make corpus`.
+TRITON = os.environ.get("PTXCACHE_CORPUS", os.path.join(BUILD, "corpus", "triton"))
+# Inputs the tests wrote themselves (tests/inputs/).
+INPUTS = os.path.join(ROOT, "tests", "inputs")
 LLVM_BIN = os.environ.get("LLVM_BIN", "/usr/lib/llvm-22/bin")
 LLC = os.path.join(LLVM_BIN, "llc")
 TRITON_FLAGS = ["-O3", "-mtriple=nvptx64-nvidia-cuda", "-mcpu=sm_90a", "-mattr=+ptx90"]
@@ -63,10 +64,20 @@ def small_ir(tag):
     return SMALL_IR.replace("@KERNEL", "@k_" + tag).encode()
 
 
-def triton_kernels():
+def corpus(suffix):
+    """The corpus files ending in suffix, sorted. The corpus is part of the
+    repository: missing, it is a broken build tree, not a reason to skip."""
     if not os.path.isdir(TRITON):
-        raise Skip("corpus not found at %s" % TRITON)
-    return sorted(os.path.join(TRITON, f) for f in os.listdir(TRITON) if f.endswith(".ll"))
+        raise AssertionError("corpus not unpacked at %s: run 'make corpus'" % TRITON)
+    return sorted(os.path.join(TRITON, f) for f in os.listdir(TRITON) if f.endswith(suffix))
+
+
+def triton_kernels():
+    return corpus(".ll")
+
+
+def input_path(name):
+    return os.path.join(INPUTS, name)
 
 
 class Daemon:

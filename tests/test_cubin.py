@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 import threading
 
-from harness import (CLI, CORPUS, TRITON, TRITON_FLAGS, Daemon, Raw, Skip, frame,
+from harness import (CLI, TRITON_FLAGS, Daemon, Raw, Skip, corpus, frame,
                      llc, mp_pack, triton_kernels)
 
 CUDA_GUESS = [os.environ.get("PTXCACHE_PTXAS", ""),
@@ -30,9 +30,7 @@ def real_ptxas():
 
 
 def triton_ptx():
-    if not os.path.isdir(TRITON):
-        raise Skip("corpus not found at %s" % TRITON)
-    return sorted(os.path.join(TRITON, f) for f in os.listdir(TRITON) if f.endswith(".triton.ptx"))
+    return corpus(".triton.ptx")
 
 
 class Front:

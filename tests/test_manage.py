@@ -6,7 +6,7 @@ import re
 import sqlite3
 import tempfile
 
-from harness import CORPUS, Daemon, triton_kernels
+from harness import Daemon, triton_kernels
 
 BAD_IR = b"define void @f() {\n  ret i32\n}\n"
 
