@@ -48,12 +48,12 @@ CLI_LIBS     = $(call static_libs,-lmsgpackc $(shell pkg-config --static --libs 
 LDFLAGS     += -static-libstdc++ -static-libgcc
 endif
 
-PROTO_SRC  := proto/buf.c proto/frame.c proto/msg.c proto/ptxas_args.c
+PROTO_SRC  := proto/buf.c proto/frame.c proto/msg.c proto/ptxas_args.c proto/llc_args.c
 DAEMON_SRC := daemon/main.c daemon/config.c daemon/log.c daemon/server.c daemon/worker.c \
               daemon/store.c daemon/key.c daemon/codegen.c daemon/cubin.c daemon/l2.c
 DAEMON_CXX := daemon/llvm_shim.cpp
 CLIENT_SRC := client/lib.c
-CLI_SRC    := client/cli.c client/ptxas.c
+CLI_SRC    := client/cli.c client/front.c client/llc.c client/ptxas.c
 
 obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
 
@@ -70,6 +70,9 @@ deps:
 	@./mk/deps.sh
 
 $(call obj,$(CLI_SRC)): DEP_CFLAGS += $(shell pkg-config --cflags json-c 2>/dev/null)
+# The llc front runs LLVM 22's own llc for what the daemon does not model.
+$(B)/obj/client/llc.o: DEP_CFLAGS += -DLLVM_BINDIR='"$(LLVM_BIN)"'
+
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC  $<"

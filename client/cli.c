@@ -25,6 +25,8 @@
 
 #include <json-c/json.h>
 
+#include "client/front.h"
+#include "client/llc.h"
 #include "client/ptxas.h"
 #include "client/ptxcache.h"
 #include "proto/buf.h"
@@ -55,74 +57,16 @@ static ptxcache *connect_or_die(void)
 }
 
 /* Read a whole file ("-" = stdin). */
+/* Read a whole file ("-" = stdin), or die saying why. */
 static void read_input(const char *path, struct buf *out)
 {
-	int fd = strcmp(path, "-") == 0 ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		die("cannot open '%s': %s", path, strerror(errno));
-	for (;;) {
-		if (buf_reserve(out, 1 << 16) < 0)
-			die("out of memory reading '%s'", path);
-		ssize_t n = read(fd, out->data + out->len, out->cap - out->len - 1);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			die("cannot read '%s': %s", path, strerror(errno));
-		if (n == 0)
-			break;
-		out->len += (size_t)n;
-	}
-	out->data[out->len] = '\0';
-	if (fd != STDIN_FILENO)
-		close(fd);
+	if (front_read_file(path, out) < 0)
+		die("cannot read '%s': %s", path, strerror(errno));
+	if (!out->data && buf_reserve(out, 1) == 0)
+		out->data[0] = '\0';
 }
 
-static int write_file(const char *path, const void *p, size_t n)
-{
-	FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "wb");
-	if (!f)
-		return -1;
-	int bad = n && fwrite(p, 1, n, f) != n;
-	if (f == stdout)
-		bad |= fflush(f) != 0;
-	else
-		bad |= fclose(f) != 0;
-	return bad ? -1 : 0;
-}
-
-/* Diagnostics name the input "<stdin>" (the daemon never sees file names,
- * so cache entries do not depend on them); put the real name back. */
-static void print_log(const char *log, size_t len, const char *name)
-{
-	static const char tag[] = "<stdin>:";
-	size_t tl = sizeof tag - 1;
-	const char *p = log, *end = log + len;
-
-	while (p < end) {
-		const char *nl = memchr(p, '\n', (size_t)(end - p));
-		size_t line = nl ? (size_t)(nl - p) + 1 : (size_t)(end - p);
-		if (name && line >= tl && memcmp(p, tag, tl) == 0) {
-			fprintf(stderr, "%s:", name);
-			fwrite(p + tl, 1, line - tl, stderr);
-		} else {
-			fwrite(p, 1, line, stderr);
-		}
-		p += line;
-	}
-}
-
-/* Die of sig the way llc would, without a core file. */
-static void die_of_signal(int sig)
-{
-	struct rlimit no = { 0, 0 };
-	fflush(stdout);
-	setrlimit(RLIMIT_CORE, &no);
-	signal(sig, SIG_DFL);
-	raise(sig);
-	_exit(128 + sig);
-}
-
-/* ---- llc ------------------------------------------------------------- */
+/* ---- options ---------------------------------------------------------- */
 
 /* The value of "-name=value" or "-name value" when arg is -name or --name;
  * NULL if arg is another option. Advances *i past a separate value. */
@@ -145,122 +89,10 @@ static const char *opt_value(int argc, char **argv, int *i, const char *name)
 	return argv[++*i];
 }
 
-static int cmd_llc(int argc, char **argv)
+static int run_llc(int argc, char **argv)
 {
-	struct ptxcache_compile_req req;
-	struct buf input = BUF_INIT, attrs = BUF_INIT;
-	const char *in = NULL, *out = NULL, *v;
-	const char **opts = calloc((size_t)argc + 1, sizeof *opts);
-	char **normal = calloc((size_t)argc + 1, sizeof *normal);
-	int filetype_null = 0;
-
 	prog = "llc";
-	ptxcache_compile_req_init(&req);
-	req.strict = 0;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		if ((v = opt_value(argc, argv, &i, "mtriple")))
-			req.triple = v;
-		else if ((v = opt_value(argc, argv, &i, "march")))
-			req.march = v;
-		else if ((v = opt_value(argc, argv, &i, "mcpu")))
-			req.cpu = v;
-		else if ((v = opt_value(argc, argv, &i, "mattr"))) {
-			if (attrs.len)
-				buf_puts(&attrs, ",");
-			buf_puts(&attrs, v);
-		} else if ((v = opt_value(argc, argv, &i, "o")))
-			out = v;
-		else if ((v = opt_value(argc, argv, &i, "filetype"))) {
-			if (!strcmp(v, "null"))
-				filetype_null = 1;
-			else if (!strcmp(v, "obj")) {
-				fprintf(stderr, "llc: error: target does not support generation of this file type\n");
-				return 1;
-			} else if (strcmp(v, "asm") != 0) {
-				fprintf(stderr, "llc: for the --filetype option: Cannot find option named '%s'!\n", v);
-				return 1;
-			}
-		} else if (a[0] == '-' && a[1] == 'O' && a[2] >= '0' && a[2] <= '3' && !a[3])
-			req.opt_level = a[2] - '0';
-		else if (!strcmp(a, "-") || a[0] != '-') {
-			if (in)
-				die("too many positional arguments: '%s'", a);
-			in = a;
-		} else {
-			/* A backend option: normalise "--x" to "-x" so the same
-			 * option is the same key. */
-			normal[req.noptions] = strdup(a[1] == '-' ? a + 1 : a);
-			opts[req.noptions] = normal[req.noptions];
-			req.noptions++;
-		}
-	}
-	req.options = opts;
-	if (attrs.len)
-		req.features = attrs.data;
-	req.emit = !filetype_null;
-	if (!in)
-		in = "-";
-	read_input(in, &input);
-	req.input = input.data;
-	req.input_len = input.len;
-
-	ptxcache *pc = connect_or_die();
-	struct ptxcache_result res;
-	if (ptxcache_compile(pc, &req, &res) < 0)
-		die("%s", ptxcache_errmsg(pc));
-	ptxcache_close(pc);
-
-	const char *name = strcmp(in, "-") ? in : NULL;
-	switch (res.status) {
-	case PTXCACHE_OK:
-		print_log(res.log, res.log_len, name);
-		if (filetype_null)
-			break;
-		if (!out) {
-			/* llc's default: stdout for stdin, else IN with .ll/.bc
-			 * replaced by .s. */
-			if (!name) {
-				out = "-";
-			} else {
-				static char def[4096];
-				size_t l = strlen(in);
-				if (l > 3 && (!strcmp(in + l - 3, ".ll") || !strcmp(in + l - 3, ".bc")))
-					l -= 3;
-				snprintf(def, sizeof def, "%.*s.s", (int)l, in);
-				out = def;
-			}
-		}
-		if (write_file(out, res.output, res.output_len) < 0) {
-			fprintf(stderr, "llc: error: cannot write '%s': %s\n", out, strerror(errno));
-			return 1;
-		}
-		break;
-	case PTXCACHE_PARSE_ERROR:
-		fputs("llc: error: llc: ", stderr);
-		print_log(res.log, res.log_len, name);
-		return 1;
-	case PTXCACHE_ERROR:
-		/* llc writes what it produced before failing; so do we. */
-		print_log(res.log, res.log_len, name);
-		if (!filetype_null && res.output_len)
-			write_file(out ? out : "-", res.output, res.output_len);
-		return 1;
-	case PTXCACHE_FATAL:
-		print_log(res.log, res.log_len, name);
-		die_of_signal(SIGABRT);
-		break;
-	case PTXCACHE_CRASH:
-		print_log(res.log, res.log_len, name);
-		fputc('\n', stderr);
-		die_of_signal(SIGSEGV);
-		break;
-	default:
-		fprintf(stderr, "llc: error: %.*s\n", (int)res.log_len, res.log ? res.log : "");
-		return 1;
-	}
-	ptxcache_result_free(&res);
-	return 0;
+	return cmd_llc(argc, argv, socket_path, timeout_ms);
 }
 
 /* ---- compile --------------------------------------------------------- */
@@ -276,6 +108,7 @@ static void json_str(FILE *f, const char *s, size_t n)
 
 static const char *const status_names[] = {
 	"ok", "parse_error", "error", "invalid", "fatal", "crash", "timeout", "unavailable",
+	"fatal_exit",
 };
 
 static const char compile_usage[] =
@@ -390,7 +223,7 @@ static int compile_cubin(struct compile_args *ca, const char *in, const struct b
 	if (ptxcache_assemble(pc, &req, &res) < 0)
 		die("%s", ptxcache_errmsg(pc));
 	ptxcache_close(pc);
-	if (res.status == PTXCACHE_OK && write_file(out ? out : "-", res.output, res.output_len) < 0)
+	if (res.status == PTXCACHE_OK && front_write_file(out ? out : "-", res.output, res.output_len) < 0)
 		die("cannot write '%s': %s", out ? out : "the output", strerror(errno));
 	if (json) {
 		printf("{\"status\":\"%s\",\"cached\":%s,\"key\":\"%s\",\"output_bytes\":%zu,"
@@ -459,7 +292,7 @@ static int cmd_compile(int argc, char **argv)
 	ptxcache_close(pc);
 
 	const char *name = strcmp(in, "-") ? in : NULL;
-	if (res.status == PTXCACHE_OK && out && write_file(out, res.output, res.output_len) < 0)
+	if (res.status == PTXCACHE_OK && out && front_write_file(out, res.output, res.output_len) < 0)
 		die("cannot write '%s': %s", out, strerror(errno));
 	if (json) {
 		printf("{\"status\":\"%s\",\"cached\":%s,\"key\":\"%s\",\"output_bytes\":%zu,"
@@ -473,12 +306,12 @@ static int cmd_compile(int argc, char **argv)
 		}
 		puts("}");
 	} else if (res.status == PTXCACHE_OK && !out &&
-		   write_file("-", res.output, res.output_len) < 0) {
+		   front_write_file("-", res.output, res.output_len) < 0) {
 		die("cannot write the output: %s", strerror(errno));
 	}
 	if (res.status != PTXCACHE_OK) {
 		if (!json)
-			print_log(res.log, res.log_len, name);
+			front_print_log(res.log, res.log_len, name);
 		if (!json && res.log_len && res.log[res.log_len - 1] != '\n')
 			fputc('\n', stderr);
 		fprintf(stderr, "ptxcache: compile of '%s' failed (%s)\n", in,
@@ -486,7 +319,7 @@ static int cmd_compile(int argc, char **argv)
 		return 1;
 	}
 	if (res.log_len && !json)
-		print_log(res.log, res.log_len, name);
+		front_print_log(res.log, res.log_len, name);
 	ptxcache_result_free(&res);
 	return 0;
 }
@@ -989,7 +822,7 @@ static const struct command {
 	const char *summary;
 } commands[] = {
 	{ "compile", cmd_compile, "compile LLVM IR to PTX (see 'ptxcache compile --help')" },
-	{ "llc", cmd_llc, "drop-in for LLVM 22's llc: same arguments, same output" },
+	{ "llc", run_llc, "drop-in for LLVM 22's llc: same arguments, same output" },
 	{ "ptxas", run_ptxas, "drop-in for ptxas: same arguments, the same cubin, cached" },
 	{ "stats", cmd_stats, "the daemon's counters ([--json | --prometheus])" },
 	{ "ping", cmd_ping, "check that the daemon answers" },

@@ -414,7 +414,7 @@ static int compile_call(ptxcache *pc, struct msg_writer *w, uint64_t id,
 	int r = call(pc, w->out, id, FRAME_COMPILE, &m, &used);
 	req_done(pc);
 	if (r == 0) {
-		if (msg_int(&m, "status", &st) != 1 || st < 0 || st > PTXCACHE_UNAVAILABLE ||
+		if (msg_int(&m, "status", &st) != 1 || st < 0 || st > PTXCACHE_FATAL_EXIT ||
 		    msg_bytes(&m, "key", &k, &kn) != 1 || kn != 64 ||
 		    msg_bool(&m, "cached", &cached) < 0 ||
 		    msg_int(&m, "compile_us", &us) < 0 ||

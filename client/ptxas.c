@@ -31,6 +31,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "client/front.h"
 #include "client/ptxcache.h"
 #include "proto/buf.h"
 #include "proto/ptxas_args.h"
@@ -42,40 +43,23 @@
  * limit (120 s by default) comes first. */
 #define FRONT_TIMEOUT_MS (300 * 1000)
 
-static int same_file(const char *path, const struct stat *self)
-{
-	struct stat st;
-	return stat(path, &st) == 0 && st.st_dev == self->st_dev &&
-	       st.st_ino == self->st_ino;
-}
-
-static int usable(const char *path, const struct stat *self)
-{
-	struct stat st;
-	return stat(path, &st) == 0 && S_ISREG(st.st_mode) &&
-	       access(path, X_OK) == 0 && !same_file(path, self);
-}
-
 /* The real ptxas, found as the daemon finds it ($PTXCACHE_PTXAS,
  * $CUDA_HOME/bin, $PTXCACHE_DEFAULT_CUDA or /usr/local/cuda /bin, PATH),
  * skipping this binary. Returns a malloc'd path, or NULL. */
 static char *find_real_ptxas(void)
 {
-	struct stat self;
 	const char *e, *def;
 	char *p = NULL;
 
-	if (stat("/proc/self/exe", &self) < 0)
-		memset(&self, 0, sizeof self);
 	if ((e = getenv("PTXCACHE_PTXAS")) && *e && strcmp(e, "none") != 0 &&
-	    usable(e, &self))
+	    front_usable(e))
 		return strdup(e);
 	def = getenv("PTXCACHE_DEFAULT_CUDA");
 	const char *roots[] = { getenv("CUDA_HOME"), def ? def : "/usr/local/cuda" };
 	for (size_t i = 0; i < 2; i++) {
 		if (!roots[i] || !*roots[i] || asprintf(&p, "%s/bin/ptxas", roots[i]) < 0)
 			continue;
-		if (usable(p, &self))
+		if (front_usable(p))
 			return p;
 		free(p);
 	}
@@ -84,7 +68,7 @@ static char *find_real_ptxas(void)
 	for (const char *d = e; *d;) {
 		size_t n = strcspn(d, ":");
 		if (n && asprintf(&p, "%.*s/ptxas", (int)n, d) >= 0) {
-			if (usable(p, &self))
+			if (front_usable(p))
 				return p;
 			free(p);
 		}
@@ -109,67 +93,9 @@ static int exec_real(char **argv)
 			"$PTXCACHE_PTXAS or CUDA_HOME)\n");
 		return 255;
 	}
-	setenv(GUARD_ENV, "1", 1);
-	argv[0] = real;
-	execv(real, argv);
-	fprintf(stderr, "ptxcache: cannot run '%s': %s\n", real, strerror(errno));
+	front_exec(real, argv, GUARD_ENV);
+	free(real);
 	return 255;
-}
-
-static int read_all(const char *path, struct buf *out)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-
-	if (fd < 0)
-		return -1;
-	for (;;) {
-		if (buf_reserve(out, 1 << 16) < 0) {
-			close(fd);
-			return -1;
-		}
-		ssize_t n = read(fd, out->data + out->len, out->cap - out->len - 1);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			close(fd);
-			return n < 0 ? -1 : 0;
-		}
-		out->len += (size_t)n;
-		out->data[out->len] = '\0';
-	}
-}
-
-/* Write the cubin whole or not at all: a temporary file renamed over the
- * output, so that a build never sees half a cubin. */
-static int write_output(const char *path, const void *p, size_t n)
-{
-	struct buf tmp = BUF_INIT;
-	const char *c = p;
-	int fd;
-
-	if (buf_printf(&tmp, "%s.ptxcache-%d", path, (int)getpid()) < 0)
-		return -1;
-	fd = open(tmp.data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-	if (fd < 0) {
-		buf_free(&tmp);
-		return -1;
-	}
-	while (n > 0) {
-		ssize_t w = write(fd, c, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			break;
-		c += w;
-		n -= (size_t)w;
-	}
-	if (close(fd) < 0 || n > 0 || rename(tmp.data, path) < 0) {
-		unlink(tmp.data);
-		buf_free(&tmp);
-		return -1;
-	}
-	buf_free(&tmp);
-	return 0;
 }
 
 /* The log as ptxas printed it: the daemon's "<input>" is our input path. */
@@ -266,7 +192,7 @@ int cmd_ptxas(int argc, char **argv)
 	}
 	/* Whatever goes wrong on our side, the real ptxas says it better. */
 	struct buf stamps = BUF_INIT;
-	if (read_all(cmd.input, &ptx) < 0 || source_stamps(&ptx, &stamps) < 0 ||
+	if (front_read_file(cmd.input, &ptx) < 0 || source_stamps(&ptx, &stamps) < 0 ||
 	    !(pc = ptxcache_connect(NULL, 2000, err, sizeof err))) {
 		buf_free(&ptx);
 		buf_free(&stamps);
@@ -295,7 +221,7 @@ int cmd_ptxas(int argc, char **argv)
 		return exec_real(argv);
 	}
 	if (res.status == PTXCACHE_OK &&
-	    write_output(cmd.output ? cmd.output : "elf.o", res.output,
+	    front_write_file(cmd.output ? cmd.output : "elf.o", res.output,
 			 res.output_len) < 0) {
 		ptxcache_result_free(&res);
 		ptxas_cmd_free(&cmd);

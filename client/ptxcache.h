@@ -35,6 +35,9 @@ enum ptxcache_status {
 	PTXCACHE_CRASH = 5,        /* the compiler died; not cached */
 	PTXCACHE_TIMEOUT = 6,      /* the compile ran past its limit */
 	PTXCACHE_UNAVAILABLE = 7,  /* the daemon cannot run this request */
+	PTXCACHE_FATAL_EXIT = 8,   /* LLVM fatal error without crash diagnostics
+	                              ("LLVM ERROR: ..." in log): llc would exit
+	                              with status 1 */
 };
 
 /* The socket path the rules above give; caller frees. NULL if out of

@@ -42,7 +42,6 @@
 
 #include <llvm-c/Core.h>
 #include <llvm-c/Error.h>
-#include <llvm-c/ErrorHandling.h>
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
 #include <llvm-c/Transforms/PassBuilder.h>
@@ -58,6 +57,7 @@ int ptxc_feature_known(const char *triple, const char *feature);
 LLVMTargetMachineRef ptxc_create_tm(const char *triple, const char *cpu,
 				    const char *features, int opt_level);
 void ptxc_set_diag_handler(LLVMContextRef ctx);
+void ptxc_install_fatal_handler(void (*fn)(const char *reason, int gen_crash_diag));
 LLVMModuleRef ptxc_parse(LLVMContextRef ctx, const char *data, size_t len,
 			 const char *name,
 			 LLVMTargetMachineRef (*pick)(void *arg, const char *triple),
@@ -76,7 +76,8 @@ struct tm_slot {
 
 static struct tm_slot tm_cache[TM_CACHE_SLOTS];
 static unsigned tm_next;                /* round-robin victim */
-static void (*fatal_cb)(const char *printed, size_t printed_len, const char *reason);
+static void (*fatal_cb)(const char *printed, size_t printed_len, const char *reason,
+			 int crash);
 static int cap_fd = -1;                 /* memory file that stands in for fd 2 */
 static int saved_fd = -1;               /* the real fd 2 while a job runs */
 
@@ -140,22 +141,22 @@ static void capture_end(struct buf *log)
 }
 
 /* LLVM's fatal-error handler: the caller hears what the job printed
- * before the error (warnings, which llc would have shown first) and the
- * reason. LLVM then ends the process (abort, or exit(1) for usage
- * errors). */
-static void fatal_handler(const char *reason)
+ * before the error (warnings, which llc would have shown first), the
+ * reason, and whether LLVM asked for crash diagnostics. LLVM then ends the
+ * process (abort, or exit(1) for errors without crash diagnostics). */
+static void fatal_handler(const char *reason, int gen_crash_diag)
 {
 	struct buf pending = BUF_INIT;
 
 	capture_end(&pending);
 	if (fatal_cb)
-		fatal_cb(pending.data ? pending.data : "", pending.len, reason);
+		fatal_cb(pending.data ? pending.data : "", pending.len, reason, gen_crash_diag);
 	buf_free(&pending);
 }
 
 int codegen_init(int argc, const char *const *argv,
 		 void (*on_fatal)(const char *printed, size_t printed_len,
-				  const char *reason),
+				  const char *reason, int crash),
 		 struct buf *err)
 {
 	char *msg = NULL;
@@ -195,7 +196,7 @@ int codegen_init(int argc, const char *const *argv,
 	if (rc < 0)
 		return -1;
 	fatal_cb = on_fatal;
-	LLVMInstallFatalErrorHandler(fatal_handler);
+	ptxc_install_fatal_handler(fatal_handler);
 	return 0;
 }
 

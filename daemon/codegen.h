@@ -62,12 +62,14 @@ struct codegen_result {
  * option llc accepts that is not a per-job field above. An option LLVM does
  * not know is refused: returns -1 with a message in err. on_fatal is called
  * when LLVM hits a fatal error, with what the job had printed before it
- * (warnings, as llc would have shown them) and LLVM's reason text; the
- * process then aborts, as llc does. Call once per process.
+ * (warnings, as llc would have shown them), LLVM's reason text and crash:
+ * 1 where llc would abort, 0 where LLVM reports the error without crash
+ * diagnostics and llc exits with status 1. The process then ends as llc
+ * does (on_fatal may end it first). Call once per process.
  */
 int codegen_init(int argc, const char *const *argv,
 		 void (*on_fatal)(const char *printed, size_t printed_len,
-				  const char *reason),
+				  const char *reason, int crash),
 		 struct buf *err);
 
 /* Compile one job. res must be zero-initialised by the caller, who owns and

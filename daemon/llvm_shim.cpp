@@ -56,6 +56,7 @@
 #include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
@@ -63,6 +64,22 @@
 #include "llvm/TargetParser/Triple.h"
 
 using namespace llvm;
+
+/* LLVM's fatal-error handler, with what the C API's version drops:
+ * gen_crash_diag, false for errors LLVM reports as usage errors (llc then
+ * prints "LLVM ERROR: ..." and exits 1 instead of aborting). */
+static void (*fatal_fn)(const char *reason, int gen_crash_diag);
+
+static void fatal_trampoline(void *, const char *reason, bool gen_crash_diag)
+{
+	fatal_fn(reason, gen_crash_diag);
+}
+
+extern "C" void ptxc_install_fatal_handler(void (*fn)(const char *reason, int gen_crash_diag))
+{
+	fatal_fn = fn;
+	install_fatal_error_handler(fatal_trampoline, nullptr);
+}
 
 /* LLVM's own (C++) wrap/unwrap for these handles. */
 static TargetMachine *unwrap_tm(LLVMTargetMachineRef p)

@@ -47,6 +47,7 @@
 #include "daemon/log.h"
 #include "daemon/store.h"
 #include "proto/frame.h"
+#include "proto/llc_args.h"
 #include "proto/msg.h"
 #include "proto/ptxas_args.h"
 
@@ -209,6 +210,9 @@ static void conn_close(struct conn *c)
 		peer_put(c->srv, c->peer);
 		c->peer = NULL;
 	}
+	/* Its queued compiles may now have nobody to answer. */
+	if (c->waiting && c->srv->pool)
+		pool_prune(c->srv->pool);
 	conn_unref(c);
 }
 
@@ -490,9 +494,25 @@ static int parse_compile(const struct msg *m, uint32_t max_input,
 				buf_free(&os);
 				return -1;
 			}
+			/* Only the options the table models start a worker:
+			 * never one that prints, times, touches files or stops
+			 * the pipeline. "--x" is "-x". */
+			char name[258];
+			const char *p = s->via.str.ptr;
+			size_t n = s->via.str.size;
+			if (n > 2 && p[1] == '-')
+				p++, n--;
+			memcpy(name, p, n);
+			name[n] = '\0';
+			if (!llc_backend_option(name)) {
+				buf_printf(err, "backend option '%s' is not one the daemon models "
+					   "(proto/llc_args.c); run llc itself for it", name);
+				buf_free(&os);
+				return -1;
+			}
 			if (i)
 				buf_puts(&os, "\n");
-			buf_append(&os, s->via.str.ptr, s->via.str.size);
+			buf_puts(&os, name);
 		}
 	}
 	r->optset = buf_detach(&os, NULL);
@@ -612,7 +632,7 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 {
 	struct server *s = f->srv;
 
-	if (compiled) {
+	if (compiled && !res->not_run) {
 		s->n.compiles++;
 		if (res->status != JOB_OK)
 			s->n.compile_errors++;
@@ -720,6 +740,16 @@ static void flight_done(struct pool_job *job, const struct job_result *res)
 	flight_finish((struct flight *)((char *)job - offsetof(struct flight, job)), res, 1);
 }
 
+/* Whether any client still waits for a flight's queued job. */
+static int flight_wanted(struct pool_job *job)
+{
+	const struct flight *f = (struct flight *)((char *)job - offsetof(struct flight, job));
+	for (const struct waiter *wt = f->waiters; wt; wt = wt->next)
+		if (wt->conn->state != CONN_CLOSED)
+			return 1;
+	return 0;
+}
+
 /* The Redis tier answered for f: a verified value of the right stage
  * finishes the flight as a hit; anything else sends it to the pool. */
 static void flight_l2_done(void *arg, int found, const struct l2_value *v)
@@ -730,7 +760,8 @@ static void flight_l2_done(void *arg, int found, const struct l2_value *v)
 	 * from outside: a status this daemon would never have stored (another
 	 * version, another bug) is no answer; compile instead. */
 	if (found && v->kind == (int)f->kind &&
-	    v->status >= 0 && v->status <= (f->kind == STORE_CUBIN ? 255 : JOB_FATAL)) {
+	    v->status >= 0 && (f->kind == STORE_CUBIN ? v->status <= 255 :
+			       JOB_CACHEABLE(v->status))) {
 		struct job_result res = {
 			.status = f->kind == STORE_CUBIN && v->status > 0 ? JOB_ERROR :
 				  (enum job_status)v->status,
@@ -758,6 +789,7 @@ static void flight_launch(struct server *s, struct flight *f, struct conn *c)
 	s->flights[b] = f;
 	s->nflights++;
 	f->job.done = flight_done;
+	f->job.wanted = flight_wanted;
 	if (s->l2)
 		l2_get(s->l2, f->key.hash, flight_l2_done, f);
 	else
@@ -1058,7 +1090,8 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 		   "\"output_overflows\":%lld,\"refused_jobs\":%lld,"
 		   "\"corrupt_blobs\":%lld,\"evictions\":%lld,"
 		   "\"worker_timeouts\":%lld,\"workers_spawned\":%lld,"
-		   "\"workers_recycled\":%lld,\"jobs_running\":%d,\"jobs_queued\":%d,"
+		   "\"workers_recycled\":%lld,\"worker_start_failures\":%lld,"
+		   "\"jobs_dropped\":%lld,\"jobs_running\":%d,\"jobs_queued\":%d,"
 		   "\"workers\":%d,\"workers_ready\":%d,\"uptime_s\":%lld,"
 		   "\"compiler\":\"%s\"}",
 		   (long long)entries, (long long)bytes, (long long)s->n.hits,
@@ -1071,7 +1104,8 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 		   (long long)s->n.idle_timeouts, (long long)s->n.output_overflows,
 		   (long long)s->n.refused_jobs, (long long)sc.corrupt_blobs,
 		   (long long)sc.evictions, (long long)pc.timeouts,
-		   (long long)pc.spawned, (long long)pc.recycled, pc.busy, pc.queued,
+		   (long long)pc.spawned, (long long)pc.recycled,
+		   (long long)pc.start_failures, (long long)pc.dropped, pc.busy, pc.queued,
 		   s->cfg->pool.size, pc.ready, (long long)(time(NULL) - s->started),
 		   codegen_identity());
 	if (s->l2 && j.len) {

@@ -13,6 +13,18 @@
  * has been reaped, with an error that carries the signal (or LLVM's fatal
  * reason, which the worker sends before it aborts).
  *
+ * A worker that cannot start is a result too. What it prints while it
+ * starts goes to a memory file the master holds, so that its death before
+ * the hello carries a reason. START_ATTEMPTS failures in a row (or one
+ * refusal of its options, which is deterministic) block its option set:
+ * the set's queued jobs fail with the reason, and so does every new job of
+ * that set at once, until a retry time that doubles with each failed
+ * retry. Each failure is logged at warning and counted. Nothing respawns in
+ * a loop, and no job waits on a worker that will never come.
+ *
+ * A queued job that no client waits for any more (job->wanted() says so)
+ * is dropped before it reaches a worker.
+ *
  * Never: run LLVM in the master, block the master on a worker, or trust a
  * byte a worker sends before checking it (a bad reply kills that worker).
  */
@@ -23,9 +35,11 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -45,6 +59,15 @@
 /* Deaths closer together than this count towards the back-off. */
 #define BACKOFF_WINDOW_MS 2000
 #define BACKOFF_MAX_MS 5000
+/* Start failures in a row before an option set is blocked, and the first
+ * and longest blocks. */
+#define START_ATTEMPTS 3
+#define BLOCK_FIRST_MS 10000
+#define BLOCK_MAX_MS (10 * 60 * 1000)
+/* Option sets remembered as failing; the oldest is forgotten first. */
+#define MAX_FAILING_SETS 64
+/* How much of what a failed worker printed goes into the reason. */
+#define START_LOG_TAIL 1024
 
 enum worker_state {
 	W_STARTING,     /* forked, initialising LLVM and warming up */
@@ -62,12 +85,25 @@ struct worker {
 	struct pool_job *job;
 	int jobs_done;
 	int eof, reaped, timed_out, status;
+	int start_log;          /* memory file of what it printed while
+	                           starting; -1 once it is ready */
 	struct event *timer;
 	TAILQ_ENTRY(worker) link;
 };
 
+/* An option set whose workers failed to start. */
+struct failing_set {
+	char *optset;
+	int fails;              /* start failures in a row */
+	int64_t blocked_until;  /* jobs of the set fail at once until then */
+	int block_ms;           /* the next block's length */
+	char reason[START_LOG_TAIL + 256];
+	TAILQ_ENTRY(failing_set) link;
+};
+
 TAILQ_HEAD(worker_list, worker);
 TAILQ_HEAD(job_queue, pool_job);
+TAILQ_HEAD(failing_list, failing_set);
 
 struct pool {
 	struct event_base *base;
@@ -81,6 +117,8 @@ struct pool {
 	int64_t last_death_ms;
 	int backoff_ms;
 	int dispatching, again;  /* dispatch() is not reentrant */
+	struct failing_list failing;
+	int nfailing;
 };
 
 static void dispatch(struct pool *p);
@@ -124,10 +162,129 @@ static void kill_worker(struct worker *w, const char *why)
 	kill(w->pid, SIGKILL);
 }
 
+static struct failing_set *failing_find(struct pool *p, const char *optset)
+{
+	struct failing_set *f;
+	TAILQ_FOREACH(f, &p->failing, link)
+		if (!strcmp(f->optset, optset))
+			return f;
+	return NULL;
+}
+
+static void failing_forget(struct pool *p, struct failing_set *f)
+{
+	TAILQ_REMOVE(&p->failing, f, link);
+	p->nfailing--;
+	free(f->optset);
+	free(f);
+}
+
+static void fail_job(struct pool *p, struct pool_job *job, enum job_status st,
+		     const char *why)
+{
+	struct job_result res = { .status = st, .log = why, .log_len = strlen(why),
+				  .not_run = 1 };
+	TAILQ_REMOVE(&p->queue, job, q);
+	p->counters.queued--;
+	job->done(job, &res);
+}
+
+/* The job's option set is blocked now: the reason, else NULL. */
+static const char *blocked_reason(struct pool *p, const char *optset)
+{
+	struct failing_set *f = failing_find(p, optset);
+	return f && f->blocked_until > now_ms() ? f->reason : NULL;
+}
+
+/*
+ * A worker of optset could not start, for why (a refusal of its options
+ * if deterministic). Remember it; on the START_ATTEMPTS-th failure in a
+ * row, or at once if deterministic, block the set and fail its queued jobs.
+ */
+static void start_failed(struct pool *p, const char *optset, const char *why,
+			 int deterministic)
+{
+	struct failing_set *f = failing_find(p, optset);
+
+	p->counters.start_failures++;
+	if (!f) {
+		if (p->nfailing >= MAX_FAILING_SETS)
+			failing_forget(p, TAILQ_FIRST(&p->failing));
+		if (!(f = calloc(1, sizeof *f)) || !(f->optset = strdup(optset))) {
+			free(f);
+			log_err("out of memory recording a worker start failure");
+			return;
+		}
+		f->block_ms = BLOCK_FIRST_MS;
+		TAILQ_INSERT_TAIL(&p->failing, f, link);
+		p->nfailing++;
+	}
+	f->fails = deterministic ? START_ATTEMPTS : f->fails + 1;
+	snprintf(f->reason, sizeof f->reason, "%s%s%s",
+		 *optset ? "compiler worker for options '" : "compiler worker",
+		 *optset ? optset : "", *optset ? "' cannot start: " : " cannot start: ");
+	for (char *c = f->reason; *c; c++)      /* the set is '\n'-separated */
+		if (*c == '\n' && c[1] != '\0')
+			*c = ' ';
+	size_t n = strlen(f->reason);
+	snprintf(f->reason + n, sizeof f->reason - n, "%s", why);
+	if (deterministic)
+		log_warn("%s (deterministic: not retried)", f->reason);
+	else
+		log_warn("%s (attempt %d of %d)", f->reason, f->fails, START_ATTEMPTS);
+	if (f->fails < START_ATTEMPTS)
+		return;
+	f->blocked_until = now_ms() + f->block_ms;
+	log_warn("no new worker for %s%s%s for %d s; its jobs fail with this reason until then",
+		 *optset ? "options '" : "the default options", optset, *optset ? "'" : "",
+		 f->block_ms / 1000);
+	f->block_ms = f->block_ms * 2 > BLOCK_MAX_MS ? BLOCK_MAX_MS : f->block_ms * 2;
+	struct pool_job *j, *next;
+	for (j = TAILQ_FIRST(&p->queue); j; j = next) {
+		next = TAILQ_NEXT(j, q);
+		if (!j->any_worker && !strcmp(j->optset, optset))
+			fail_job(p, j, deterministic ? JOB_INVALID : JOB_UNAVAILABLE, f->reason);
+	}
+}
+
+/* What a worker that died while starting printed, and how it died. */
+static void start_failure_reason(struct worker *w, struct buf *why)
+{
+	char tail[START_LOG_TAIL + 1];
+	struct stat st;
+	ssize_t n = 0;
+
+	if (w->timed_out)
+		buf_printf(why, "it did not finish starting within %d s",
+			   w->pool->cfg.job_timeout_s);
+	else if (WIFSIGNALED(w->status))
+		buf_printf(why, "it died of signal %d (%s)", WTERMSIG(w->status),
+			   strsignal(WTERMSIG(w->status)));
+	else
+		buf_printf(why, "it exited with status %d", WEXITSTATUS(w->status));
+	if (w->start_log >= 0 && fstat(w->start_log, &st) == 0 && st.st_size > 0) {
+		off_t from = st.st_size > START_LOG_TAIL ? st.st_size - START_LOG_TAIL : 0;
+		n = pread(w->start_log, tail, START_LOG_TAIL, from);
+	}
+	while (n > 0 && (tail[n - 1] == '\n' || tail[n - 1] == '\0'))
+		n--;
+	if (n > 0)
+		buf_printf(why, "; it printed: %.*s", (int)n, tail);
+}
+
 /* Both the socket has closed and the exit status is in: finish w. */
 static void finish(struct worker *w)
 {
 	struct pool *p = w->pool;
+
+	if (w->start_log >= 0) {
+		struct buf why = BUF_INIT;
+		start_failure_reason(w, &why);
+		start_failed(p, w->optset, why.data ? why.data : "it died", 0);
+		buf_free(&why);
+		close(w->start_log);
+		w->start_log = -1;
+	}
 
 	if (w->job) {
 		struct job_result res = { 0 };
@@ -168,6 +325,7 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 	struct worker *w = arg;
 
 	if (w->state == W_STARTING) {
+		w->timed_out = 1;
 		kill_worker(w, "did not finish starting in time");
 		return;
 	}
@@ -190,22 +348,18 @@ static void handle_reply(struct worker *w, const struct frame_hdr *h,
 	}
 	if (h->type == (FRAME_HELLO | FRAME_REPLY) && w->state == W_STARTING) {
 		char *e = NULL;
+		struct failing_set *f;
+		close(w->start_log);
+		w->start_log = -1;
 		if (msg_strdup(&m, "error", &e) == 1) {
-			/* Bad backend options: every queued job of this set fails. */
-			struct pool_job *j, *next;
-			struct job_result res = { .status = JOB_INVALID, .log = e,
-						  .log_len = strlen(e) };
-			for (j = TAILQ_FIRST(&w->pool->queue); j; j = next) {
-				next = TAILQ_NEXT(j, q);
-				if (strcmp(j->optset, w->optset) == 0) {
-					TAILQ_REMOVE(&w->pool->queue, j, q);
-					w->pool->counters.queued--;
-					j->done(j, &res);
-				}
-			}
+			/* Bad backend options: deterministic, so the set is
+			 * blocked at once and its jobs fail with the reason. */
+			start_failed(w->pool, w->optset, e, 1);
 			free(e);
 			kill_worker(w, NULL);
 		} else {
+			if ((f = failing_find(w->pool, w->optset)))
+				failing_forget(w->pool, f);
 			evtimer_del(w->timer);
 			set_state(w, W_IDLE);
 			dispatch(w->pool);
@@ -216,7 +370,7 @@ static void handle_reply(struct worker *w, const struct frame_hdr *h,
 		const char *out = NULL, *lg = NULL;
 		size_t outn = 0, lgn = 0;
 		int64_t xc = 0;
-		if (msg_int(&m, "status", &st) != 1 || st < JOB_OK || st > JOB_UNAVAILABLE ||
+		if (msg_int(&m, "status", &st) != 1 || st < JOB_OK || st > JOB_FATAL_EXIT ||
 		    msg_bytes(&m, "output", &out, &outn) < 0 ||
 		    msg_bytes(&m, "log", &lg, &lgn) < 0 ||
 		    msg_int(&m, "compile_us", &res.compile_us) < 0 ||
@@ -232,9 +386,11 @@ static void handle_reply(struct worker *w, const struct frame_hdr *h,
 		res.log = lg;
 		res.log_len = lgn;
 		w->jobs_done++;
-		if (res.status == JOB_FATAL) {
-			/* The worker aborts after sending this. */
-			w->pool->counters.crashes++;
+		if (res.status == JOB_FATAL || res.status == JOB_FATAL_EXIT) {
+			/* The worker ends after sending this (LLVM's state is
+			 * not to be trusted after a fatal error). */
+			if (res.status == JOB_FATAL)
+				w->pool->counters.crashes++;
 			set_state(w, W_DYING);
 			w->pool->nworkers--;
 		} else if (w->pool->cfg.recycle_after &&
@@ -246,6 +402,23 @@ static void handle_reply(struct worker *w, const struct frame_hdr *h,
 		}
 		complete(w, &res);
 		dispatch(w->pool);
+	} else if (h->type == (FRAME_JOB | FRAME_REPLY) && w->state == W_STARTING) {
+		/* LLVM's fatal error in a warm-up kernel: these options can
+		 * never compile anything (-code-model=tiny, say). */
+		const char *lg = NULL;
+		size_t lgn = 0;
+		int64_t st = -1;
+		if (msg_int(&m, "status", &st) == 1 && (st == JOB_FATAL || st == JOB_FATAL_EXIT) &&
+		    msg_bytes(&m, "log", &lg, &lgn) == 1) {
+			char why[START_LOG_TAIL];
+			while (lgn && lg[lgn - 1] == '\n')
+				lgn--;
+			snprintf(why, sizeof why, "%.*s", (int)lgn, lg);
+			start_failed(w->pool, w->optset, why, 1);
+			close(w->start_log);
+			w->start_log = -1;
+		}
+		kill_worker(w, NULL);
 	} else {
 		kill_worker(w, "unexpected message");
 	}
@@ -340,9 +513,15 @@ static void on_respawn(evutil_socket_t fd, short what, void *arg)
 static int spawn(struct pool *p, const char *optset)
 {
 	int sv[2];
+	int start_log = memfd_create("ptxcache-worker-start", MFD_CLOEXEC);
 
+	if (start_log < 0) {
+		log_err("cannot create a worker's start log: %s", strerror(errno));
+		return -1;
+	}
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
 		log_err("cannot create worker socket: %s", strerror(errno));
+		close(start_log);
 		return -1;
 	}
 	pid_t pid = fork();
@@ -350,21 +529,23 @@ static int spawn(struct pool *p, const char *optset)
 		log_err("cannot fork worker: %s", strerror(errno));
 		close(sv[0]);
 		close(sv[1]);
+		close(start_log);
 		return -1;
 	}
 	if (pid == 0) {
-		/* Keep stdin/stdout/stderr and the worker's end of the socket
-		 * (as fd 3); nothing of the master's survives. */
-		if (dup2(sv[1], 3) < 0)
+		/* Keep stdin/stdout/stderr, the worker's end of the socket
+		 * (as fd 3) and its start log (fd 4); nothing of the master's
+		 * survives. */
+		if (dup2(sv[1], 3) < 0 || dup2(start_log, 4) < 0)
 			_exit(1);
-		close_range(4, ~0U, 0);
+		close_range(5, ~0U, 0);
 		int null = open("/dev/null", O_RDWR);
 		if (null >= 0) {
 			dup2(null, 0);
 			dup2(null, 1);
 			close(null);
 		}
-		worker_main(3, optset, &p->cfg);
+		worker_main(3, 4, optset, &p->cfg);
 	}
 	close(sv[1]);
 	evutil_make_socket_nonblocking(sv[0]);
@@ -372,9 +553,11 @@ static int spawn(struct pool *p, const char *optset)
 	if (!w || !(w->optset = strdup(optset))) {
 		free(w);
 		close(sv[0]);
+		close(start_log);
 		kill(pid, SIGKILL);
 		return -1;
 	}
+	w->start_log = start_log;
 	w->pool = p;
 	w->pid = pid;
 	w->state = W_STARTING;
@@ -424,7 +607,13 @@ again:
 	for (job = TAILQ_FIRST(&p->queue); job; job = next) {
 		next = TAILQ_NEXT(job, q);
 		struct worker *w, *idle_other = NULL;
+		const char *blocked;
 		int starting = 0;
+		if (job->wanted && !job->wanted(job)) {
+			p->counters.dropped++;
+			fail_job(p, job, JOB_UNAVAILABLE, "no client waits for this compile any more");
+			continue;
+		}
 		TAILQ_FOREACH(w, &p->workers, link) {
 			if (!job->any_worker && strcmp(w->optset, job->optset) != 0) {
 				if (w->state == W_IDLE && !idle_other)
@@ -442,6 +631,10 @@ again:
 		}
 		if (starting)
 			continue;
+		if (!job->any_worker && (blocked = blocked_reason(p, job->optset))) {
+			fail_job(p, job, JOB_UNAVAILABLE, blocked);
+			continue;
+		}
 		if (p->backoff_ms > 0) {
 			struct timeval tv = { 0, p->backoff_ms * 1000 };
 			if (!evtimer_pending(p->respawn, NULL))
@@ -453,19 +646,19 @@ again:
 				continue;
 			kill_worker(idle_other, NULL);
 		}
-		if (spawn(p, job->optset) < 0) {
-			struct job_result res = {
-				.status = JOB_UNAVAILABLE,
-				.log = "cannot start a compiler worker",
-			};
-			res.log_len = strlen(res.log);
-			TAILQ_REMOVE(&p->queue, job, q);
-			p->counters.queued--;
-			job->done(job, &res);
-		}
+		if (spawn(p, job->optset) < 0)
+			fail_job(p, job, JOB_UNAVAILABLE, "cannot start a compiler worker");
 	}
-	/* Keep the default set at full strength when nothing is queued. */
-	while (TAILQ_EMPTY(&p->queue) && p->nworkers < p->cfg.size &&
+	/* Keep the default set at full strength when nothing is queued (once
+	 * its block, if any, is over: the respawn timer comes back then). */
+	struct failing_set *def = failing_find(p, "");
+	int64_t wait = def ? def->blocked_until - now_ms() : 0;
+	if (wait > 0 && TAILQ_EMPTY(&p->queue) && p->nworkers < p->cfg.size) {
+		struct timeval tv = { wait / 1000, (wait % 1000) * 1000 };
+		if (!evtimer_pending(p->respawn, NULL))
+			evtimer_add(p->respawn, &tv);
+	}
+	while (wait <= 0 && TAILQ_EMPTY(&p->queue) && p->nworkers < p->cfg.size &&
 	       p->backoff_ms == 0)
 		if (spawn(p, "") < 0)
 			break;
@@ -487,6 +680,7 @@ struct pool *pool_new(struct event_base *base, const struct pool_config *cfg,
 	p->cfg = *cfg;
 	TAILQ_INIT(&p->workers);
 	TAILQ_INIT(&p->queue);
+	TAILQ_INIT(&p->failing);
 	p->sigchld = evsignal_new(base, SIGCHLD, on_sigchld, p);
 	p->respawn = evtimer_new(base, on_respawn, p);
 	if (!p->sigchld || !p->respawn || evsignal_add(p->sigchld, NULL) < 0) {
@@ -508,6 +702,11 @@ void pool_submit(struct pool *p, struct pool_job *job)
 	job->w = NULL;
 	TAILQ_INSERT_TAIL(&p->queue, job, q);
 	p->counters.queued++;
+	dispatch(p);
+}
+
+void pool_prune(struct pool *p)
+{
 	dispatch(p);
 }
 
@@ -556,9 +755,13 @@ void pool_free(struct pool *p)
 			bufferevent_free(w->bev);
 		if (w->timer)
 			event_free(w->timer);
+		if (w->start_log >= 0)
+			close(w->start_log);
 		free(w->optset);
 		free(w);
 	}
+	while (!TAILQ_EMPTY(&p->failing))
+		failing_forget(p, TAILQ_FIRST(&p->failing));
 	if (p->sigchld)
 		event_free(p->sigchld);
 	if (p->respawn)
@@ -569,6 +772,7 @@ void pool_free(struct pool *p)
 /* ---- worker side ---------------------------------------------------- */
 
 static int wfd = -1;            /* the socket to the master */
+static int started;             /* warmed up; stderr is the daemon's again */
 
 static int write_full(int fd, const void *p, size_t n)
 {
@@ -627,14 +831,20 @@ static int64_t elapsed_us(void)
 	       (t.tv_nsec - job_start.tv_nsec) / 1000;
 }
 
-/* LLVM is about to abort: tell the master why, as llc would print it. */
-static void on_fatal(const char *printed, size_t printed_len, const char *reason)
+/* LLVM is about to end the process: tell the master why, as llc would
+ * print it, and whether llc would abort (crash) or exit with status 1. */
+static void on_fatal(const char *printed, size_t printed_len, const char *reason,
+		     int crash)
 {
 	struct buf lg = BUF_INIT;
 
 	buf_append(&lg, printed, printed_len);
 	buf_printf(&lg, "LLVM ERROR: %s\n", reason);
-	send_reply(JOB_FATAL, NULL, &lg, elapsed_us());
+	if (!started)   /* a warm-up kernel: into the master's start log */
+		fwrite(lg.data, 1, lg.len, stderr);
+	send_reply(crash ? JOB_FATAL : JOB_FATAL_EXIT, NULL, &lg, elapsed_us());
+	if (!crash)
+		_exit(0);       /* an orderly end: the master expects it */
 	/* No core dump for an expected abort. */
 	struct rlimit no = { 0, 0 };
 	setrlimit(RLIMIT_CORE, &no);
@@ -735,13 +945,17 @@ static void run_job(const void *body, size_t len)
 	free(pipeline);
 }
 
-void worker_main(int fd, const char *optset, const struct pool_config *cfg)
+void worker_main(int fd, int start_log, const char *optset, const struct pool_config *cfg)
 {
 	struct buf err = BUF_INIT, body = BUF_INIT, out = BUF_INIT;
 	struct msg_writer mw;
 	static const int sigs[] = { SIGCHLD, SIGTERM, SIGHUP, SIGINT, SIGPIPE };
 
 	wfd = fd;
+	/* While starting, stderr is the master's memory file: if we die
+	 * before the hello, what we printed is the reason. */
+	int stderr_fd = dup(STDERR_FILENO);
+	dup2(start_log, STDERR_FILENO);
 	job_timeout_ms = cfg->job_timeout_s * 1000;
 	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
 		signal(sigs[i], SIG_DFL);
@@ -764,6 +978,12 @@ void worker_main(int fd, const char *optset, const struct pool_config *cfg)
 	int ok = codegen_init(argc, argv, on_fatal, &err) == 0;
 	if (ok)
 		codegen_warm_up(cfg->warm_cpu, cfg->warm_features);
+	if (stderr_fd >= 0) {
+		dup2(stderr_fd, STDERR_FILENO);
+		close(stderr_fd);
+	}
+	close(start_log);
+	started = 1;
 	msg_begin(&mw, &out, FRAME_HELLO | FRAME_REPLY);
 	msg_put_int(&mw, "pid", getpid());
 	if (!ok)

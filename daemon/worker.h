@@ -11,7 +11,8 @@
  * set is replaced by one of the job's set. A worker that dies, exceeds the
  * per-job timeout or sends a malformed reply fails only its job, and is
  * replaced; a worker is also retired after recycle_after jobs, to bound
- * leaks.
+ * leaks. A worker that cannot start fails its set's jobs with the reason
+ * after a few attempts, and the set is blocked for a while (worker.c).
  */
 #ifndef PTXCACHE_WORKER_H
 #define PTXCACHE_WORKER_H
@@ -35,10 +36,13 @@ enum job_status {
 	JOB_CRASH = 5,          /* worker killed by a signal, no reason */
 	JOB_TIMEOUT = 6,        /* killed after the per-job timeout */
 	JOB_UNAVAILABLE = 7,    /* the daemon cannot run this job at all */
+	JOB_FATAL_EXIT = 8,     /* LLVM fatal error without crash diagnostics
+	                           (log: "LLVM ERROR: <reason>"): llc would
+	                           exit with status 1 */
 };
 
 /* Deterministic outcomes may be cached (as negative entries if failed). */
-#define JOB_CACHEABLE(s) ((s) <= JOB_FATAL)
+#define JOB_CACHEABLE(s) ((s) <= JOB_FATAL || (s) == JOB_FATAL_EXIT)
 
 struct job_result {
 	enum job_status status;
@@ -49,6 +53,7 @@ struct job_result {
 	int signal;             /* the signal the worker died of, if any */
 	int64_t compile_us;     /* time spent in the worker */
 	int exit_code;          /* cubin jobs: the assembler's exit status */
+	int not_run;            /* 1: failed before reaching a worker */
 };
 
 struct pool_job {
@@ -59,6 +64,10 @@ struct pool_job {
 	int any_worker;         /* 1: needs no LLVM (an assembler job): any idle
 	                           worker will do, whatever its option set */
 	void (*done)(struct pool_job *job, const struct job_result *res);
+	int (*wanted)(struct pool_job *job); /* NULL, or 0 once nobody waits
+	                           for the result: the job is then dropped
+	                           (done() with JOB_UNAVAILABLE) before it
+	                           reaches a worker */
 	/* Pool-private. */
 	TAILQ_ENTRY(pool_job) q;
 	struct worker *w;
@@ -78,6 +87,9 @@ struct pool_counters {
 	int64_t crashes;        /* deaths by signal or timeouts during a job */
 	int64_t timeouts;
 	int64_t recycled;
+	int64_t start_failures; /* workers that died or were refused before
+	                           they were ready */
+	int64_t dropped;        /* queued jobs dropped: nobody waited */
 	int busy;
 	int queued;
 	int ready;              /* workers started and warmed up */
@@ -94,6 +106,9 @@ void pool_submit(struct pool *p, struct pool_job *job);
 
 void pool_counters(struct pool *p, struct pool_counters *c);
 
+/* Drop queued jobs that nobody waits for any more (see pool_job.wanted). */
+void pool_prune(struct pool *p);
+
 /* Take the new timeout, recycling and memory settings of cfg (SIGHUP);
  * the pool's size stays. Workers started from now on use them. */
 void pool_reconfigure(struct pool *p, const struct pool_config *cfg);
@@ -101,8 +116,9 @@ void pool_reconfigure(struct pool *p, const struct pool_config *cfg);
 /* Kill all workers (waiting for none) and fail queued jobs as unavailable. */
 void pool_free(struct pool *p);
 
-/* Entry point of a forked worker (worker.c): never returns. */
-void worker_main(int fd, const char *optset, const struct pool_config *cfg)
+/* Entry point of a forked worker (worker.c): fd is its socket, start_log
+ * the memory file its stderr goes to until it is ready. Never returns. */
+void worker_main(int fd, int start_log, const char *optset, const struct pool_config *cfg)
 	__attribute__((noreturn));
 
 #endif
