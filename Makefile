@@ -4,7 +4,7 @@
 
 LLVM_CONFIG ?= $(shell command -v llvm-config-22 || echo /usr/lib/llvm-22/bin/llvm-config)
 LLVM_BIN    := $(shell $(LLVM_CONFIG) --bindir 2>/dev/null)
-PKGS        := sqlite3 libevent msgpack libzstd libcrypto hiredis libxxhash
+PKGS        := sqlite3 libevent msgpack libzstd libcrypto hiredis libxxhash libseccomp
 B           := build
 
 CC      ?= cc
@@ -49,7 +49,7 @@ LDFLAGS     += -static-libstdc++ -static-libgcc
 endif
 
 PROTO_SRC  := proto/buf.c proto/frame.c proto/msg.c proto/ptxas_args.c proto/llc_args.c
-DAEMON_SRC := daemon/main.c daemon/config.c daemon/log.c daemon/server.c daemon/worker.c \
+DAEMON_SRC := daemon/main.c daemon/config.c daemon/log.c daemon/server.c daemon/worker.c daemon/sandbox.c \
               daemon/store.c daemon/key.c daemon/codegen.c daemon/cubin.c daemon/l2.c
 DAEMON_CXX := daemon/llvm_shim.cpp
 CLIENT_SRC := client/lib.c

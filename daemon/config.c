@@ -55,6 +55,8 @@ static const struct setting settings[] = {
 	  "address-space cap of each worker (0 = none)" },
 	{ "warm-cpu", C_STR, F(pool.warm_cpu), "sm_90a", 0, 0, 0,
 	  "target of the built-in warm-up kernels" },
+	{ "sandbox", C_STR, F(pool.sandbox), "auto", 0, 0, 0,
+	  "worker sandbox: auto (apply what the kernel has, report the rest), require, off" },
 	{ "max-request", C_SIZE, F(max_frame), "64M", 1024, G, 1,
 	  "largest request accepted" },
 	{ "max-connections", C_INT, F(max_conns), "1024", 1, 1 << 20, 1,

@@ -1,7 +1,7 @@
 /*
  * ptxcached: entry point. Settings come from config.c; the daemon itself
- * is server.c; this file only picks the mode (serve, or verify a stopped
- * cache).
+ * is server.c; this file only picks the mode (serve, verify a stopped
+ * cache, or be a worker: the image worker.c execs).
  */
 #include <stdio.h>
 #include <string.h>
@@ -9,12 +9,17 @@
 #include "daemon/config.h"
 #include "daemon/server.h"
 #include "daemon/store.h"
+#include "daemon/worker.h"
 
 int main(int argc, char **argv)
 {
 	struct server_config cfg = { 0 };
 	const char *mode;
 	int code;
+
+	/* A worker: exec'd by the pool (worker.c), never by hand. */
+	if (argc == 2 && !strcmp(argv[1], "--worker"))
+		return worker_run();
 
 	int r = config_load(&cfg, argc, argv, &code, &mode);
 	if (r != 0)

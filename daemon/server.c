@@ -45,6 +45,7 @@
 #include "daemon/key.h"
 #include "daemon/l2.h"
 #include "daemon/log.h"
+#include "daemon/sandbox.h"
 #include "daemon/store.h"
 #include "proto/frame.h"
 #include "proto/llc_args.h"
@@ -139,6 +140,9 @@ struct server {
 	struct event *flush_timer, *sigterm, *sigint, *sighup, *stop_timer;
 	struct cubin_backend asm_be[2]; /* by enum cubin_backend_kind, found
 	                                   at start */
+	char *asm_roots;        /* their directories, for the assembler
+	                           workers' sandbox */
+	char *worker_tmp;       /* <cache>/workers: assembler workers' dirs */
 	uint64_t next_serial;
 	time_t started;
 };
@@ -796,6 +800,53 @@ static void flight_launch(struct server *s, struct flight *f, struct conn *c)
 		pool_submit(s->pool, &f->job);
 }
 
+/* ---- the worker sandbox --------------------------------------------- */
+
+/* Check the sandbox setting against the kernel (refusing to start where
+ * `require` cannot be met) and name the assembler's own trees, which its
+ * workers may read: ptxas's directory and nvJitLink's. */
+static int start_sandbox(struct server *s, struct server_config *cfg, struct buf *err)
+{
+	struct buf have = BUF_INIT, roots = BUF_INIT;
+	const char *mode = cfg->pool.sandbox ? cfg->pool.sandbox : "auto";
+	int all = sandbox_support(&have);
+
+	if (strcmp(mode, "auto") && strcmp(mode, "require") && strcmp(mode, "off")) {
+		buf_printf(err, "sandbox must be auto, require or off, not '%s'", mode);
+		buf_free(&have);
+		return -1;
+	}
+	if (!strcmp(mode, "require") && !all) {
+		buf_printf(err, "sandbox = require, but this kernel offers only: %s", have.data);
+		buf_free(&have);
+		return -1;
+	}
+	if (!strcmp(mode, "off"))
+		log_warn("worker sandbox is off: a worker compromised by hostile IR has the "
+			 "daemon's privileges");
+	else if (!all)
+		log_warn("worker sandbox incomplete on this kernel: %s", have.data);
+	else
+		log_info("worker sandbox: %s", have.data);
+	buf_free(&have);
+	for (int b = 0; b < 2; b++) {
+		const char *p = s->asm_be[b].path, *slash = p ? strrchr(p, '/') : NULL;
+		if (slash && slash != p)
+			buf_printf(&roots, "%.*s\n", (int)(slash - p), p);
+	}
+	free(s->asm_roots);
+	s->asm_roots = buf_detach(&roots, NULL);
+	cfg->pool.asm_roots = s->asm_roots;
+	free(s->worker_tmp);
+	if (asprintf(&s->worker_tmp, "%s/workers", cfg->cache_dir) < 0) {
+		s->worker_tmp = NULL;
+		buf_puts(err, "out of memory");
+		return -1;
+	}
+	cfg->pool.tmp_parent = s->worker_tmp;
+	return pool_prepare_tmp(s->worker_tmp, err);
+}
+
 /* ---- the cubin stage ------------------------------------------------ */
 
 static const char *const backend_names[] = { "ptxas", "nvjitlink" };
@@ -885,7 +936,7 @@ static void start_cubin(struct conn *c, uint64_t id, const char *ptx,
 	f = calloc(1, sizeof *f);
 	if (!f || cubin_key(s, a, sha, &f->key, &comp) < 0 ||
 	    cubin_job_frame(s, a, ptx, ptx_len, &f->job.frame) < 0 ||
-	    !(f->job.optset = strdup("")) || add_waiter(f, c, id) < 0) {
+	    !(f->job.optset = strdup(POOL_ASM_SET)) || add_waiter(f, c, id) < 0) {
 		send_error(c, id, "internal", "out of memory");
 		if (f) {
 			buf_free(&f->job.frame);
@@ -898,7 +949,6 @@ static void start_cubin(struct conn *c, uint64_t id, const char *ptx,
 	f->kind = STORE_CUBIN;
 	f->components = buf_detach(&comp, NULL);
 	f->arch = a->arch ? strdup(a->arch) : NULL;
-	f->job.any_worker = 1;
 	flight_launch(s, f, c);
 }
 
@@ -1108,6 +1158,15 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 		   (long long)pc.start_failures, (long long)pc.dropped, pc.busy, pc.queued,
 		   s->cfg->pool.size, pc.ready, (long long)(time(NULL) - s->started),
 		   codegen_identity());
+	struct buf sb = BUF_INIT;
+	pool_sandbox(s->pool, &sb);
+	if (j.len && sb.len) {
+		j.len--;        /* reopen the object */
+		buf_puts(&j, ",\"sandbox\":");
+		buf_json_str(&j, sb.data, sb.len);
+		buf_puts(&j, "}");
+	}
+	buf_free(&sb);
 	if (s->l2 && j.len) {
 		struct l2_counters lc;
 		l2_counters(s->l2, &lc);
@@ -1827,6 +1886,8 @@ int server_run(struct server_config *cfg)
 		log_warn("%s; cubin requests will be refused", s.asm_be[CUBIN_PTXAS].why);
 	if (s.asm_be[CUBIN_NVJITLINK].path)
 		log_info("nvJitLink '%s'", s.asm_be[CUBIN_NVJITLINK].path);
+	if (start_sandbox(&s, cfg, &err) < 0)
+		goto out;
 	s.pool = pool_new(s.base, &cfg->pool, &err);
 	if (!s.pool)
 		goto out;
@@ -1893,6 +1954,8 @@ out:
 	if (s.stop_timer)
 		event_free(s.stop_timer);
 	store_close(s.store);
+	free(s.asm_roots);
+	free(s.worker_tmp);
 	cubin_backend_free(&s.asm_be[CUBIN_PTXAS]);
 	cubin_backend_free(&s.asm_be[CUBIN_NVJITLINK]);
 	if (s.base)

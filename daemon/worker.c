@@ -32,6 +32,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,7 @@
 #include "daemon/codegen.h"
 #include "daemon/cubin.h"
 #include "daemon/log.h"
+#include "daemon/sandbox.h"
 #include "proto/frame.h"
 #include "proto/msg.h"
 
@@ -87,6 +89,8 @@ struct worker {
 	int eof, reaped, timed_out, status;
 	int start_log;          /* memory file of what it printed while
 	                           starting; -1 once it is ready */
+	char tmp[256];          /* an assembler worker's private directory
+	                           (made and removed by the master), or "" */
 	struct event *timer;
 	TAILQ_ENTRY(worker) link;
 };
@@ -119,6 +123,9 @@ struct pool {
 	int dispatching, again;  /* dispatch() is not reentrant */
 	struct failing_list failing;
 	int nfailing;
+	char **env;             /* a worker's whole environment */
+	char sandbox[2][200];   /* what the last codegen and assembler
+	                           worker said of their sandbox */
 };
 
 static void dispatch(struct pool *p);
@@ -160,6 +167,39 @@ static void kill_worker(struct worker *w, const char *why)
 	set_state(w, W_DYING);
 	w->pool->nworkers--;
 	kill(w->pid, SIGKILL);
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	if (flag == FTW_DP)
+		rmdir(path);
+	else
+		unlink(path);
+	return 0;
+}
+
+/* Remove an assembler worker's directory, which the master made ("":
+ * none). Never follows a link the worker may have left in it. */
+static void rm_tree(const char *dir)
+{
+	if (dir[0])
+		nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+int pool_prepare_tmp(const char *dir, struct buf *err)
+{
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		buf_printf(err, "cannot create '%s': %s", dir, strerror(errno));
+		return -1;
+	}
+	/* What workers of a daemon that was killed left behind; the cache
+	 * lock says no other daemon uses it. */
+	nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		buf_printf(err, "cannot create '%s': %s", dir, strerror(errno));
+		return -1;
+	}
+	return 0;
 }
 
 static struct failing_set *failing_find(struct pool *p, const char *optset)
@@ -242,7 +282,7 @@ static void start_failed(struct pool *p, const char *optset, const char *why,
 	struct pool_job *j, *next;
 	for (j = TAILQ_FIRST(&p->queue); j; j = next) {
 		next = TAILQ_NEXT(j, q);
-		if (!j->any_worker && !strcmp(j->optset, optset))
+		if (!strcmp(j->optset, optset))
 			fail_job(p, j, deterministic ? JOB_INVALID : JOB_UNAVAILABLE, f->reason);
 	}
 }
@@ -314,6 +354,7 @@ static void finish(struct worker *w)
 		p->nworkers--;
 	if (w->timer)
 		event_free(w->timer);
+	rm_tree(w->tmp);
 	TAILQ_REMOVE(&p->workers, w, link);
 	free(w->optset);
 	free(w);
@@ -358,6 +399,15 @@ static void handle_reply(struct worker *w, const struct frame_hdr *h,
 			free(e);
 			kill_worker(w, NULL);
 		} else {
+			char *sb = NULL;
+			int as = !strcmp(w->optset, POOL_ASM_SET);
+			if (msg_strdup(&m, "sandbox", &sb) == 1 &&
+			    strcmp(sb, w->pool->sandbox[as]) != 0) {
+				if (strstr(sb, "without") || !strcmp(sb, "off"))
+					log_warn("worker sandbox: %s", sb);
+				snprintf(w->pool->sandbox[as], sizeof w->pool->sandbox[as], "%s", sb);
+			}
+			free(sb);
 			if ((f = failing_find(w->pool, w->optset)))
 				failing_forget(w->pool, f);
 			evtimer_del(w->timer);
@@ -509,19 +559,52 @@ static void on_respawn(evutil_socket_t fd, short what, void *arg)
 	dispatch(p);
 }
 
-/* Fork a worker for optset. Returns 0, or -1 if fork or socketpair fail. */
+/* What a new worker needs to know, its first frame: its option set (or
+ * "@asm": an assembler worker), limits, warm-up target and sandbox. */
+static void send_config(struct pool *p, struct worker *w)
+{
+	struct buf out = BUF_INIT;
+	struct msg_writer mw;
+	int asm_worker = !strcmp(w->optset, POOL_ASM_SET);
+
+	msg_begin(&mw, &out, FRAME_HELLO);
+	msg_put_str(&mw, "optset", asm_worker ? "" : w->optset);
+	msg_put_str(&mw, "profile", asm_worker ? "assembler" : "codegen");
+	msg_put_int(&mw, "job_timeout_s", p->cfg.job_timeout_s);
+	msg_put_int(&mw, "mem_limit", p->cfg.mem_limit);
+	msg_put_str(&mw, "warm_cpu", p->cfg.warm_cpu ? p->cfg.warm_cpu : "");
+	msg_put_str(&mw, "warm_features", p->cfg.warm_features ? p->cfg.warm_features : "");
+	msg_put_str(&mw, "sandbox", p->cfg.sandbox ? p->cfg.sandbox : "auto");
+	msg_put_str(&mw, "read_roots", p->cfg.asm_roots ? p->cfg.asm_roots : "");
+	msg_put_str(&mw, "tmp", w->tmp);
+	if (msg_end(&mw) == 0)
+		bufferevent_write(w->bev, out.data, out.len);
+	buf_free(&out);
+}
+
+/* Start a worker for optset. Returns 0, or -1 if fork or socketpair fail. */
 static int spawn(struct pool *p, const char *optset)
 {
 	int sv[2];
+	char tmp[256] = "";
 	int start_log = memfd_create("ptxcache-worker-start", MFD_CLOEXEC);
 
 	if (start_log < 0) {
 		log_err("cannot create a worker's start log: %s", strerror(errno));
 		return -1;
 	}
+	if (!strcmp(optset, POOL_ASM_SET)) {
+		snprintf(tmp, sizeof tmp, "%s/asm-XXXXXX", p->cfg.tmp_parent);
+		if (!mkdtemp(tmp)) {
+			log_err("cannot create a worker's directory '%s': %s", tmp, strerror(errno));
+			close(start_log);
+			return -1;
+		}
+	}
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
 		log_err("cannot create worker socket: %s", strerror(errno));
 		close(start_log);
+		rm_tree(tmp);
 		return -1;
 	}
 	pid_t pid = fork();
@@ -530,12 +613,14 @@ static int spawn(struct pool *p, const char *optset)
 		close(sv[0]);
 		close(sv[1]);
 		close(start_log);
+		rm_tree(tmp);
 		return -1;
 	}
 	if (pid == 0) {
-		/* Keep stdin/stdout/stderr, the worker's end of the socket
-		 * (as fd 3) and its start log (fd 4); nothing of the master's
-		 * survives. */
+		/* A clean image: exec the daemon's binary in worker mode, with
+		 * stdin/stdout on /dev/null, stderr, the socket (fd 3) and the
+		 * start log (fd 4), and an environment of our making. Nothing
+		 * of the master's memory or descriptors survives. */
 		if (dup2(sv[1], 3) < 0 || dup2(start_log, 4) < 0)
 			_exit(1);
 		close_range(5, ~0U, 0);
@@ -545,7 +630,11 @@ static int spawn(struct pool *p, const char *optset)
 			dup2(null, 1);
 			close(null);
 		}
-		worker_main(3, 4, optset, &p->cfg);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		char *argv[] = { (char *)"ptxcached", (char *)"--worker", NULL };
+		execve("/proc/self/exe", argv, p->env);
+		dprintf(4, "cannot exec the daemon's binary as a worker: %s\n", strerror(errno));
+		_exit(127);
 	}
 	close(sv[1]);
 	evutil_make_socket_nonblocking(sv[0]);
@@ -555,14 +644,17 @@ static int spawn(struct pool *p, const char *optset)
 		close(sv[0]);
 		close(start_log);
 		kill(pid, SIGKILL);
+		rm_tree(tmp);
 		return -1;
 	}
 	w->start_log = start_log;
+	memcpy(w->tmp, tmp, sizeof tmp);
 	w->pool = p;
 	w->pid = pid;
 	w->state = W_STARTING;
 	w->bev = bufferevent_socket_new(p->base, sv[0], BEV_OPT_CLOSE_ON_FREE);
 	w->timer = evtimer_new(p->base, on_timeout, w);
+	send_config(p, w);
 	/* Starting (LLVM set-up and warm-up) gets the same limit as a job. */
 	struct timeval tv = { p->cfg.job_timeout_s, 0 };
 	evtimer_add(w->timer, &tv);
@@ -615,7 +707,7 @@ again:
 			continue;
 		}
 		TAILQ_FOREACH(w, &p->workers, link) {
-			if (!job->any_worker && strcmp(w->optset, job->optset) != 0) {
+			if (strcmp(w->optset, job->optset) != 0) {
 				if (w->state == W_IDLE && !idle_other)
 					idle_other = w;
 				continue;
@@ -631,7 +723,7 @@ again:
 		}
 		if (starting)
 			continue;
-		if (!job->any_worker && (blocked = blocked_reason(p, job->optset))) {
+		if ((blocked = blocked_reason(p, job->optset))) {
 			fail_job(p, job, JOB_UNAVAILABLE, blocked);
 			continue;
 		}
@@ -667,6 +759,24 @@ again:
 	p->dispatching = 0;
 }
 
+/* A worker's environment: a plain PATH, and the sanitizers' settings in a
+ * sanitizer build; nothing else of the master's (it may hold secrets). */
+static char **worker_env(void)
+{
+	extern char **environ;
+	size_t n = 0, i = 0;
+	for (char **e = environ; *e; e++)
+		n++;
+	char **env = calloc(n + 2, sizeof *env);
+	if (!env || !(env[i++] = strdup("PATH=/usr/local/bin:/usr/bin:/bin")))
+		return env;
+	for (char **e = environ; *e; e++)
+		if (!strncmp(*e, "ASAN_OPTIONS=", 13) || !strncmp(*e, "LSAN_OPTIONS=", 13) ||
+		    !strncmp(*e, "UBSAN_OPTIONS=", 14))
+			env[i++] = strdup(*e);
+	return env;
+}
+
 struct pool *pool_new(struct event_base *base, const struct pool_config *cfg,
 		      struct buf *err)
 {
@@ -681,6 +791,11 @@ struct pool *pool_new(struct event_base *base, const struct pool_config *cfg,
 	TAILQ_INIT(&p->workers);
 	TAILQ_INIT(&p->queue);
 	TAILQ_INIT(&p->failing);
+	if (!(p->env = worker_env())) {
+		buf_puts(err, "out of memory");
+		pool_free(p);
+		return NULL;
+	}
 	p->sigchld = evsignal_new(base, SIGCHLD, on_sigchld, p);
 	p->respawn = evtimer_new(base, on_respawn, p);
 	if (!p->sigchld || !p->respawn || evsignal_add(p->sigchld, NULL) < 0) {
@@ -703,6 +818,13 @@ void pool_submit(struct pool *p, struct pool_job *job)
 	TAILQ_INSERT_TAIL(&p->queue, job, q);
 	p->counters.queued++;
 	dispatch(p);
+}
+
+void pool_sandbox(struct pool *p, struct buf *out)
+{
+	buf_printf(out, "codegen workers: %s; assembler workers: %s",
+		   p->sandbox[0][0] ? p->sandbox[0] : "no worker yet",
+		   p->sandbox[1][0] ? p->sandbox[1] : "no worker yet");
 }
 
 void pool_prune(struct pool *p)
@@ -757,11 +879,15 @@ void pool_free(struct pool *p)
 			event_free(w->timer);
 		if (w->start_log >= 0)
 			close(w->start_log);
+		rm_tree(w->tmp);
 		free(w->optset);
 		free(w);
 	}
 	while (!TAILQ_EMPTY(&p->failing))
 		failing_forget(p, TAILQ_FIRST(&p->failing));
+	for (char **e = p->env; e && *e; e++)
+		free(*e);
+	free(p->env);
 	if (p->sigchld)
 		event_free(p->sigchld);
 	if (p->respawn)
@@ -945,39 +1071,127 @@ static void run_job(const void *body, size_t len)
 	free(pipeline);
 }
 
-void worker_main(int fd, int start_log, const char *optset, const struct pool_config *cfg)
+/* Read one whole frame of type want from the master; its body in body. */
+static int read_frame(int fd, int want, uint32_t max, struct buf *body)
 {
-	struct buf err = BUF_INIT, body = BUF_INIT, out = BUF_INIT;
-	struct msg_writer mw;
-	static const int sigs[] = { SIGCHLD, SIGTERM, SIGHUP, SIGINT, SIGPIPE };
+	unsigned char hdr[FRAME_HDR_LEN];
+	struct frame_hdr h;
 
-	wfd = fd;
+	if (read_full(fd, hdr, sizeof hdr) < 0)
+		return -1;
+	if (frame_parse_hdr(hdr, sizeof hdr, max, &h, NULL) != 1 || h.type != want)
+		_exit(1);       /* the master sent garbage: let it see us die */
+	buf_reset(body);
+	if (buf_reserve(body, h.len) < 0 || read_full(fd, body->data, h.len) < 0)
+		_exit(1);
+	body->len = h.len;
+	return 0;
+}
+
+/* The system's read-only trees an assembler worker may read and execute
+ * from, besides those the master names (the assembler's own). Not /etc
+ * (secrets live there), not /home, /var, /tmp or /run. */
+static const char *const system_roots[] = {
+	"/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/ld.so.cache",
+	"/proc", "/sys/devices/system/cpu", "/dev/null", "/dev/zero", "/dev/urandom",
+};
+
+/* Sandbox this worker (see sandbox.h); mode "off", "auto" or "require".
+ * On success the hello carries what was applied; NULL means go on. */
+static const char *enter_sandbox(const char *mode, int assembler, char *roots,
+				 const char *tmp, struct buf *said)
+{
+	const char *paths[sizeof system_roots / sizeof *system_roots + 8];
+	size_t n = 0;
+	struct buf missing = BUF_INIT;
+
+	if (!strcmp(mode, "off")) {
+		buf_puts(said, "off");
+		return NULL;
+	}
+	for (size_t i = 0; i < sizeof system_roots / sizeof *system_roots; i++)
+		paths[n++] = system_roots[i];
+	char *save = NULL;
+	for (char *t = strtok_r(roots, "\n", &save); t && n < sizeof paths / sizeof *paths - 1;
+	     t = strtok_r(NULL, "\n", &save))
+		paths[n++] = t;
+	paths[n] = NULL;
+	struct sandbox_paths sp = { .read_roots = paths, .write_root = tmp };
+	int r = sandbox_apply(assembler ? SANDBOX_ASSEMBLER : SANDBOX_CODEGEN, &sp, &missing);
+	if (r < 0 || (r > 0 && !strcmp(mode, "require"))) {
+		buf_printf(said, "sandbox %s: %s", r < 0 ? "failed" : "incomplete",
+			   missing.data ? missing.data : "?");
+		buf_free(&missing);
+		return said->data;
+	}
+	buf_printf(said, "%s%s", r ? "applied without " : "all applied", r ? missing.data : "");
+	buf_free(&missing);
+	return NULL;
+}
+
+int worker_run(void)
+{
+	struct buf err = BUF_INIT, body = BUF_INIT, out = BUF_INIT, said = BUF_INIT;
+	struct msg_writer mw;
+	struct msg m;
+	struct stat st;
+	static const int sigs[] = { SIGCHLD, SIGTERM, SIGHUP, SIGINT, SIGPIPE };
+	char *optset = NULL, *profile = NULL, *warm_cpu = NULL, *warm_features = NULL,
+	     *mode = NULL, *roots = NULL, *tmp = NULL;
+	int64_t timeout_s = 0, mem_limit = 0;
+	const int start_log = 4;
+
+	if (fstat(3, &st) < 0 || !S_ISSOCK(st.st_mode) || fstat(start_log, &st) < 0) {
+		fprintf(stderr, "ptxcached: --worker is the daemon's own mode for its workers\n");
+		return 2;
+	}
+	wfd = 3;
+	if (getppid() == 1)
+		_exit(1);       /* the master died before PDEATHSIG was set */
 	/* While starting, stderr is the master's memory file: if we die
 	 * before the hello, what we printed is the reason. */
 	int stderr_fd = dup(STDERR_FILENO);
 	dup2(start_log, STDERR_FILENO);
-	job_timeout_ms = cfg->job_timeout_s * 1000;
 	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
 		signal(sigs[i], SIG_DFL);
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (read_frame(wfd, FRAME_HELLO, 1 << 20, &body) < 0)
+		_exit(0);
+	if (msg_parse(&m, body.data, body.len, &MSG_LIMITS_DEFAULT, NULL) < 0 ||
+	    msg_strdup(&m, "optset", &optset) != 1 || msg_strdup(&m, "profile", &profile) != 1 ||
+	    msg_int(&m, "job_timeout_s", &timeout_s) != 1 ||
+	    msg_int(&m, "mem_limit", &mem_limit) != 1 ||
+	    msg_strdup(&m, "warm_cpu", &warm_cpu) != 1 ||
+	    msg_strdup(&m, "warm_features", &warm_features) != 1 ||
+	    msg_strdup(&m, "sandbox", &mode) != 1 || msg_strdup(&m, "read_roots", &roots) != 1 ||
+	    msg_strdup(&m, "tmp", &tmp) != 1)
+		_exit(1);
+	msg_free(&m);
+	job_timeout_ms = (int)timeout_s * 1000;
 	/* Under AddressSanitizer (make check-asan) no address-space cap: its
 	 * shadow memory reserves terabytes of address space up front. */
 #ifndef __SANITIZE_ADDRESS__
-	if (cfg->mem_limit > 0) {
-		struct rlimit rl = { (rlim_t)cfg->mem_limit, (rlim_t)cfg->mem_limit };
+	if (mem_limit > 0) {
+		struct rlimit rl = { (rlim_t)mem_limit, (rlim_t)mem_limit };
 		setrlimit(RLIMIT_AS, &rl);
 	}
 #endif
-	/* optset: '\n'-separated backend options. */
-	char *opts = strdup(optset), *save = NULL;
-	const char *argv[64];
-	int argc = 0;
-	for (char *t = strtok_r(opts, "\n", &save); t && argc < 64;
-	     t = strtok_r(NULL, "\n", &save))
-		argv[argc++] = t;
-	int ok = codegen_init(argc, argv, on_fatal, &err) == 0;
-	if (ok)
-		codegen_warm_up(cfg->warm_cpu, cfg->warm_features);
+	int assembler = !strcmp(profile, "assembler"), ok = 1;
+	if (assembler) {
+		/* ptxas and make_tmp() work in the private directory. */
+		setenv("TMPDIR", tmp, 1);
+	} else {
+		/* optset: '\n'-separated backend options. */
+		char *save = NULL;
+		const char *argv[64];
+		int argc = 0;
+		for (char *t = strtok_r(optset, "\n", &save); t && argc < 64;
+		     t = strtok_r(NULL, "\n", &save))
+			argv[argc++] = t;
+		ok = codegen_init(argc, argv, on_fatal, &err) == 0;
+		if (ok)
+			codegen_warm_up(warm_cpu, *warm_features ? warm_features : NULL);
+	}
+	const char *refused = ok ? enter_sandbox(mode, assembler, roots, tmp, &said) : NULL;
 	if (stderr_fd >= 0) {
 		dup2(stderr_fd, STDERR_FILENO);
 		close(stderr_fd);
@@ -988,21 +1202,16 @@ void worker_main(int fd, int start_log, const char *optset, const struct pool_co
 	msg_put_int(&mw, "pid", getpid());
 	if (!ok)
 		msg_put_str(&mw, "error", err.len ? err.data : "cannot initialise LLVM");
-	if (msg_end(&mw) < 0 || write_full(wfd, out.data, out.len) < 0 || !ok)
+	else if (refused)
+		msg_put_str(&mw, "error", refused);
+	else
+		msg_put_str(&mw, "sandbox", said.data ? said.data : "");
+	if (msg_end(&mw) < 0 || write_full(wfd, out.data, out.len) < 0 || !ok || refused)
 		_exit(0);
 
 	for (;;) {
-		unsigned char hdr[FRAME_HDR_LEN];
-		struct frame_hdr h;
-		if (read_full(wfd, hdr, sizeof hdr) < 0)
+		if (read_frame(wfd, FRAME_JOB, UINT32_MAX, &body) < 0)
 			_exit(0); /* the master closed our socket: retire */
-		if (frame_parse_hdr(hdr, sizeof hdr, UINT32_MAX, &h, NULL) != 1 ||
-		    h.type != FRAME_JOB)
-			_exit(1);
-		buf_reset(&body);
-		if (buf_reserve(&body, h.len) < 0 || read_full(wfd, body.data, h.len) < 0)
-			_exit(1);
-		body.len = h.len;
 		run_job(body.data, body.len);
 	}
 }

@@ -1,10 +1,14 @@
 /*
  * worker: the pool of long-lived compile processes.
  *
- * Each worker is forked from the master, initialises LLVM with the backend
- * options of its option set, compiles the built-in warm-up kernels, tells
- * the master it is ready, and then serves one job at a time over its
- * socketpair. A worker holds no database handle and no client socket.
+ * Each worker is the daemon's binary exec'd afresh (`ptxcached --worker`:
+ * no copy of the master's memory, its own address-space layout); it reads
+ * its settings from its socketpair, initialises LLVM with the backend
+ * options of its option set, compiles the built-in warm-up kernels,
+ * sandboxes itself (sandbox.h), tells the master it is ready, and then
+ * serves one job at a time. Assembler jobs have workers of their own
+ * (POOL_ASM_SET: no LLVM, another sandbox profile, a private temporary
+ * directory). A worker holds no database handle and no client socket.
  *
  * The pool runs in the master's event loop. Jobs wait in one FIFO queue; a
  * job goes to an idle worker of its option set, or an idle worker of another
@@ -60,9 +64,8 @@ struct pool_job {
 	/* Filled in by the submitter. */
 	struct buf frame;       /* the whole FRAME_JOB frame to send; see
 	                           PROTOCOL.md */
-	char *optset;           /* backend options, '\n'-separated; "" = none */
-	int any_worker;         /* 1: needs no LLVM (an assembler job): any idle
-	                           worker will do, whatever its option set */
+	char *optset;           /* backend options, '\n'-separated; "" = none;
+	                           POOL_ASM_SET: an assembler job */
 	void (*done)(struct pool_job *job, const struct job_result *res);
 	int (*wanted)(struct pool_job *job); /* NULL, or 0 once nobody waits
 	                           for the result: the job is then dropped
@@ -73,6 +76,10 @@ struct pool_job {
 	struct worker *w;
 };
 
+/* The option set of assembler jobs and workers: no LLVM, the assembler
+ * sandbox profile. No client's backend option can spell it. */
+#define POOL_ASM_SET "@asm"
+
 struct pool_config {
 	int size;               /* number of workers */
 	int job_timeout_s;      /* per-job wall-clock limit */
@@ -80,6 +87,12 @@ struct pool_config {
 	int64_t mem_limit;      /* RLIMIT_AS per worker in bytes; 0 = none */
 	const char *warm_cpu;   /* CPU for the warm-up kernels ("sm_90a") */
 	const char *warm_features;
+	const char *sandbox;    /* "auto", "require" or "off" (sandbox.h) */
+	const char *tmp_parent; /* where assembler workers' private directories
+	                           are made (the master empties it at start) */
+	const char *asm_roots;  /* '\n'-separated trees an assembler worker
+	                           may read and execute from besides the
+	                           system's (the assembler's own) */
 };
 
 struct pool_counters {
@@ -106,6 +119,13 @@ void pool_submit(struct pool *p, struct pool_job *job);
 
 void pool_counters(struct pool *p, struct pool_counters *c);
 
+/* Create (or empty) dir, the parent of assembler workers' directories.
+ * Call at start, holding the cache's lock. 0, or -1 with err. */
+int pool_prepare_tmp(const char *dir, struct buf *err);
+
+/* What the workers said of their sandbox, for stats. */
+void pool_sandbox(struct pool *p, struct buf *out);
+
 /* Drop queued jobs that nobody waits for any more (see pool_job.wanted). */
 void pool_prune(struct pool *p);
 
@@ -116,9 +136,9 @@ void pool_reconfigure(struct pool *p, const struct pool_config *cfg);
 /* Kill all workers (waiting for none) and fail queued jobs as unavailable. */
 void pool_free(struct pool *p);
 
-/* Entry point of a forked worker (worker.c): fd is its socket, start_log
- * the memory file its stderr goes to until it is ready. Never returns. */
-void worker_main(int fd, int start_log, const char *optset, const struct pool_config *cfg)
-	__attribute__((noreturn));
+/* The entry point of `ptxcached --worker`, the image a worker is exec'd
+ * as: its socket is fd 3, its start log fd 4; it reads its settings from
+ * the socket. Returns only an exit status for a misuse by hand. */
+int worker_run(void);
 
 #endif

@@ -5,7 +5,7 @@
 # `mk/deps.sh fuzz` for what only `make fuzz` uses (clang and libFuzzer).
 set -e
 PKGS="llvm-22 llvm-22-dev llvm-22-tools libsqlite3-dev libevent-dev libmsgpack-dev
-libzstd-dev libxxhash-dev libssl-dev libjson-c-dev libhiredis-dev redis-server pkg-config python3 sqlite3
+libzstd-dev libxxhash-dev libseccomp-dev libssl-dev libjson-c-dev libhiredis-dev redis-server pkg-config python3 sqlite3
 zstd systemd"  # zstd: unpacks tests/corpus; systemd: systemd-analyze, systemd-socket-activate for tests/test_systemd.py
 [ "${1:-}" = bench ] && PKGS="python3-matplotlib"
 [ "${1:-}" = fuzz ] && PKGS="clang libclang-rt-14-dev"  # make fuzz: libFuzzer
