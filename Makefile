@@ -101,6 +101,19 @@ $(B)/ptxcached: $(call obj,$(DAEMON_SRC) $(PROTO_SRC)) $(B)/obj/daemon/llvm_shim
 	@echo "  LD  $@"
 	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS)
 
+# The test-only daemon (tests/test_sandbox.py): workers that run the attacks
+# of daemon/probe.c on request. Never installed; build/ptxcached has none of
+# it (a test checks).
+all: $(B)/ptxcached-probe
+$(B)/obj/probe/%.o: %.c
+	@mkdir -p $(dir $@)
+	@echo "  CC  $< (probes)"
+	$(Q)$(CC) $(CFLAGS) -DPTXCACHE_PROBES $(DEP_CFLAGS) -MMD -MP -c $< -o $@
+$(B)/ptxcached-probe: $(call obj,$(filter-out daemon/worker.c,$(DAEMON_SRC)) $(PROTO_SRC)) \
+		$(B)/obj/probe/daemon/worker.o $(B)/obj/probe/daemon/probe.o $(B)/obj/daemon/llvm_shim.o
+	@echo "  LD  $@"
+	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS)
+
 $(B)/libptxcache.a: $(call obj,$(CLIENT_SRC) $(PROTO_SRC))
 	@echo "  AR  $@"
 	$(Q)rm -f $@ && ar rcs $@ $^

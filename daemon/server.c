@@ -1141,7 +1141,8 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 		   "\"corrupt_blobs\":%lld,\"evictions\":%lld,"
 		   "\"worker_timeouts\":%lld,\"workers_spawned\":%lld,"
 		   "\"workers_recycled\":%lld,\"worker_start_failures\":%lld,"
-		   "\"jobs_dropped\":%lld,\"jobs_running\":%d,\"jobs_queued\":%d,"
+		   "\"jobs_dropped\":%lld,\"sandbox_violations\":%lld,"
+		   "\"jobs_running\":%d,\"jobs_queued\":%d,"
 		   "\"workers\":%d,\"workers_ready\":%d,\"uptime_s\":%lld,"
 		   "\"compiler\":\"%s\"}",
 		   (long long)entries, (long long)bytes, (long long)s->n.hits,
@@ -1155,7 +1156,8 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 		   (long long)s->n.refused_jobs, (long long)sc.corrupt_blobs,
 		   (long long)sc.evictions, (long long)pc.timeouts,
 		   (long long)pc.spawned, (long long)pc.recycled,
-		   (long long)pc.start_failures, (long long)pc.dropped, pc.busy, pc.queued,
+		   (long long)pc.start_failures, (long long)pc.dropped,
+		   (long long)pc.sandbox_violations, pc.busy, pc.queued,
 		   s->cfg->pool.size, pc.ready, (long long)(time(NULL) - s->started),
 		   codegen_identity());
 	struct buf sb = BUF_INIT;

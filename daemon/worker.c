@@ -53,6 +53,9 @@
 #include "daemon/cubin.h"
 #include "daemon/log.h"
 #include "daemon/sandbox.h"
+#ifdef PTXCACHE_PROBES
+#include "daemon/probe.h"
+#endif
 #include "proto/frame.h"
 #include "proto/msg.h"
 
@@ -338,6 +341,12 @@ static void finish(struct worker *w)
 		} else if (WIFSIGNALED(w->status)) {
 			res.status = JOB_CRASH;
 			res.signal = WTERMSIG(w->status);
+			if (res.signal == SIGSYS) {
+				p->counters.sandbox_violations++;
+				log_err("worker %d made a system call its sandbox does not allow "
+					"(killed with SIGSYS; a compromised or buggy compiler?)",
+					(int)w->pid);
+			}
 			snprintf(msg, sizeof msg, "compiler worker died of signal %d (%s)",
 				 res.signal, strsignal(res.signal));
 		} else {
@@ -1031,6 +1040,17 @@ static void run_job(const void *body, size_t len)
 	clock_gettime(CLOCK_MONOTONIC, &job_start);
 	if (msg_parse(&m, body, len, &MSG_LIMITS_DEFAULT, NULL) < 0)
 		_exit(1);
+#ifdef PTXCACHE_PROBES
+	const char *pin;
+	size_t pinn;
+	struct buf plog = BUF_INIT;
+	if (msg_bytes(&m, "input", &pin, &pinn) == 1 && probe_run(pin, pinn, &plog)) {
+		send_reply(JOB_ERROR, NULL, &plog, elapsed_us());
+		buf_free(&plog);
+		msg_free(&m);
+		return;
+	}
+#endif
 	const char *kind;
 	size_t kindn;
 	if (msg_bytes(&m, "kind", &kind, &kindn) == 1 && kindn == 5 &&

@@ -103,6 +103,7 @@ struct pool_counters {
 	int64_t start_failures; /* workers that died or were refused before
 	                           they were ready */
 	int64_t dropped;        /* queued jobs dropped: nobody waited */
+	int64_t sandbox_violations; /* workers killed by their seccomp filter */
 	int busy;
 	int queued;
 	int ready;              /* workers started and warmed up */

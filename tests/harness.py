@@ -19,6 +19,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # PTXCACHE_BUILD picks another build tree (make check-asan: build-asan).
 BUILD = os.path.join(ROOT, os.environ.get("PTXCACHE_BUILD", "build"))
 DAEMON = os.path.join(BUILD, "ptxcached")
+# The test-only daemon whose workers run daemon/probe.c's attacks.
+PROBE_DAEMON = os.path.join(BUILD, "ptxcached-probe")
 CLI = os.path.join(BUILD, "ptxcache")
 # The project's kernels (tests/corpus/), unpacked by `make corpus`.
 TRITON = os.environ.get("PTXCACHE_CORPUS", os.path.join(BUILD, "corpus", "triton"))
@@ -83,11 +85,11 @@ def input_path(name):
 class Daemon:
     """ptxcached on a private socket and cache dir; stop() kills it."""
 
-    def __init__(self, workers=2, cache_dir=None, extra=(), env=None):
+    def __init__(self, workers=2, cache_dir=None, extra=(), env=None, binary=DAEMON):
         self.tmp = tempfile.mkdtemp(prefix="ptxcache-test-")
         self.socket = os.path.join(self.tmp, "run", "ptxcached.sock")
         self.cache_dir = cache_dir or os.path.join(self.tmp, "cache")
-        self.args = [DAEMON, "--socket", self.socket, "--cache-dir", self.cache_dir,
+        self.args = [binary, "--socket", self.socket, "--cache-dir", self.cache_dir,
                      "--workers", str(workers), "--log-level", "warning"] + list(extra)
         self.env = dict(os.environ, **(env or {}))
         self.proc = None

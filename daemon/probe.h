@@ -1,0 +1,16 @@
+/*
+ * probe: test-only attacks from inside a worker (probe.c); only in the
+ * PTXCACHE_PROBES build.
+ */
+#ifndef PTXCACHE_PROBE_H
+#define PTXCACHE_PROBE_H
+
+#include <stddef.h>
+
+#include "proto/buf.h"
+
+/* If input begins with a probe line, run that attack, write its outcome to
+ * log and return 1; else 0. */
+int probe_run(const char *input, size_t len, struct buf *log);
+
+#endif

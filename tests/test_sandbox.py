@@ -1,0 +1,210 @@
+"""Workers are a trust boundary: exec'd clean, sandboxed before their first
+job. Attacks run from inside real workers (build/ptxcached-probe, a
+test-only build: daemon/probe.c) are refused by the kernel or kill the
+worker, the daemon serves on, and nothing outside changes."""
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+
+from harness import (CLI, DAEMON, LLC, PROBE_DAEMON, SANITIZED, Daemon, Skip, input_path,
+                     mp_pack, small_ir)
+from redis_fixture import RedisServer
+
+PTX = (b".version 8.7\n.target sm_90a\n.address_size 64\n"
+       b".visible .entry k() { ret; }\n")
+
+# What may come back from an attack: refused by the kernel, or the worker
+# killed by its seccomp filter. Never "ok".
+REFUSED = re.compile(r": (Permission denied|Operation not permitted)$")
+
+
+def need_sandbox():
+    if SANITIZED:
+        raise Skip("the sandbox is relaxed under AddressSanitizer (sandbox.h)")
+
+
+def standin_ptxas(t, body):
+    """A ptxas stand-in: answers --version as ptxas does, else runs body
+    (Python) with the command line in sys.argv."""
+    d = os.path.join(t, "cuda", "bin")
+    os.makedirs(d)
+    p = os.path.join(d, "ptxas")
+    with open(p, "w") as f:
+        f.write("#!/usr/bin/python3\nimport sys, os, socket\n"
+                "if sys.argv[1:] == ['--version']:\n"
+                "    print('ptxas: NVIDIA (R) Ptx optimizing assembler\\n"
+                "Cuda compilation tools, release 13.0, V13.0.88 (stand-in)')\n"
+                "    sys.exit(0)\n" + body)
+    os.chmod(p, 0o755)
+    return p
+
+
+def cubin_of_ptx(d, ptx):
+    """compile --cubin of PTX text (the CLI takes a .ptx file as PTX)."""
+    with tempfile.TemporaryDirectory() as t:
+        p = os.path.join(t, "k.ptx")
+        with open(p, "wb") as f:
+            f.write(ptx)
+        return d.cli("compile", "--json", "--cubin", p, check=False)
+
+
+def attack(d, name, arg="", assembler=False):
+    """Run one attack in a worker; its outcome in words."""
+    if assembler:
+        r = cubin_of_ptx(d, ("// ptxcache-probe: %s %s\n" % (name, arg)).encode() +
+                         PTX.replace(b"k()", b"k%d()" % time.monotonic_ns()))
+    else:
+        r = d.cli("compile", "--json", "-", check=False,
+                  input=("; ptxcache-probe: %s %s\n" % (name, arg)).encode() +
+                  small_ir("probe_%s_%d" % (name.replace("-", "_"), time.monotonic_ns())))
+    out = r.stdout.decode(errors="replace")
+    if "signal 31" in out:
+        return "killed (SIGSYS)"
+    if name == "exec-shell" and "exited with status 0" in out:
+        return "ran /bin/sh, which inherits the sandbox"
+    m = re.search(r'"log":"%s: ([^"\\]*)' % re.escape(name), out)
+    return m.group(1) if m else "?? " + out[:300] + r.stderr.decode(errors="replace")[:300]
+
+
+def master_state(d):
+    with open("/proc/%d/stat" % d.proc.pid) as f:
+        return f.read().split(")")[1].split()[0]
+
+
+def run_attacks(assembler):
+    need_sandbox()
+    with tempfile.TemporaryDirectory() as t:
+        extra = ["--ptxas", standin_ptxas(t, "sys.exit(1)\n")] if assembler else []
+        with Daemon(workers=1, binary=PROBE_DAEMON, extra=extra) as d:
+            d.cli("compile", "-", input=small_ir("before_attacks"))
+            db = os.path.join(d.cache_dir, "cache.db")
+            outside = os.path.join(t, "outside")
+            attacks = [("open-cache", db), ("read-passwd", ""), ("inet-socket", ""),
+                       ("inet-connect", ""), ("connect-daemon", d.socket),
+                       ("exec-shell", ""), ("ptrace-master", ""), ("kill-master", ""),
+                       ("read-master-memory", ""), ("write-file", outside)]
+            table = []
+            for name, arg in attacks:
+                got = attack(d, name, arg, assembler)
+                table.append((name, got))
+                assert master_state(d) not in ("T", "Z") and d.proc.poll() is None, (name, got)
+                d.cli("compile", "-", input=small_ir("after_" + name.replace("-", "_")))
+            profile = "assembler" if assembler else "codegen"
+            print("     %s worker: " % profile + "; ".join("%s -> %s" % x for x in table))
+            s = d.stats()
+            killed = sum(1 for _, g in table if g == "killed (SIGSYS)")
+            assert s["sandbox_violations"] == killed, s
+            assert not os.path.exists(outside)
+            assert json_verify(d)
+            return dict(table)
+
+
+def json_verify(d):
+    return d.cli("verify").returncode == 0
+
+
+def test_compile_worker_refuses_every_attack():
+    table = run_attacks(assembler=False)
+    # Codegen's allow-list has none of these calls: each kills the worker.
+    assert set(table.values()) == {"killed (SIGSYS)"}, table
+
+
+def test_assembler_worker_refuses_every_attack_but_confined_exec():
+    table = run_attacks(assembler=True)
+    # The assembler worker must start ptxas, so execve stays: what it
+    # starts inherits the same confinement. Everything else is refused.
+    for name, got in table.items():
+        if name == "exec-shell":
+            assert got == "ran /bin/sh, which inherits the sandbox", got
+        else:
+            assert REFUSED.search(": " + got), (name, got)
+
+
+def test_ptxas_standin_gets_no_network_and_writes_only_its_directory():
+    need_sandbox()
+    with tempfile.TemporaryDirectory() as t:
+        outside = os.path.join(t, "outside")
+        body = ("out = []\n"
+                "try:\n    socket.create_connection(('127.0.0.1', 9), timeout=2)\n"
+                "    out.append('tcp: ok')\n"
+                "except OSError as e:\n    out.append('tcp: ' + e.strerror)\n"
+                "try:\n    open(%r, 'w').write('x')\n    out.append('write: ok')\n"
+                "except OSError as e:\n    out.append('write: ' + e.strerror)\n"
+                "try:\n    open(os.path.join(os.environ['TMPDIR'], 'mine'), 'w').write('x')\n"
+                "    out.append('own dir: ok')\n"
+                "except OSError as e:\n    out.append('own dir: ' + e.strerror)\n"
+                "print('; '.join(out), file=sys.stderr)\nsys.exit(255)\n" % outside)
+        with Daemon(workers=1, extra=["--ptxas", standin_ptxas(t, body)]) as d:
+            r = cubin_of_ptx(d, PTX.replace(b"k()", b"k_standin()"))
+            out = r.stdout.decode(errors="replace")
+            print("     ptxas stand-in: " + (re.search(r"tcp: [^\\\\\"]*", out) or [out])[0])
+            assert "tcp: Permission denied" in out, out
+            assert "write: Permission denied" in out, out
+            assert "own dir: ok" in out, out
+            assert not os.path.exists(outside)
+
+
+def test_release_daemon_has_no_probes():
+    """The release binary holds no probe, and a probe's input is just a
+    module with a comment to it: compiled as llc compiles it, nothing run."""
+    with open(DAEMON, "rb") as f:
+        assert b"ptxcache-probe" not in f.read()
+    with Daemon(workers=1) as d, tempfile.TemporaryDirectory() as t:
+        outside = os.path.join(t, "outside")
+        ir = ("; ptxcache-probe: write-file %s\n" % outside).encode() + small_ir("release")
+        r = d.cli("llc", "-mtriple=nvptx64", input=ir)
+        want = subprocess.run([LLC, "-mtriple=nvptx64"], input=ir, capture_output=True)
+        assert r.stdout == want.stdout and not os.path.exists(outside)
+
+
+def worker_memory_holds(pid, needles):
+    """Which of needles occur anywhere in the readable memory of pid."""
+    found = set()
+    with open("/proc/%d/maps" % pid) as maps, open("/proc/%d/mem" % pid, "rb", 0) as mem:
+        for line in maps:
+            addr, perms = line.split()[:2]
+            if "r" not in perms:
+                continue
+            lo, hi = (int(x, 16) for x in addr.split("-"))
+            try:
+                mem.seek(lo)
+                chunk = mem.read(hi - lo)
+            except (OSError, ValueError, OverflowError):
+                continue
+            for n in needles:
+                if n in chunk:
+                    found.add(n)
+    return found
+
+
+def test_replaced_worker_holds_no_secret_and_no_other_users_kernel():
+    """With the Redis tier's secret loaded and another user's kernel hot in
+    the master, a worker started after a replacement has neither in its
+    memory: it is exec'd, not forked from the master."""
+    secret = b"l2-secret-" + os.urandom(12).hex().encode()
+    marker = "kernel_marker_" + os.urandom(8).hex()
+    with RedisServer() as redis, tempfile.TemporaryDirectory() as t:
+        sf = os.path.join(t, "secret")
+        with open(sf, "wb") as f:
+            f.write(secret)
+        with Daemon(workers=1, extra=["--l2", redis.url, "--l2-secret-file", sf]) as d:
+            ir = small_ir("m").replace(b"@k_m", b"@" + marker.encode())
+            d.cli("compile", "-", input=ir)
+            d.cli("compile", "-", input=ir)          # a hit: hot in the master
+            assert worker_memory_holds(d.proc.pid, [secret, marker.encode()]) == \
+                {secret, marker.encode()}, "the check itself must see the master's bytes"
+            (w1,) = d.workers()
+            d.cli("llc", "-mcpu=sm_70", input_path("cannot_select.ll"), "-o", os.devnull,
+                  check=False)
+            deadline = time.time() + 30
+            while True:
+                ws = d.workers()
+                if ws and ws != [w1]:
+                    break
+                assert time.time() < deadline
+                time.sleep(0.05)
+            for w in ws:
+                assert worker_memory_holds(w, [secret, marker.encode()]) == set(), w
