@@ -50,6 +50,7 @@ endif
 
 PROTO_SRC  := proto/buf.c proto/frame.c proto/msg.c proto/ptxas_args.c proto/llc_args.c
 DAEMON_SRC := daemon/main.c daemon/config.c daemon/log.c daemon/server.c daemon/worker.c daemon/sandbox.c \
+              daemon/confirm.c \
               daemon/store.c daemon/key.c daemon/codegen.c daemon/cubin.c daemon/l2.c
 DAEMON_CXX := daemon/llvm_shim.cpp
 CLIENT_SRC := client/lib.c

@@ -10,7 +10,7 @@ CREATE TABLE IF NOT EXISTS meta (
 	value TEXT NOT NULL
 ) WITHOUT ROWID;
 
-INSERT OR IGNORE INTO meta (name, value) VALUES ('schema_version', '1');
+INSERT OR IGNORE INTO meta (name, value) VALUES ('schema_version', '2');
 
 -- One row per cache entry. A rowid table (not WITHOUT ROWID): rows carry
 -- blobs of tens of KB to MBs, which belong in a table b-tree whose interior
@@ -26,6 +26,8 @@ CREATE TABLE IF NOT EXISTS entries (
 	last_used  INTEGER NOT NULL,          -- unix time, microseconds (LRU)
 	hits       INTEGER NOT NULL DEFAULT 0,
 	compile_us INTEGER NOT NULL DEFAULT 0,
+	producer   INTEGER NOT NULL DEFAULT -1, -- the tenant (uid) whose worker computed it
+	trust      INTEGER NOT NULL DEFAULT 0,  -- 0 unconfirmed, 1 confirmed, 2 quarantined
 	size       INTEGER NOT NULL,          -- bytes this entry takes (cap accounting)
 	data_len   INTEGER NOT NULL,          -- raw length of data
 	log_len    INTEGER NOT NULL,          -- raw length of log

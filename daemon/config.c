@@ -77,6 +77,8 @@ static const struct setting settings[] = {
 	  "users (names or uids, comma-separated) allowed besides root and the socket's group" },
 	{ "allow-groups", C_STR, F(allow_groups), "", 0, 0, 1,
 	  "groups (names or gids) whose members are allowed" },
+	{ "sharing", C_STR, F(sharing), "confirm", 0, 0, 0,
+	  "who is served an entry: confirm (another user only once a clean worker computed the same bytes), trust (everyone), separate (its user alone)" },
 	{ "namespace-per-uid", C_BOOL, F(namespace_per_uid), "no", 0, 0, 0,
 	  "give each user their own cache entries (no sharing between users)" },
 	{ "l2", C_STR, F(l2_url), "", 0, 0, 0,

@@ -14,6 +14,8 @@
  * with status 2 and "NAME: ok" (the attack worked) or "NAME: <errno text>"
  * (the kernel refused it); a call the seccomp filter does not allow kills
  * the worker with SIGSYS instead, which the master counts as a violation.
+ * "compromise" stands for a worker already taken over: from then on it
+ * answers every compile with altered PTX (confirmation must catch it).
  */
 #include "daemon/probe.h"
 
@@ -27,6 +29,8 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+int probe_compromised;
 
 static int attack(const char *name, const char *arg)
 {
@@ -63,6 +67,10 @@ static int attack(const char *name, const char *arg)
 		return ptrace(PTRACE_ATTACH, getppid(), NULL, NULL) < 0 ? -1 : 0;
 	if (!strcmp(name, "kill-master"))
 		return kill(getppid(), SIGSTOP);
+	if (!strcmp(name, "compromise")) {
+		probe_compromised = 1;  /* worker.c alters every PTX from now on */
+		return 0;
+	}
 	if (!strcmp(name, "read-master-memory")) {
 		char p[64];
 		snprintf(p, sizeof p, "/proc/%d/mem", (int)getppid());

@@ -13,4 +13,8 @@
  * log and return 1; else 0. */
 int probe_run(const char *input, size_t len, struct buf *log);
 
+/* Set by the "compromise" probe: the worker alters every PTX it returns. */
+extern int probe_compromised;
+#define PROBE_ALTERED "// altered by a compromised worker\n"
+
 #endif

@@ -44,6 +44,7 @@
 #include "daemon/cubin.h"
 #include "daemon/key.h"
 #include "daemon/l2.h"
+#include "daemon/confirm.h"
 #include "daemon/log.h"
 #include "daemon/sandbox.h"
 #include "daemon/store.h"
@@ -112,13 +113,15 @@ struct flight {
 	enum store_kind kind;   /* the stage: STORE_PTX or STORE_CUBIN */
 	struct server *srv;
 	struct peer *peer;      /* who started it (per-uid job cap) */
+	int64_t tenant;         /* whose compile it is (confirm.h) */
+	int background;         /* a confirmation nobody waits for */
 };
 
 struct counters {
 	int64_t requests, hits, misses, compiles, compile_errors, dedup_joins,
 		store_errors, protocol_errors, connections, refused_connections,
 		denied_connections, header_timeouts, idle_timeouts, output_overflows,
-		refused_jobs;
+		refused_jobs, confirmations, confirm_mismatches;
 };
 
 struct server {
@@ -137,6 +140,7 @@ struct server {
 	int stopping;           /* SIGTERM: finishing in-flight compiles */
 	int socket_from_systemd;
 	struct counters n;
+	enum sharing sharing;   /* confirm.h */
 	struct event *flush_timer, *sigterm, *sigint, *sighup, *stop_timer;
 	struct cubin_backend asm_be[2]; /* by enum cubin_backend_kind, found
 	                                   at start */
@@ -557,7 +561,7 @@ static int compile_key(struct compile_req *r, struct key *k,
 /* With namespace-per-uid, a user's entries are theirs alone. */
 static void set_namespace(struct server *s, struct conn *c, struct compile_req *r)
 {
-	if (s->cfg->namespace_per_uid && c->peer)
+	if (s->sharing == SHARING_SEPARATE && c->peer)
 		snprintf(r->ns, sizeof r->ns, "uid:%u", (unsigned)c->peer->uid);
 }
 
@@ -596,12 +600,35 @@ static unsigned bucket_of(const struct key *k)
 	return ((unsigned)k->hash[0] << 8 | k->hash[1]) % FLIGHT_BUCKETS;
 }
 
-static struct flight *flight_find(struct server *s, const struct key *k)
+/* The tenant c's compiles run for: its uid. */
+static int64_t conn_tenant(const struct conn *c)
+{
+	return c->peer ? (int64_t)c->peer->uid : POOL_ANY_TENANT;
+}
+
+/* The flight computing k that c may join: one for c's own tenant (a
+ * result another tenant's worker computes is no answer for c yet). */
+static struct flight *flight_find(struct server *s, const struct key *k, const struct conn *c)
 {
 	for (struct flight *f = s->flights[bucket_of(k)]; f; f = f->next)
-		if (memcmp(f->key.hash, k->hash, sizeof k->hash) == 0)
+		if (memcmp(f->key.hash, k->hash, sizeof k->hash) == 0 && !f->background &&
+		    (s->sharing == SHARING_TRUST || f->tenant == conn_tenant(c)))
 			return f;
 	return NULL;
+}
+
+/* The stored entry for k, if it may answer c (confirm.h); 1 if so. */
+static int lookup_for(struct conn *c, const struct key *k, struct store_result *hit)
+{
+	struct server *s = c->srv;
+
+	if (store_get(s->store, k->hash, hit) != 1)
+		return 0;
+	if (confirm_may_serve(s->sharing, hit, conn_tenant(c)))
+		return 1;
+	store_result_free(hit);
+	memset(hit, 0, sizeof *hit);
+	return 0;
 }
 
 static void flight_unlink(struct server *s, struct flight *f)
@@ -628,6 +655,9 @@ static int add_waiter(struct flight *f, struct conn *c, uint64_t id)
 	return 0;
 }
 
+static void confirm_in_background(struct server *s, const struct flight *f);
+static void flight_register(struct server *s, struct flight *f);
+
 /* A flight has its result, compiled here or fetched from the Redis tier:
  * store it if deterministic, publish what we compiled, then answer every
  * waiter. Storing first means an acknowledged result is durable. */
@@ -651,6 +681,9 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 	if (cubin ? res->status == JOB_OK || res->status == JOB_ERROR
 		  : JOB_CACHEABLE(res->status)) {
 		struct buf err = BUF_INIT;
+		/* Computed here: its producer is the flight's tenant. From the
+		 * Redis tier: confirmed by the node that published it. */
+		int trusted = !compiled || s->sharing == SHARING_TRUST;
 		struct store_entry e = {
 			.kind = f->kind,
 			.status = status,
@@ -661,19 +694,32 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 			.components = f->components,
 			.arch = f->arch,
 			.compile_us = res->compile_us,
+			.producer = trusted ? -1 : f->tenant,
+			.trust = trusted ? STORE_CONFIRMED : STORE_UNCONFIRMED,
 		};
-		if (store_put(s->store, f->key.hash, &e, &err) < 0) {
+		enum settle v = trusted || s->sharing != SHARING_CONFIRM ? SETTLE_STORE :
+				confirm_settle(s->store, f->key.hash, f->key.hex, &e);
+		if (v == SETTLE_CONFIRMED)
+			s->n.confirmations++;
+		else if (v == SETTLE_MISMATCH)
+			s->n.confirm_mismatches++;
+		if (v == SETTLE_STORE && !f->background &&
+		    store_put(s->store, f->key.hash, &e, &err) < 0) {
 			s->n.store_errors++;
 			log_warn("%s", err.data ? err.data : "cannot store entry");
 		}
 		buf_free(&err);
-		if (compiled && s->l2) {
-			struct l2_value v = {
+		/* Only what no single tenant's worker alone vouches for goes to
+		 * the Redis tier: confirmed entries (confirm.h). */
+		if (compiled && s->l2 && (s->sharing != SHARING_CONFIRM || v == SETTLE_CONFIRMED)) {
+			struct l2_value lv = {
 				.kind = f->kind, .status = status,
 				.data = res->output, .data_len = res->output_len,
 				.log = res->log, .log_len = res->log_len,
 			};
-			l2_put(s->l2, f->key.hash, &v);
+			l2_put(s->l2, f->key.hash, &lv);
+		} else if (compiled && s->l2 && v == SETTLE_STORE && !f->background) {
+			confirm_in_background(s, f);
 		}
 	} else {
 		log_warn("compile of %.16s failed: %.*s", f->key.hex,
@@ -715,6 +761,28 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 	maybe_stop(s);
 }
 
+/* With the Redis tier on, a new entry is confirmed before it is published:
+ * the same job again, in a worker exec'd for it alone (confirm.h). */
+static void confirm_in_background(struct server *s, const struct flight *f)
+{
+	struct flight *b = calloc(1, sizeof *b);
+
+	if (!b || buf_append(&b->job.frame, f->job.frame.data, f->job.frame.len) < 0 ||
+	    !(b->job.optset = strdup(f->job.optset))) {
+		if (b)
+			buf_free(&b->job.frame);
+		free(b);
+		return;         /* unconfirmed, so unpublished: no harm */
+	}
+	b->key = f->key;
+	b->kind = f->kind;
+	b->background = 1;
+	b->tenant = confirm_oneshot_tenant();
+	b->job.oneshot = 1;
+	flight_register(s, b);
+	pool_submit(s->pool, &b->job);
+}
+
 /* Whether a miss may start a new compile: not while the daemon stops
  * (it would outlive the shutdown deadline), and not past the user's cap
  * (fairness: one user's flood of misses may not fill the queue). If not,
@@ -748,6 +816,8 @@ static void flight_done(struct pool_job *job, const struct job_result *res)
 static int flight_wanted(struct pool_job *job)
 {
 	const struct flight *f = (struct flight *)((char *)job - offsetof(struct flight, job));
+	if (f->background)
+		return 1;
 	for (const struct waiter *wt = f->waiters; wt; wt = wt->next)
 		if (wt->conn->state != CONN_CLOSED)
 			return 1;
@@ -782,18 +852,25 @@ static void flight_l2_done(void *arg, int found, const struct l2_value *v)
 /* Start a flight that has its key, job and first waiter: register it for
  * single flight (which so holds across both tiers), then ask Redis, or
  * the pool directly. */
-static void flight_launch(struct server *s, struct flight *f, struct conn *c)
+static void flight_register(struct server *s, struct flight *f)
 {
 	f->srv = s;
-	f->peer = c->peer;
-	if (f->peer)
-		f->peer->jobs++;
 	unsigned b = bucket_of(&f->key);
 	f->next = s->flights[b];
 	s->flights[b] = f;
 	s->nflights++;
 	f->job.done = flight_done;
 	f->job.wanted = flight_wanted;
+	f->job.tenant = s->sharing == SHARING_TRUST ? POOL_ANY_TENANT : f->tenant;
+}
+
+static void flight_launch(struct server *s, struct flight *f, struct conn *c)
+{
+	f->peer = c->peer;
+	if (f->peer)
+		f->peer->jobs++;
+	f->tenant = conn_tenant(c);
+	flight_register(s, f);
 	if (s->l2)
 		l2_get(s->l2, f->key.hash, flight_l2_done, f);
 	else
@@ -913,7 +990,7 @@ static void start_cubin(struct conn *c, uint64_t id, const char *ptx,
 		return;
 	}
 	struct store_result hit = { 0 };
-	if (store_get(s->store, k.hash, &hit) == 1) {
+	if (lookup_for(c, &k, &hit)) {
 		s->n.hits++;
 		send_compile_reply(c, id, hit.status ? JOB_ERROR : JOB_OK, 1, &k,
 				   hit.data.data, hit.data.len, hit.log.data,
@@ -923,7 +1000,7 @@ static void start_cubin(struct conn *c, uint64_t id, const char *ptx,
 	}
 	s->n.misses++;
 
-	struct flight *f = flight_find(s, &k);
+	struct flight *f = flight_find(s, &k, c);
 	if (f) {
 		if (add_waiter(f, c, id) < 0)
 			send_error(c, id, "internal", "out of memory");
@@ -1007,7 +1084,7 @@ static void handle_compile(struct conn *c, uint64_t id, const struct msg *m)
 	}
 
 	struct store_result hit = { 0 };
-	if (store_get(s->store, k.hash, &hit) == 1) {
+	if (lookup_for(c, &k, &hit)) {
 		s->n.hits++;
 		if (r.cubin && hit.status == JOB_OK) {
 			/* Stage one is cached; stage two may be too. */
@@ -1027,7 +1104,7 @@ static void handle_compile(struct conn *c, uint64_t id, const struct msg *m)
 		send_error(c, id, "internal", "out of memory");
 		goto out;
 	}
-	struct flight *f = flight_find(s, &k);
+	struct flight *f = flight_find(s, &k, c);
 	if (f) {
 		if (add_waiter(f, c, id) < 0) {
 			send_error(c, id, "internal", "out of memory");
@@ -1142,6 +1219,7 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 		   "\"worker_timeouts\":%lld,\"workers_spawned\":%lld,"
 		   "\"workers_recycled\":%lld,\"worker_start_failures\":%lld,"
 		   "\"jobs_dropped\":%lld,\"sandbox_violations\":%lld,"
+		   "\"confirmations\":%lld,\"confirm_mismatches\":%lld,\"sharing\":\"%s\","
 		   "\"jobs_running\":%d,\"jobs_queued\":%d,"
 		   "\"workers\":%d,\"workers_ready\":%d,\"uptime_s\":%lld,"
 		   "\"compiler\":\"%s\"}",
@@ -1157,7 +1235,10 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 		   (long long)sc.evictions, (long long)pc.timeouts,
 		   (long long)pc.spawned, (long long)pc.recycled,
 		   (long long)pc.start_failures, (long long)pc.dropped,
-		   (long long)pc.sandbox_violations, pc.busy, pc.queued,
+		   (long long)pc.sandbox_violations, (long long)s->n.confirmations,
+		   (long long)s->n.confirm_mismatches,
+		   s->sharing == SHARING_CONFIRM ? "confirm" :
+		   s->sharing == SHARING_TRUST ? "trust" : "separate", pc.busy, pc.queued,
 		   s->cfg->pool.size, pc.ready, (long long)(time(NULL) - s->started),
 		   codegen_identity());
 	struct buf sb = BUF_INIT;
@@ -1890,6 +1971,13 @@ int server_run(struct server_config *cfg)
 		log_info("nvJitLink '%s'", s.asm_be[CUBIN_NVJITLINK].path);
 	if (start_sandbox(&s, cfg, &err) < 0)
 		goto out;
+	if (sharing_parse(cfg->sharing, &s.sharing) < 0) {
+		buf_printf(&err, "sharing must be confirm, trust or separate, not '%s'",
+			   cfg->sharing ? cfg->sharing : "");
+		goto out;
+	}
+	if (cfg->namespace_per_uid)
+		s.sharing = SHARING_SEPARATE;
 	s.pool = pool_new(s.base, &cfg->pool, &err);
 	if (!s.pool)
 		goto out;

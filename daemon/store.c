@@ -75,7 +75,7 @@
 #include "daemon/log.h"
 #include "schema.h"
 
-#define STORE_SCHEMA_VERSION "1"
+#define STORE_SCHEMA_VERSION "2"
 #define ZSTD_LEVEL 3
 #define BUSY_TIMEOUT_MS 2000
 /* Per-row bytes beyond the blobs and texts: record header, integers, key,
@@ -92,6 +92,7 @@ enum {
 	ST_OLD_SIZE,
 	ST_PUT,
 	ST_HIT,
+	ST_TRUST,
 	ST_LRU,
 	ST_DEL_ROWID,
 	ST_BEGIN,
@@ -101,14 +102,15 @@ enum {
 };
 
 static const char *const stmt_sql[ST_N] = {
-	[ST_GET] = "SELECT kind, status, data_len, log_len, checksum, size, data, log "
-		   "FROM entries WHERE key = ?1",
+	[ST_GET] = "SELECT kind, status, data_len, log_len, checksum, size, data, log, "
+		   "producer, trust FROM entries WHERE key = ?1",
 	[ST_DEL_KEY] = "DELETE FROM entries WHERE key = ?1",
 	[ST_OLD_SIZE] = "SELECT size FROM entries WHERE key = ?1",
 	[ST_PUT] = "INSERT INTO entries (key, kind, status, arch, created, last_used, "
 		   "hits, compile_us, size, data_len, log_len, checksum, components, "
-		   "data, log) VALUES (?1, ?2, ?3, ?4, ?5, ?5, 0, ?6, ?7, ?8, ?9, ?10, "
-		   "?11, ?12, ?13) ON CONFLICT (key) DO UPDATE SET kind = excluded.kind, "
+		   "data, log, producer, trust) VALUES (?1, ?2, ?3, ?4, ?5, ?5, 0, ?6, ?7, ?8, "
+		   "?9, ?10, ?11, ?12, ?13, ?14, ?15) ON CONFLICT (key) DO UPDATE SET "
+		   "kind = excluded.kind, producer = excluded.producer, trust = excluded.trust, "
 		   "status = excluded.status, arch = excluded.arch, "
 		   "created = excluded.created, last_used = excluded.last_used, "
 		   "compile_us = excluded.compile_us, size = excluded.size, "
@@ -117,6 +119,7 @@ static const char *const stmt_sql[ST_N] = {
 		   "data = excluded.data, log = excluded.log",
 	[ST_HIT] = "UPDATE entries SET hits = hits + ?2, last_used = max(last_used, ?3) "
 		   "WHERE key = ?1",
+	[ST_TRUST] = "UPDATE entries SET trust = ?2 WHERE key = ?1",
 	/* LIMIT is EVICT_BATCH. last_used values are unique (store_clock()). */
 	[ST_LRU] = "SELECT rowid, size FROM entries ORDER BY last_used LIMIT 256",
 	[ST_DEL_ROWID] = "DELETE FROM entries WHERE rowid = ?1",
@@ -893,7 +896,8 @@ static int hot_get(struct store *s, const unsigned char key[32], sqlite3_stmt *s
 	return 1;
 }
 
-int store_get(struct store *s, const unsigned char key[32], struct store_result *out)
+static int lookup(struct store *s, const unsigned char key[32], struct store_result *out,
+		  int record)
 {
 	sqlite3_stmt *st = s->st[ST_GET];
 	const char *why = NULL;
@@ -916,6 +920,8 @@ int store_get(struct store *s, const unsigned char key[32], struct store_result 
 		  check_row(s, st, 0, 2, 3, 4, 6, 7, &out->data, &out->log, &why);
 	out->kind = (enum store_kind)sqlite3_column_int(st, 0);
 	out->status = sqlite3_column_int(st, 1);
+	out->producer = sqlite3_column_int64(st, 8);
+	out->trust = sqlite3_column_int(st, 9);
 	int64_t size = sqlite3_column_int64(st, 5);
 	sqlite3_reset(st);
 	if (!bad && !from_hot)
@@ -930,8 +936,33 @@ int store_get(struct store *s, const unsigned char key[32], struct store_result 
 		drop_corrupt(s, key, size, why);
 		return 0;
 	}
-	hit_record(s, key);
+	if (record)
+		hit_record(s, key);
 	return 1;
+}
+
+int store_get(struct store *s, const unsigned char key[32], struct store_result *out)
+{
+	return lookup(s, key, out, 1);
+}
+
+int store_peek(struct store *s, const unsigned char key[32], struct store_result *out)
+{
+	return lookup(s, key, out, 0);
+}
+
+int store_set_trust(struct store *s, const unsigned char key[32], int trust)
+{
+	sqlite3_stmt *st = s->st[ST_TRUST];
+	sqlite3_bind_blob(st, 1, key, 32, SQLITE_STATIC);
+	sqlite3_bind_int(st, 2, trust);
+	int rc = sqlite3_step(st);
+	sqlite3_reset(st);
+	if (rc != SQLITE_DONE) {
+		log_warn("cannot mark an entry in '%s': %s", s->path, sqlite3_errmsg(s->db));
+		return -1;
+	}
+	return 0;
 }
 
 int store_put(struct store *s, const unsigned char key[32], const struct store_entry *e,
@@ -997,6 +1028,8 @@ int store_put(struct store *s, const unsigned char key[32], const struct store_e
 			  SQLITE_STATIC);
 	sqlite3_bind_blob(st, 13, s->zlog.len ? s->zlog.data : "", (int)s->zlog.len,
 			  SQLITE_STATIC);
+	sqlite3_bind_int64(st, 14, e->producer);
+	sqlite3_bind_int(st, 15, e->trust);
 	rc = sqlite3_step(st);
 	if (rc != SQLITE_DONE) {
 		snprintf(msg, sizeof msg, "%s", sqlite3_errmsg(s->db));

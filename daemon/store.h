@@ -38,6 +38,20 @@ struct store_entry {
 	const char *components; /* JSON text of the key components */
 	const char *arch;       /* "sm_90a", for listing and eviction filters */
 	int64_t compile_us;     /* how long the compile took */
+	int64_t producer;       /* the tenant whose worker computed it; -1:
+	                           none in particular (a confirmed value from
+	                           the Redis tier, or sharing = trust) */
+	int trust;              /* enum store_trust */
+};
+
+/* Whether an entry may be served to users other than its producer
+ * (sharing = confirm, see server.c). */
+enum store_trust {
+	STORE_UNCONFIRMED = 0,  /* only its producer's worker computed it */
+	STORE_CONFIRMED = 1,    /* a worker of another tenant computed the
+	                           same bytes */
+	STORE_QUARANTINED = 2,  /* another tenant's worker computed other
+	                           bytes: served to its producer alone */
 };
 
 /* A looked-up entry; the caller owns the bufs and frees them with
@@ -45,6 +59,8 @@ struct store_entry {
 struct store_result {
 	enum store_kind kind;
 	int status;
+	int64_t producer;
+	int trust;
 	struct buf data;
 	struct buf log;
 };
@@ -65,9 +81,16 @@ void store_close(struct store *s);
 int store_get(struct store *s, const unsigned char key[32],
 	      struct store_result *out);
 
+/* store_get() without counting a hit (a comparison, not an answer). */
+int store_peek(struct store *s, const unsigned char key[32],
+	       struct store_result *out);
+
 /* Insert or replace key's entry and commit before returning. Returns 0, or
  * -1 on failure (disk full, I/O error) with a message in err; the caller
  * still answers its client. May evict LRU entries to stay under the cap. */
+/* Mark key's entry (enum store_trust). 0, or -1 on a database error. */
+int store_set_trust(struct store *s, const unsigned char key[32], int trust);
+
 int store_put(struct store *s, const unsigned char key[32],
 	      const struct store_entry *e, struct buf *err);
 

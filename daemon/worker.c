@@ -94,6 +94,9 @@ struct worker {
 	                           starting; -1 once it is ready */
 	char tmp[256];          /* an assembler worker's private directory
 	                           (made and removed by the master), or "" */
+	int64_t tenant;         /* whose jobs it has run since its exec;
+	                           POOL_ANY_TENANT: nobody's yet */
+	int64_t last_used;      /* ms, when it last got a job */
 	struct event *timer;
 	TAILQ_ENTRY(worker) link;
 };
@@ -452,6 +455,8 @@ static void handle_reply(struct worker *w, const struct frame_hdr *h,
 				w->pool->counters.crashes++;
 			set_state(w, W_DYING);
 			w->pool->nworkers--;
+		} else if (w->job->oneshot) {
+			kill_worker(w, NULL);
 		} else if (w->pool->cfg.recycle_after &&
 			   w->jobs_done >= w->pool->cfg.recycle_after) {
 			w->pool->counters.recycled++;
@@ -658,6 +663,7 @@ static int spawn(struct pool *p, const char *optset)
 	}
 	w->start_log = start_log;
 	memcpy(w->tmp, tmp, sizeof tmp);
+	w->tenant = POOL_ANY_TENANT;
 	w->pool = p;
 	w->pid = pid;
 	w->state = W_STARTING;
@@ -686,6 +692,9 @@ static void start(struct worker *w, struct pool_job *job)
 	p->counters.busy++;
 	w->job = job;
 	job->w = w;
+	if (job->tenant != POOL_ANY_TENANT)
+		w->tenant = job->tenant;
+	w->last_used = now_ms();
 	set_state(w, W_BUSY);
 	bufferevent_write(w->bev, job->frame.data, job->frame.len);
 	evtimer_add(w->timer, &tv);
@@ -707,7 +716,7 @@ again:
 	p->again = 0;
 	for (job = TAILQ_FIRST(&p->queue); job; job = next) {
 		next = TAILQ_NEXT(job, q);
-		struct worker *w, *idle_other = NULL;
+		struct worker *w, *same = NULL, *fresh = NULL, *idle_other = NULL;
 		const char *blocked;
 		int starting = 0;
 		if (job->wanted && !job->wanted(job)) {
@@ -715,18 +724,28 @@ again:
 			fail_job(p, job, JOB_UNAVAILABLE, "no client waits for this compile any more");
 			continue;
 		}
+		/* A worker fits a job of its option set whose tenant it has
+		 * served or, fresh from exec, nobody's yet. Prefer the job's
+		 * own tenant's worker, then a fresh one; else replace the idle
+		 * worker used least recently. */
 		TAILQ_FOREACH(w, &p->workers, link) {
-			if (strcmp(w->optset, job->optset) != 0) {
-				if (w->state == W_IDLE && !idle_other)
+			int fits = !strcmp(w->optset, job->optset) &&
+				   (job->tenant == POOL_ANY_TENANT || w->tenant == POOL_ANY_TENANT ||
+				    w->tenant == job->tenant);
+			if (!fits) {
+				if (w->state == W_IDLE &&
+				    (!idle_other || w->last_used < idle_other->last_used))
 					idle_other = w;
 				continue;
 			}
-			if (w->state == W_IDLE)
-				break;
+			if (w->state == W_IDLE && w->tenant == job->tenant && !same)
+				same = w;
+			else if (w->state == W_IDLE && !fresh)
+				fresh = w;
 			if (w->state == W_STARTING)
 				starting = 1;
 		}
-		if (w) {
+		if ((w = same ? same : fresh)) {
 			start(w, job);
 			continue;
 		}
@@ -1079,6 +1098,15 @@ static void run_job(const void *body, size_t len)
 	job.emit = emit;
 	job.strict = strict;
 	codegen_run(&job, &res);
+#ifdef PTXCACHE_PROBES
+	if (probe_compromised && res.status == CG_OK) {
+		struct buf alt = BUF_INIT;
+		buf_puts(&alt, PROBE_ALTERED);
+		buf_append(&alt, res.ptx.data, res.ptx.len);
+		buf_free(&res.ptx);
+		res.ptx = alt;
+	}
+#endif
 	send_reply(res.status, &res.ptx, &res.log, elapsed_us());
 	buf_free(&res.ptx);
 	buf_free(&res.log);

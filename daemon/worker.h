@@ -15,7 +15,10 @@
  * set is replaced by one of the job's set. A worker that dies, exceeds the
  * per-job timeout or sends a malformed reply fails only its job, and is
  * replaced; a worker is also retired after recycle_after jobs, to bound
- * leaks. A worker that cannot start fails its set's jobs with the reason
+ * leaks. A worker serves one tenant (user) from its exec to its end: a job
+ * of another tenant gets a fresh worker, replacing an idle one if the pool
+ * is full, so that no user's job runs in a worker another user's input may
+ * have taken over. A worker that cannot start fails its set's jobs with the reason
  * after a few attempts, and the set is blocked for a while (worker.c).
  */
 #ifndef PTXCACHE_WORKER_H
@@ -67,6 +70,11 @@ struct pool_job {
 	char *optset;           /* backend options, '\n'-separated; "" = none;
 	                           POOL_ASM_SET: an assembler job */
 	void (*done)(struct pool_job *job, const struct job_result *res);
+	int64_t tenant;         /* who the job is for (a uid, or another
+	                           number the submitter makes up): a worker
+	                           runs jobs of one tenant only, from its exec
+	                           to its end. POOL_ANY_TENANT: any worker */
+	int oneshot;            /* 1: the worker is retired after this job */
 	int (*wanted)(struct pool_job *job); /* NULL, or 0 once nobody waits
 	                           for the result: the job is then dropped
 	                           (done() with JOB_UNAVAILABLE) before it
@@ -79,6 +87,7 @@ struct pool_job {
 /* The option set of assembler jobs and workers: no LLVM, the assembler
  * sandbox profile. No client's backend option can spell it. */
 #define POOL_ASM_SET "@asm"
+#define POOL_ANY_TENANT (-1)
 
 struct pool_config {
 	int size;               /* number of workers */
