@@ -6,6 +6,7 @@ LLVM_CONFIG ?= $(shell command -v llvm-config-22 || echo /usr/lib/llvm-22/bin/ll
 LLVM_BIN    := $(shell $(LLVM_CONFIG) --bindir 2>/dev/null)
 PKGS        := sqlite3 libevent msgpack libzstd libcrypto hiredis libxxhash
 B           := build
+VERSION     := 0.1.0
 
 CC      ?= cc
 CXX     ?= c++
@@ -73,17 +74,17 @@ $(call obj,$(CLI_SRC)): DEP_CFLAGS += $(shell pkg-config --cflags json-c 2>/dev/
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC  $<"
-	$(Q)$(CC) $(CFLAGS) $(DEP_CFLAGS) -MMD -MP -c $< -o $@
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(DEP_CFLAGS) -MMD -MP -c $< -o $@
 
 $(B)/obj/daemon/codegen.o: daemon/codegen.c
 	@mkdir -p $(dir $@)
 	@echo "  CC  $<"
-	$(Q)$(CC) $(CFLAGS) $(LLVM_CFLAGS) -MMD -MP -c $< -o $@
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LLVM_CFLAGS) -MMD -MP -c $< -o $@
 
 $(B)/obj/daemon/llvm_shim.o: daemon/llvm_shim.cpp
 	@mkdir -p $(dir $@)
 	@echo "  CXX $<"
-	$(Q)$(CXX) -O2 -g -fPIC -Wall -Wextra -Wno-unused-parameter $(LLVM_CXXFLAGS) -MMD -MP -c $< -o $@
+	$(Q)$(CXX) $(CPPFLAGS) -O2 -g -fPIC -Wall -Wextra -Wno-unused-parameter $(LLVM_CXXFLAGS) -MMD -MP -c $< -o $@
 
 # schema.sql is embedded in the daemon as a C string.
 $(B)/gen/schema.h: schema.sql
@@ -102,9 +103,20 @@ $(B)/libptxcache.a: $(call obj,$(CLIENT_SRC) $(PROTO_SRC))
 	@echo "  AR  $@"
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(B)/libptxcache.so: $(call obj,$(CLIENT_SRC) $(PROTO_SRC))
+# The shared library: libptxcache.so.$(VERSION), soname libptxcache.so.$(SOVERSION)
+# (raise SOVERSION with any change that breaks the ABI of client/ptxcache.h),
+# and the two links a linker and a loader look for. It exports ptxcache_*
+# alone (client/libptxcache.map): proto/ is the library's own business.
+SOVERSION := 0
+SONAME    := libptxcache.so.$(SOVERSION)
+$(B)/libptxcache.so.$(VERSION): $(call obj,$(CLIENT_SRC) $(PROTO_SRC)) client/libptxcache.map
 	@echo "  LD  $@"
-	$(Q)$(CC) $(LDFLAGS) -shared -o $@ $^ -lmsgpackc
+	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,$(SONAME) \
+		-Wl,--version-script,client/libptxcache.map -o $@ $(filter %.o,$^) -lmsgpackc
+$(B)/$(SONAME): $(B)/libptxcache.so.$(VERSION)
+	$(Q)ln -sf libptxcache.so.$(VERSION) $@
+$(B)/libptxcache.so: $(B)/$(SONAME)
+	$(Q)ln -sf $(SONAME) $@
 
 # The CLI alone uses json-c, to print the daemon's JSON answers as tables.
 $(B)/ptxcache: $(call obj,$(CLI_SRC)) $(B)/libptxcache.a
@@ -212,7 +224,6 @@ clean:
 # the man pages. Units and ptxcache.pc get the install paths filled in. The
 # daemon always reads /etc/ptxcache/ptxcached.conf, so SYSCONFDIR stays /etc
 # whatever the PREFIX; an existing config file is never overwritten.
-VERSION      := 0.1.0
 PREFIX       ?= /usr/local
 BINDIR       ?= $(PREFIX)/bin
 LIBDIR       ?= $(PREFIX)/lib
@@ -232,7 +243,9 @@ install: all
 		$(D)$(MANDIR)/man1 $(D)$(MANDIR)/man5 $(D)$(MANDIR)/man8
 	$(INSTALL) -m 755 $(B)/ptxcached $(B)/ptxcache $(D)$(BINDIR)/
 	$(INSTALL) -m 644 $(B)/libptxcache.a $(D)$(LIBDIR)/
-	$(INSTALL) -m 755 $(B)/libptxcache.so $(D)$(LIBDIR)/
+	$(INSTALL) -m 644 $(B)/libptxcache.so.$(VERSION) $(D)$(LIBDIR)/
+	ln -sf libptxcache.so.$(VERSION) $(D)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(D)$(LIBDIR)/libptxcache.so
 	$(INSTALL) -m 644 client/ptxcache.h $(D)$(INCLUDEDIR)/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
 	    -e 's|@VERSION@|$(VERSION)|' client/ptxcache.pc.in > $(D)$(PKGCONFIGDIR)/ptxcache.pc
@@ -249,7 +262,8 @@ install: all
 # Leaves the config file, the cache and the ptxcache user alone.
 uninstall:
 	rm -f $(D)$(BINDIR)/ptxcached $(D)$(BINDIR)/ptxcache $(D)$(LIBDIR)/libptxcache.a \
-	      $(D)$(LIBDIR)/libptxcache.so $(D)$(INCLUDEDIR)/ptxcache.h \
+	      $(D)$(LIBDIR)/libptxcache.so $(D)$(LIBDIR)/$(SONAME) \
+	      $(D)$(LIBDIR)/libptxcache.so.$(VERSION) $(D)$(INCLUDEDIR)/ptxcache.h \
 	      $(D)$(PKGCONFIGDIR)/ptxcache.pc $(D)$(UNITDIR)/ptxcached.service \
 	      $(D)$(UNITDIR)/ptxcached.socket $(D)$(SYSUSERSDIR)/ptxcache.conf \
 	      $(D)$(MANDIR)/man1/ptxcache.1 $(D)$(MANDIR)/man5/ptxcached.conf.5 \
