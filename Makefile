@@ -64,7 +64,7 @@ else
 Q := @
 endif
 
-.PHONY: all deps run test check bench clean check-asan fuzz corpus
+.PHONY: all deps run test check bench clean check-asan fuzz corpus deb
 all: $(B)/ptxcached $(B)/ptxcache $(B)/libptxcache.a $(B)/libptxcache.so $(B)/unit
 
 deps:
@@ -268,5 +268,28 @@ uninstall:
 	      $(D)$(UNITDIR)/ptxcached.socket $(D)$(SYSUSERSDIR)/ptxcache.conf \
 	      $(D)$(MANDIR)/man1/ptxcache.1 $(D)$(MANDIR)/man5/ptxcached.conf.5 \
 	      $(D)$(MANDIR)/man8/ptxcached.8
+
+# make deb: the Debian packages ptxcache, libptxcache0 and libptxcache-dev
+# (debian/), built by dpkg-buildpackage from a copy of the tree in
+# $(DEB_DIR)/ptxcache-$(VERSION) (dpkg-buildpackage writes its results beside
+# the tree it builds, so they land in $(DEB_DIR), inside the build tree),
+# then checked by lintian, which must report no error and no warning that
+# debian/*.lintian-overrides does not explain. The package build runs the
+# test suite unless DEB_BUILD_OPTIONS=nocheck.
+DEB_DIR  ?= $(B)/deb
+DEB_TREE := $(DEB_DIR)/ptxcache-$(VERSION)
+deb:
+	@./mk/deps.sh
+	$(Q)rm -rf $(DEB_DIR) && mkdir -p $(DEB_TREE)
+	@echo "  COPY $(DEB_TREE)"
+	$(Q)if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+	  git ls-files -z -co --exclude-standard | tar --null --ignore-failed-read -T - -cf -; \
+	else \
+	  tar --exclude='./build*' --exclude=./.git -cf - .; \
+	fi | tar -xf - -C $(DEB_TREE)
+	$(Q)cd $(DEB_TREE) && dpkg-buildpackage -b -us -uc -Jauto
+	@echo "  LINTIAN $(DEB_DIR)/*.changes"
+	$(Q)lintian --fail-on error,warning $(DEB_DIR)/ptxcache_$(VERSION)_*.changes
+	@ls -l $(DEB_DIR)/*.deb
 
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)
