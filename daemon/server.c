@@ -1059,8 +1059,8 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 		   "\"corrupt_blobs\":%lld,\"evictions\":%lld,"
 		   "\"worker_timeouts\":%lld,\"workers_spawned\":%lld,"
 		   "\"workers_recycled\":%lld,\"jobs_running\":%d,\"jobs_queued\":%d,"
-		   "\"workers\":%d,\"workers_ready\":%d,\"uptime_s\":%lld,"
-		   "\"compiler\":\"%s\"}",
+		   "\"workers\":%d,\"workers_ready\":%d,\"warm_up_ms\":%lld,"
+		   "\"uptime_s\":%lld,\"compiler\":\"%s\"}",
 		   (long long)entries, (long long)bytes, (long long)s->n.hits,
 		   (long long)s->n.misses, (long long)s->n.compiles,
 		   (long long)s->n.compile_errors, (long long)pc.crashes,
@@ -1072,7 +1072,8 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 		   (long long)s->n.refused_jobs, (long long)sc.corrupt_blobs,
 		   (long long)sc.evictions, (long long)pc.timeouts,
 		   (long long)pc.spawned, (long long)pc.recycled, pc.busy, pc.queued,
-		   s->cfg->pool.size, pc.ready, (long long)(time(NULL) - s->started),
+		   s->cfg->pool.size, pc.ready, (long long)pool_warm_ms(s->pool),
+		   (long long)(time(NULL) - s->started),
 		   codegen_identity());
 	if (s->l2 && j.len) {
 		struct l2_counters lc;
@@ -1613,6 +1614,23 @@ static void on_stop(evutil_socket_t sig, short what, void *arg)
 	maybe_stop(s);
 }
 
+/* Every worker of the first round is warm (or failed to start): only now
+ * is the daemon ready, to systemd and to the clients waiting in the
+ * backlog. Answering earlier would hand the first request to a cold
+ * worker, or keep it waiting for the warm-up anyway. */
+static void on_warm(void *arg)
+{
+	struct server *s = arg;
+	struct pool_counters pc;
+
+	pool_counters(s->pool, &pc);
+	log_info("serving: %d of %d workers warm after %lld ms", pc.ready, s->cfg->pool.size,
+		 (long long)pool_warm_ms(s->pool));
+	if (!s->stopping)
+		evconnlistener_enable(s->listener);
+	notify("READY=1\nSTATUS=serving");
+}
+
 /* SIGHUP: reload what can change live. */
 static void on_reload(evutil_socket_t sig, short what, void *arg)
 {
@@ -1796,6 +1814,10 @@ int server_run(struct server_config *cfg)
 	s.pool = pool_new(s.base, &cfg->pool, &err);
 	if (!s.pool)
 		goto out;
+	/* The master's own first-use costs, while the workers warm up. */
+	char hex[65];
+	key_sha256_hex(SERVER_NAME, sizeof SERVER_NAME, hex);
+	store_warm_up(s.store);
 	if (cfg->l2_url && *cfg->l2_url) {
 		struct l2_config lc = {
 			.url = cfg->l2_url,
@@ -1816,8 +1838,10 @@ int server_run(struct server_config *cfg)
 	else if ((lfd = listen_socket(cfg->socket_path, &err)) < 0)
 		goto out;
 	s.socket_gid = socket_group(lfd);
-	s.listener = evconnlistener_new(s.base, on_accept, &s, LEV_OPT_CLOSE_ON_FREE,
-					-1, lfd);
+	/* Disabled until the workers are warm (on_warm()): connections wait
+	 * in the socket's backlog meanwhile, under systemd or not. */
+	s.listener = evconnlistener_new(s.base, on_accept, &s,
+					LEV_OPT_CLOSE_ON_FREE | LEV_OPT_DISABLED, -1, lfd);
 	if (!s.listener) {
 		buf_puts(&err, "cannot watch the listening socket");
 		close(lfd);
@@ -1832,10 +1856,11 @@ int server_run(struct server_config *cfg)
 	evsignal_add(s.sigterm, NULL);
 	evsignal_add(s.sigint, NULL);
 	evsignal_add(s.sighup, NULL);
-	log_info("serving on '%s'%s, cache '%s', %d workers, %s", cfg->socket_path,
+	log_info("listening on '%s'%s, cache '%s', %d workers, %s", cfg->socket_path,
 		 s.socket_from_systemd ? " (from systemd)" : "", cfg->cache_dir,
 		 cfg->pool.size, codegen_identity());
-	notify("READY=1\nSTATUS=serving");
+	notify("STATUS=warming up the workers");
+	pool_when_warm(s.pool, on_warm, &s);
 
 	event_base_dispatch(s.base);
 	rc = 0;
