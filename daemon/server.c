@@ -1631,6 +1631,42 @@ static void on_warm(void *arg)
 	notify("READY=1\nSTATUS=serving");
 }
 
+/* The Redis tier's settings, as l2.c takes them. */
+static void l2_config_of(const struct server_config *cfg, struct l2_config *lc)
+{
+	*lc = (struct l2_config){
+		.url = cfg->l2_url,
+		.secret_file = cfg->l2_secret_file,
+		.prefix = cfg->l2_prefix,
+		.read_only = cfg->l2_read_only,
+		.connect_timeout_ms = cfg->l2_timeout_ms,
+		.command_timeout_ms = cfg->l2_timeout_ms,
+		.max_value = cfg->l2_max_value,
+		.identity = codegen_identity(),
+	};
+}
+
+/* A reload's Redis tier: started, changed (the secret file is read again
+ * each time) or switched off; lookups in flight finish under the settings
+ * they began with (l2_reconfigure()). Settings l2.c refuses leave the tier
+ * as it was. */
+static void reload_l2(struct server *s)
+{
+	struct l2_config lc;
+	struct buf err = BUF_INIT;
+
+	l2_config_of(s->cfg, &lc);
+	if (!s->l2) {
+		if (lc.url && *lc.url && !(s->l2 = l2_new(s->base, &lc, &err)))
+			log_err("reload: the shared tier stays off: %s", err.data);
+		else if (s->l2)
+			log_info("l2: on");
+	} else if (l2_reconfigure(s->l2, &lc, &err) < 0) {
+		log_err("reload: the shared tier keeps its settings: %s", err.data);
+	}
+	buf_free(&err);
+}
+
 /* SIGHUP: reload what can change live. */
 static void on_reload(evutil_socket_t sig, short what, void *arg)
 {
@@ -1642,6 +1678,7 @@ static void on_reload(evutil_socket_t sig, short what, void *arg)
 	} else {
 		store_set_max_size(s->store, s->cfg->max_size);
 		pool_reconfigure(s->pool, &s->cfg->pool);
+		reload_l2(s);
 		log_info("configuration reloaded");
 	}
 	buf_free(&err);
@@ -1819,16 +1856,8 @@ int server_run(struct server_config *cfg)
 	key_sha256_hex(SERVER_NAME, sizeof SERVER_NAME, hex);
 	store_warm_up(s.store);
 	if (cfg->l2_url && *cfg->l2_url) {
-		struct l2_config lc = {
-			.url = cfg->l2_url,
-			.secret_file = cfg->l2_secret_file,
-			.prefix = cfg->l2_prefix,
-			.read_only = cfg->l2_read_only,
-			.connect_timeout_ms = cfg->l2_timeout_ms,
-			.command_timeout_ms = cfg->l2_timeout_ms,
-			.max_value = cfg->l2_max_value,
-			.identity = codegen_identity(),
-		};
+		struct l2_config lc;
+		l2_config_of(cfg, &lc);
 		s.l2 = l2_new(s.base, &lc, &err);
 		if (!s.l2)
 			goto out;

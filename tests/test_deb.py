@@ -34,8 +34,11 @@ def traces():
             continue
         r = subprocess.run(["find", top, "-xdev", "-name", "*ptxcache*"],
                            capture_output=True, text=True)
+        # /var/cache/man: man-db's cache of formatted pages, written when
+        # systemd-analyze verify runs man to check Documentation=; man-db
+        # expires it, the package never owned it.
         found.update(p for p in r.stdout.split("\n")
-                     if p and not p.startswith(("/var/tmp/", "/var/cache/apt/")))
+                     if p and not p.startswith(("/var/tmp/", "/var/cache/apt/", "/var/cache/man/")))
     return found
 
 
