@@ -906,25 +906,46 @@ void store_warm_up(struct store *s)
 	while (raw.len < (32u << 10))
 		if (buf_puts(&raw, line) < 0)
 			break;
-	if (compress_into(s, &s->zdata, raw.data, raw.len) == 0)
+	int packed = compress_into(s, &s->zdata, raw.data, raw.len) == 0;
+	if (packed)
 		decode_blob(s, s->zdata.data, (int)s->zdata.len, (int64_t)raw.len, &back, &why);
-	buf_reset(&s->zdata);
-	buf_free(&raw);
-	buf_free(&back);
-	/* A lookup (a miss: no key is all zeroes) and a write transaction
-	 * that is rolled back: the pages and locks a put goes through. */
+	/* A lookup (a miss: no key is all zeroes), then a put of that blob
+	 * in a transaction that is rolled back: the statements, pages and
+	 * locks a put goes through, and nothing committed. */
 	if (store_get(s, zero, &r) == 1)
 		store_result_free(&r);
 	if (sqlite3_step(s->st[ST_BEGIN]) == SQLITE_DONE) {
+		sqlite3_stmt *put = s->st[ST_PUT];
 		sqlite3_reset(s->st[ST_BEGIN]);
 		sqlite3_bind_blob(s->st[ST_OLD_SIZE], 1, zero, 32, SQLITE_STATIC);
 		sqlite3_step(s->st[ST_OLD_SIZE]);
 		sqlite3_reset(s->st[ST_OLD_SIZE]);
+		if (packed) {
+			sqlite3_bind_blob(put, 1, zero, 32, SQLITE_STATIC);
+			sqlite3_bind_int(put, 2, STORE_PTX);
+			sqlite3_bind_int(put, 3, 0);
+			sqlite3_bind_text(put, 4, "sm_90a", -1, SQLITE_STATIC);
+			sqlite3_bind_int64(put, 5, store_clock(s));
+			sqlite3_bind_int64(put, 6, 0);
+			sqlite3_bind_int64(put, 7, (int64_t)s->zdata.len);
+			sqlite3_bind_int64(put, 8, (int64_t)raw.len);
+			sqlite3_bind_int64(put, 9, 0);
+			sqlite3_bind_int64(put, 10, 0);
+			sqlite3_bind_text(put, 11, "{}", -1, SQLITE_STATIC);
+			sqlite3_bind_blob(put, 12, s->zdata.data, (int)s->zdata.len, SQLITE_STATIC);
+			sqlite3_bind_null(put, 13);
+			sqlite3_step(put);
+			sqlite3_reset(put);
+			sqlite3_clear_bindings(put);
+		}
 		sqlite3_step(s->st[ST_ROLLBACK]);
 		sqlite3_reset(s->st[ST_ROLLBACK]);
 	} else {
 		sqlite3_reset(s->st[ST_BEGIN]);
 	}
+	buf_reset(&s->zdata);
+	buf_free(&raw);
+	buf_free(&back);
 }
 
 int store_get(struct store *s, const unsigned char key[32], struct store_result *out)
