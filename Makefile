@@ -6,6 +6,7 @@ LLVM_CONFIG ?= $(shell command -v llvm-config-22 || echo /usr/lib/llvm-22/bin/ll
 LLVM_BIN    := $(shell $(LLVM_CONFIG) --bindir 2>/dev/null)
 PKGS        := sqlite3 libevent msgpack libzstd libcrypto hiredis libxxhash libseccomp
 B           := build
+VERSION     := 0.1.0
 
 CC      ?= cc
 CXX     ?= c++
@@ -64,7 +65,7 @@ else
 Q := @
 endif
 
-.PHONY: all deps run test check bench clean check-asan fuzz corpus
+.PHONY: all deps run test check bench clean check-asan fuzz corpus deb
 all: $(B)/ptxcached $(B)/ptxcache $(B)/libptxcache.a $(B)/libptxcache.so $(B)/unit
 
 deps:
@@ -77,17 +78,17 @@ $(B)/obj/client/llc.o: DEP_CFLAGS += -DLLVM_BINDIR='"$(LLVM_BIN)"'
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC  $<"
-	$(Q)$(CC) $(CFLAGS) $(DEP_CFLAGS) -MMD -MP -c $< -o $@
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(DEP_CFLAGS) -MMD -MP -c $< -o $@
 
 $(B)/obj/daemon/codegen.o: daemon/codegen.c
 	@mkdir -p $(dir $@)
 	@echo "  CC  $<"
-	$(Q)$(CC) $(CFLAGS) $(LLVM_CFLAGS) -MMD -MP -c $< -o $@
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LLVM_CFLAGS) -MMD -MP -c $< -o $@
 
 $(B)/obj/daemon/llvm_shim.o: daemon/llvm_shim.cpp
 	@mkdir -p $(dir $@)
 	@echo "  CXX $<"
-	$(Q)$(CXX) -O2 -g -fPIC -Wall -Wextra -Wno-unused-parameter $(LLVM_CXXFLAGS) -MMD -MP -c $< -o $@
+	$(Q)$(CXX) $(CPPFLAGS) -O2 -g -fPIC -Wall -Wextra -Wno-unused-parameter $(LLVM_CXXFLAGS) -MMD -MP -c $< -o $@
 
 # schema.sql is embedded in the daemon as a C string.
 $(B)/gen/schema.h: schema.sql
@@ -119,9 +120,20 @@ $(B)/libptxcache.a: $(call obj,$(CLIENT_SRC) $(PROTO_SRC))
 	@echo "  AR  $@"
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(B)/libptxcache.so: $(call obj,$(CLIENT_SRC) $(PROTO_SRC))
+# The shared library: libptxcache.so.$(VERSION), soname libptxcache.so.$(SOVERSION)
+# (raise SOVERSION with any change that breaks the ABI of client/ptxcache.h),
+# and the two links a linker and a loader look for. It exports ptxcache_*
+# alone (client/libptxcache.map): proto/ is the library's own business.
+SOVERSION := 0
+SONAME    := libptxcache.so.$(SOVERSION)
+$(B)/libptxcache.so.$(VERSION): $(call obj,$(CLIENT_SRC) $(PROTO_SRC)) client/libptxcache.map
 	@echo "  LD  $@"
-	$(Q)$(CC) $(LDFLAGS) -shared -o $@ $^ -lmsgpackc
+	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,$(SONAME) \
+		-Wl,--version-script,client/libptxcache.map -o $@ $(filter %.o,$^) -lmsgpackc
+$(B)/$(SONAME): $(B)/libptxcache.so.$(VERSION)
+	$(Q)ln -sf libptxcache.so.$(VERSION) $@
+$(B)/libptxcache.so: $(B)/$(SONAME)
+	$(Q)ln -sf $(SONAME) $@
 
 # The CLI alone uses json-c, to print the daemon's JSON answers as tables.
 $(B)/ptxcache: $(call obj,$(CLI_SRC)) $(B)/libptxcache.a
@@ -229,7 +241,6 @@ clean:
 # the man pages. Units and ptxcache.pc get the install paths filled in. The
 # daemon always reads /etc/ptxcache/ptxcached.conf, so SYSCONFDIR stays /etc
 # whatever the PREFIX; an existing config file is never overwritten.
-VERSION      := 0.1.0
 PREFIX       ?= /usr/local
 BINDIR       ?= $(PREFIX)/bin
 LIBDIR       ?= $(PREFIX)/lib
@@ -249,7 +260,9 @@ install: all
 		$(D)$(MANDIR)/man1 $(D)$(MANDIR)/man5 $(D)$(MANDIR)/man8
 	$(INSTALL) -m 755 $(B)/ptxcached $(B)/ptxcache $(D)$(BINDIR)/
 	$(INSTALL) -m 644 $(B)/libptxcache.a $(D)$(LIBDIR)/
-	$(INSTALL) -m 755 $(B)/libptxcache.so $(D)$(LIBDIR)/
+	$(INSTALL) -m 644 $(B)/libptxcache.so.$(VERSION) $(D)$(LIBDIR)/
+	ln -sf libptxcache.so.$(VERSION) $(D)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(D)$(LIBDIR)/libptxcache.so
 	$(INSTALL) -m 644 client/ptxcache.h $(D)$(INCLUDEDIR)/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
 	    -e 's|@VERSION@|$(VERSION)|' client/ptxcache.pc.in > $(D)$(PKGCONFIGDIR)/ptxcache.pc
@@ -266,10 +279,34 @@ install: all
 # Leaves the config file, the cache and the ptxcache user alone.
 uninstall:
 	rm -f $(D)$(BINDIR)/ptxcached $(D)$(BINDIR)/ptxcache $(D)$(LIBDIR)/libptxcache.a \
-	      $(D)$(LIBDIR)/libptxcache.so $(D)$(INCLUDEDIR)/ptxcache.h \
+	      $(D)$(LIBDIR)/libptxcache.so $(D)$(LIBDIR)/$(SONAME) \
+	      $(D)$(LIBDIR)/libptxcache.so.$(VERSION) $(D)$(INCLUDEDIR)/ptxcache.h \
 	      $(D)$(PKGCONFIGDIR)/ptxcache.pc $(D)$(UNITDIR)/ptxcached.service \
 	      $(D)$(UNITDIR)/ptxcached.socket $(D)$(SYSUSERSDIR)/ptxcache.conf \
 	      $(D)$(MANDIR)/man1/ptxcache.1 $(D)$(MANDIR)/man5/ptxcached.conf.5 \
 	      $(D)$(MANDIR)/man8/ptxcached.8
+
+# make deb: the Debian packages ptxcache, libptxcache0 and libptxcache-dev
+# (debian/), built by dpkg-buildpackage from a copy of the tree in
+# $(DEB_DIR)/ptxcache-$(VERSION) (dpkg-buildpackage writes its results beside
+# the tree it builds, so they land in $(DEB_DIR), inside the build tree),
+# then checked by lintian, which must report no error and no warning that
+# debian/*.lintian-overrides does not explain. The package build runs the
+# test suite unless DEB_BUILD_OPTIONS=nocheck.
+DEB_DIR  ?= $(B)/deb
+DEB_TREE := $(DEB_DIR)/ptxcache-$(VERSION)
+deb:
+	@./mk/deps.sh
+	$(Q)rm -rf $(DEB_DIR) && mkdir -p $(DEB_TREE)
+	@echo "  COPY $(DEB_TREE)"
+	$(Q)if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+	  git ls-files -z -co --exclude-standard | tar --null --ignore-failed-read -T - -cf -; \
+	else \
+	  tar --exclude='./build*' --exclude=./.git -cf - .; \
+	fi | tar -xf - -C $(DEB_TREE)
+	$(Q)cd $(DEB_TREE) && dpkg-buildpackage -b -us -uc -Jauto
+	@echo "  LINTIAN $(DEB_DIR)/*.changes"
+	$(Q)lintian --fail-on error,warning $(DEB_DIR)/ptxcache_$(VERSION)_*.changes
+	@ls -l $(DEB_DIR)/*.deb
 
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

@@ -765,7 +765,8 @@ static void show_prometheus(json_object *o)
 			continue;
 		int counter = strcmp(k, "entries") && strcmp(k, "bytes") && strcmp(k, "workers") &&
 			      strcmp(k, "workers_ready") && strcmp(k, "jobs_running") &&
-			      strcmp(k, "jobs_queued") && strcmp(k, "uptime_s");
+			      strcmp(k, "jobs_queued") && strcmp(k, "uptime_s") &&
+			      strcmp(k, "warm_up_ms");
 		printf("# TYPE ptxcache_%s%s %s\nptxcache_%s%s %lld\n", k, counter ? "_total" : "",
 		       counter ? "counter" : "gauge", k, counter ? "_total" : "",
 		       (long long)json_object_get_int64(v));

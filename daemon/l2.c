@@ -23,8 +23,18 @@
  *  - GETRANGE rather than GET: Redis itself then sends at most max_value+1
  *    bytes, so a huge value planted under our prefix cannot make every node
  *    buffer it (a missing key reads as "", which no envelope is).
- *  - Hostnames are resolved once, in l2_new(): hiredis 0.14 calls
- *    getaddrinfo() on every connect, which would block the loop.
+ *  - hiredis 0.14 calls getaddrinfo() on every connect, which would block
+ *    the loop: it only ever gets a numeric address. A host name is
+ *    resolved (blocking) in l2_new() and on a reload that names a new one;
+ *    after that, each new connection looks it up again in the background
+ *    (evdns, reading /etc/resolv.conf and /etc/hosts afresh), and once the
+ *    name points elsewhere the connection is replaced, so a Redis that
+ *    moved is found again without a restart.
+ *  - Reloads (l2_reconfigure()) never drop a request in flight: settings
+ *    are generations (struct l2_conf) and a command keeps the one it was
+ *    sent under; a connection that a new address or new credentials
+ *    replace is retired with redisAsyncDisconnect(), which closes it only
+ *    once the replies owed on it are in.
  *  - Circuit breaker: L2_TRIP consecutive failures (errors or timeouts)
  *    open it for a period (1 s, doubling on each failed probe up to 30 s);
  *    while open, gets answer "not found" at once and puts are dropped;
@@ -47,6 +57,7 @@
  */
 #include "daemon/l2.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -58,7 +69,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <event2/dns.h>
 #include <event2/event.h>
+#include <event2/util.h>
 #include <hiredis/hiredis.h>
 #include <hiredis/async.h>
 #include <hiredis/adapters/libevent.h>
@@ -85,25 +98,20 @@
 enum outcome { OUT_HIT, OUT_MISS, OUT_REJECT, OUT_WRITTEN, OUT_ERROR, OUT_TIMEOUT };
 enum breaker { BR_CLOSED, BR_OPEN, BR_HALF_OPEN };
 
-struct l2_cmd {
-	struct l2 *l2;
-	redisAsyncContext *ac;          /* the connection it went out on */
-	struct l2_cmd *prev, *next;     /* l2->pending, until completed */
-	struct event *timer;
-	l2_get_cb cb;                   /* NULL: a put */
-	void *arg;
-	unsigned char key[32];
-	int refs;                       /* completion + hiredis's callback */
-	int completed;
-	int probe;                      /* the half-open breaker's probe */
-	int fail;                       /* how a NULL reply counts */
-};
-
-struct l2 {
-	struct event_base *base;
+/* One generation of the tier's settings: l2_new() makes the first, each
+ * l2_reconfigure() (SIGHUP) the next. A command holds a reference to the
+ * generation it was sent under, so its reply is checked with the secret,
+ * identity and size limit of its own request whatever a reload changed
+ * meanwhile; the connection is replaced only if the address or the
+ * credentials changed. */
+struct l2_conf {
+	int refs;
 	/* Where Redis is; where is for log lines (never credentials). */
 	char *path;                     /* Unix socket, or NULL for TCP */
-	char host[NI_MAXHOST];          /* numeric, resolved in l2_new() */
+	char *name;                     /* the URL's host name, resolved again on
+	                                   each reconnect; NULL for a numeric
+	                                   address or a Unix socket */
+	char host[NI_MAXHOST];          /* numeric: the latest resolution */
 	int port;
 	int db;
 	char *user, *password;          /* AUTH, when the URL has them */
@@ -117,11 +125,43 @@ struct l2 {
 	int connect_timeout_ms, command_timeout_ms;
 	int64_t max_value;
 	char range_end[24];             /* max_value, for GETRANGE */
+};
+
+struct l2_cmd {
+	struct l2 *l2;
+	struct l2_conf *conf;           /* the settings it was sent under (a ref) */
+	redisAsyncContext *ac;          /* the connection it went out on */
+	struct l2_cmd *prev, *next;     /* l2->pending, until completed */
+	struct event *timer;
+	l2_get_cb cb;                   /* NULL: a put */
+	void *arg;
+	unsigned char key[32];
+	int refs;                       /* completion + hiredis's callback */
+	int completed;
+	int probe;                      /* the half-open breaker's probe */
+	int fail;                       /* how a NULL reply counts */
+};
+
+#define L2_RETIRED_MAX 8
+
+struct l2 {
+	struct event_base *base;
+	struct l2_conf *conf;           /* the current settings */
+	int off;                        /* switched off by a reload */
 
 	redisAsyncContext *ac;          /* NULL: not connected */
+	char ac_host[NI_MAXHOST];       /* the address ac went to */
 	int connected;
 	struct event *connect_timer;
 	struct l2_cmd *pending;
+	/* Connections replaced by a reload or a new address: they close once
+	 * the replies still owed on them are in (redisAsyncDisconnect()). */
+	redisAsyncContext *retired[L2_RETIRED_MAX];
+
+	/* Resolving conf->name again, in the background (evdns). */
+	struct evdns_base *dns;         /* the lookup's base, freed at the next */
+	struct l2_conf *dns_conf;       /* whose name is looked up (a ref) */
+	int resolving;
 
 	enum breaker state;
 	int failures;                   /* consecutive, while closed */
@@ -323,7 +363,7 @@ int l2_open(const unsigned char key[32], const void *bytes, size_t len,
 
 /* ---- configuration ----------------------------------------------------- */
 
-static int read_secret(struct l2 *l2, const char *path, struct buf *err)
+static int read_secret(struct l2_conf *l2, const char *path, struct buf *err)
 {
 	unsigned char tmp[L2_SECRET_MAX + 2];
 	size_t n = 0;
@@ -433,8 +473,12 @@ static int parse_num(const char *s, const char *e, long max, long *out)
 	return 0;
 }
 
-/* Fill where to connect from url; resolves a hostname (once, here). */
-static int parse_url(struct l2 *l2, const char *url, struct buf *err)
+/* Fill where to connect from url. A host name is resolved here, blocking
+ * (at start, and on a reload that names a new one), unless known holds the
+ * same name already resolved: then its address is taken, and the name is
+ * resolved again in the background at the next connect. */
+static int parse_url(struct l2_conf *l2, const char *url, const struct l2_conf *known,
+		     struct buf *err)
 {
 	struct buf shown = BUF_INIT;
 	const char *auth, *end, *at = NULL, *host, *hend, *colon;
@@ -508,15 +552,26 @@ static int parse_url(struct l2 *l2, const char *url, struct buf *err)
 	l2->port = (int)port;
 	l2->db = (int)db;
 
-	/* hiredis 0.14 resolves on every connect, blocking: resolve once now
-	 * and hand it the numeric address. IPv4 first, as hiredis would. */
+	/* hiredis 0.14 resolves on every connect, blocking: resolve here and
+	 * hand it the numeric address. IPv4 first, as hiredis would. */
 	{
 		char name[NI_MAXHOST];
 		struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res = NULL;
+		unsigned char bin[sizeof(struct in6_addr)];
 		int e;
 
 		memcpy(name, host, (size_t)(hend - host));
 		name[hend - host] = '\0';
+		if (inet_pton(AF_INET, name, bin) != 1 && inet_pton(AF_INET6, name, bin) != 1 &&
+		    !(l2->name = strdup(name)))
+			goto oom;
+		if (l2->name && known && known->name && !strcmp(known->name, name)) {
+			snprintf(l2->host, sizeof l2->host, "%s", known->host);
+			buf_reset(&shown);
+			buf_printf(&shown, "redis://%s:%d/%d", name, l2->port, l2->db);
+			rc = 0;
+			goto out;
+		}
 		hints.ai_family = AF_INET;
 		e = getaddrinfo(name, NULL, &hints, &res);
 		if (e) {
@@ -586,7 +641,7 @@ static void breaker_open(struct l2 *l2)
 	l2->failures = 0;
 	l2->open_until_us = now_us() + l2->period_ms * 1000;
 	l2->n.breaker_opens++;
-	log_warn("l2: %s: %s; going on without it for %.1f s", l2->where,
+	log_warn("l2: %s: %s; going on without it for %.1f s", l2->conf->where,
 		 l2->last_error, l2->period_ms / 1000.0);
 	l2->period_ms = l2->period_ms * 2 > L2_OPEN_MAX_MS ? L2_OPEN_MAX_MS : l2->period_ms * 2;
 }
@@ -599,7 +654,7 @@ static void breaker_note(struct l2 *l2, int probe, int ok)
 			l2->probing = 0;
 			l2->failures = 0;
 			l2->period_ms = L2_OPEN_MS;
-			log_info("l2: %s answers again", l2->where);
+			log_info("l2: %s answers again", l2->conf->where);
 		} else {
 			breaker_open(l2);
 		}
@@ -615,16 +670,35 @@ static void breaker_note(struct l2 *l2, int probe, int ok)
 
 /* ---- commands ---------------------------------------------------------- */
 
+static void conf_unref(struct l2_conf *c)
+{
+	if (!c || --c->refs > 0)
+		return;
+	OPENSSL_cleanse(c->secret, sizeof c->secret);
+	if (c->password)
+		OPENSSL_cleanse(c->password, strlen(c->password));
+	free(c->password);
+	free(c->user);
+	free(c->path);
+	free(c->name);
+	free(c->where);
+	free(c->prefix);
+	free(c->identity);
+	free(c);
+}
+
 static void cmd_unref(struct l2_cmd *cmd)
 {
 	if (--cmd->refs > 0)
 		return;
 	if (cmd->timer)
 		event_free(cmd->timer);
+	conf_unref(cmd->conf);
 	free(cmd);
 }
 
-static void log_reject(struct l2 *l2, const unsigned char key[32], const char *why)
+static void log_reject(struct l2 *l2, const struct l2_conf *conf,
+		       const unsigned char key[32], const char *why)
 {
 	int64_t now = now_us();
 	char hex[65];
@@ -637,9 +711,9 @@ static void log_reject(struct l2 *l2, const unsigned char key[32], const char *w
 		snprintf(hex + 2 * i, 3, "%02x", key[i]);
 	if (l2->rejects_unlogged)
 		log_warn("l2: rejected the value of %s from %s: %s (and %lld more since the "
-			 "last report)", hex, l2->where, why, (long long)l2->rejects_unlogged);
+			 "last report)", hex, conf->where, why, (long long)l2->rejects_unlogged);
 	else
-		log_warn("l2: rejected the value of %s from %s: %s", hex, l2->where, why);
+		log_warn("l2: rejected the value of %s from %s: %s", hex, conf->where, why);
 	l2->rejects_unlogged = 0;
 	l2->reject_log_us = now + 1000000;
 }
@@ -732,12 +806,12 @@ static void on_reply(redisAsyncContext *ac, void *r, void *privdata)
 	} else if (reply->type != REDIS_REPLY_STRING) {
 		note_error(l2, "unexpected reply to GETRANGE");
 		complete(cmd, OUT_ERROR, NULL);
-	} else if ((int64_t)reply->len > l2->max_value) {
-		log_reject(l2, cmd->key, "larger than l2-max-value");
+	} else if ((int64_t)reply->len > cmd->conf->max_value) {
+		log_reject(l2, cmd->conf, cmd->key, "larger than l2-max-value");
 		complete(cmd, OUT_REJECT, NULL);
-	} else if (l2_open(cmd->key, reply->str, reply->len, l2->identity,
-			   l2->secret, l2->secret_len, &v, &why) < 0) {
-		log_reject(l2, cmd->key, why);
+	} else if (l2_open(cmd->key, reply->str, reply->len, cmd->conf->identity,
+			   cmd->conf->secret, cmd->conf->secret_len, &v, &why) < 0) {
+		log_reject(l2, cmd->conf, cmd->key, why);
 		complete(cmd, OUT_REJECT, NULL);
 	} else {
 		complete(cmd, OUT_HIT, &v);
@@ -778,6 +852,9 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 {
 	struct l2 *l2 = ac->data;
 
+	for (int i = 0; i < L2_RETIRED_MAX; i++)
+		if (l2->retired[i] == ac)
+			l2->retired[i] = NULL;
 	if (l2->ac != ac)
 		return;
 	if (status != REDIS_OK)
@@ -793,7 +870,7 @@ static void on_connect_timeout(evutil_socket_t fd, short what, void *arg)
 
 	if (l2->ac && !l2->connected) {
 		snprintf(l2->last_error, sizeof l2->last_error,
-			 "no connection within %d ms", l2->connect_timeout_ms);
+			 "no connection within %d ms", l2->conf->connect_timeout_ms);
 		drop_connection(l2, OUT_TIMEOUT);
 	}
 }
@@ -804,7 +881,7 @@ static void on_cmd_timeout(evutil_socket_t fd, short what, void *arg)
 	struct l2 *l2 = cmd->l2;
 
 	snprintf(l2->last_error, sizeof l2->last_error, "no answer within %d ms",
-		 l2->command_timeout_ms);
+		 l2->conf->command_timeout_ms);
 	if (cmd->ac && cmd->ac == l2->ac) {
 		drop_connection(l2, OUT_TIMEOUT);   /* completes cmd too */
 	} else {
@@ -814,13 +891,18 @@ static void on_cmd_timeout(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
-/* Open the connection (it completes in the background). 0 or -1. */
+static void resolve_again(struct l2 *l2);
+
+/* Open the connection (it completes in the background). 0 or -1. A host
+ * name is looked up again meanwhile (resolve_again()): this connection
+ * goes to the latest address known, the next to what the name says now. */
 static int l2_connect(struct l2 *l2)
 {
 	redisAsyncContext *ac;
 	struct timeval tv;
 
-	ac = l2->path ? redisAsyncConnectUnix(l2->path) : redisAsyncConnect(l2->host, l2->port);
+	resolve_again(l2);
+	ac = l2->conf->path ? redisAsyncConnectUnix(l2->conf->path) : redisAsyncConnect(l2->conf->host, l2->conf->port);
 	if (!ac) {
 		note_error(l2, "out of memory");
 		return -1;
@@ -839,19 +921,20 @@ static int l2_connect(struct l2 *l2)
 	redisAsyncSetConnectCallback(ac, on_connect);
 	redisAsyncSetDisconnectCallback(ac, on_disconnect);
 	l2->ac = ac;
+	snprintf(l2->ac_host, sizeof l2->ac_host, "%s", l2->conf->host);
 	l2->connected = 0;
 	/* Queued now, sent first: pipelined ahead of every command. */
-	if (l2->password) {
-		const char *argv[3] = { "AUTH", l2->user ? l2->user : l2->password, l2->password };
-		redisAsyncCommandArgv(ac, on_setup_reply, l2, l2->user ? 3 : 2, argv, NULL);
+	if (l2->conf->password) {
+		const char *argv[3] = { "AUTH", l2->conf->user ? l2->conf->user : l2->conf->password, l2->conf->password };
+		redisAsyncCommandArgv(ac, on_setup_reply, l2, l2->conf->user ? 3 : 2, argv, NULL);
 	}
-	if (l2->db) {
+	if (l2->conf->db) {
 		char db[16];
 		const char *argv[2] = { "SELECT", db };
-		snprintf(db, sizeof db, "%d", l2->db);
+		snprintf(db, sizeof db, "%d", l2->conf->db);
 		redisAsyncCommandArgv(ac, on_setup_reply, l2, 2, argv, NULL);
 	}
-	ms_to_tv(l2->connect_timeout_ms, &tv);
+	ms_to_tv(l2->conf->connect_timeout_ms, &tv);
 	evtimer_add(l2->connect_timer, &tv);
 	return 0;
 }
@@ -906,6 +989,8 @@ static struct l2_cmd *cmd_new(struct l2 *l2, const unsigned char key[32], int pr
 	if (!cmd)
 		return NULL;
 	cmd->l2 = l2;
+	cmd->conf = l2->conf;
+	l2->conf->refs++;
 	cmd->cb = cb;
 	cmd->arg = arg;
 	cmd->probe = probe;
@@ -918,9 +1003,9 @@ static struct l2_cmd *cmd_new(struct l2 *l2, const unsigned char key[32], int pr
 /* prefix + 64 hex digits into name (L2_PREFIX_MAX + 65 bytes). */
 static size_t redis_key(const struct l2 *l2, const unsigned char key[32], char *name)
 {
-	size_t n = strlen(l2->prefix);
+	size_t n = strlen(l2->conf->prefix);
 
-	memcpy(name, l2->prefix, n);
+	memcpy(name, l2->conf->prefix, n);
 	for (int i = 0; i < 32; i++)
 		snprintf(name + n + 2 * i, 3, "%02x", key[i]);
 	return n + 64;
@@ -934,7 +1019,7 @@ void l2_get(struct l2 *l2, const unsigned char key[32], l2_get_cb cb, void *arg)
 	struct l2_cmd *cmd;
 	int probe;
 
-	if (!admit(l2, &probe)) {
+	if (l2->off || !admit(l2, &probe)) {
 		cb(arg, 0, NULL);
 		return;
 	}
@@ -949,9 +1034,9 @@ void l2_get(struct l2 *l2, const unsigned char key[32], l2_get_cb cb, void *arg)
 	argvlen[1] = redis_key(l2, key, name);
 	argv[2] = "0";
 	argvlen[2] = 1;
-	argv[3] = l2->range_end;
-	argvlen[3] = strlen(l2->range_end);
-	send_cmd(l2, cmd, 4, argv, argvlen, l2->command_timeout_ms);
+	argv[3] = l2->conf->range_end;
+	argvlen[3] = strlen(l2->conf->range_end);
+	send_cmd(l2, cmd, 4, argv, argvlen, l2->conf->command_timeout_ms);
 }
 
 void l2_put(struct l2 *l2, const unsigned char key[32], const struct l2_value *v)
@@ -963,19 +1048,20 @@ void l2_put(struct l2 *l2, const unsigned char key[32], const struct l2_value *v
 	struct l2_cmd *cmd;
 	int probe;
 
-	if (l2->read_only)
+	if (l2->off || l2->conf->read_only)
 		return;
-	total = sealed_len(v, strlen(l2->identity));
-	if (!total || (int64_t)total > l2->max_value) {
+	total = sealed_len(v, strlen(l2->conf->identity));
+	if (!total || (int64_t)total > l2->conf->max_value) {
 		log_debug("l2: not publishing a %zu-byte value (l2-max-value %lld)",
-			  v->data_len + v->log_len, (long long)l2->max_value);
+			  v->data_len + v->log_len, (long long)l2->conf->max_value);
 		return;
 	}
 	if (!admit(l2, &probe))
 		return;
 	if (!(cmd = cmd_new(l2, key, probe, NULL, NULL)) ||
-	    l2_seal(key, v, l2->identity, l2->secret, l2->secret_len, &sealed) < 0) {
-		free(cmd);
+	    l2_seal(key, v, l2->conf->identity, l2->conf->secret, l2->conf->secret_len, &sealed) < 0) {
+		if (cmd)
+			cmd_unref(cmd);
 		buf_free(&sealed);
 		fail_unsent(l2, probe);
 		return;
@@ -989,7 +1075,7 @@ void l2_put(struct l2 *l2, const unsigned char key[32], const struct l2_value *v
 	/* hiredis copies the command into its output buffer. A large value
 	 * takes longer to send: 1 ms more per 256 KiB. */
 	send_cmd(l2, cmd, 3, argv, argvlen,
-		 l2->command_timeout_ms + (int64_t)(sealed.len >> 18));
+		 l2->conf->command_timeout_ms + (int64_t)(sealed.len >> 18));
 	buf_free(&sealed);
 }
 
@@ -999,26 +1085,30 @@ void l2_counters(struct l2 *l2, struct l2_counters *c)
 	c->breaker_open = l2->state != BR_CLOSED;
 }
 
-struct l2 *l2_new(struct event_base *base, const struct l2_config *cfg, struct buf *err)
+/* ---- settings, reloads and addresses ----------------------------------- */
+
+/* A new generation of settings from cfg (one reference), or NULL with a
+ * message in err. known: the current generation, whose resolved address
+ * is reused if the host name is the same. */
+static struct l2_conf *conf_new(const struct l2_config *cfg, const struct l2_conf *known,
+				struct buf *err)
 {
-	struct l2 *l2 = calloc(1, sizeof *l2);
+	struct l2_conf *c = calloc(1, sizeof *c);
 	const char *prefix = cfg->prefix ? cfg->prefix : "ptxcache:";
 	const char *identity = cfg->identity ? cfg->identity : "";
 
-	if (!l2) {
+	if (!c) {
 		buf_printf(err, "out of memory");
 		return NULL;
 	}
-	l2->base = base;
-	l2->read_only = cfg->read_only;
-	l2->connect_timeout_ms = cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms :
-				 L2_DEFAULT_TIMEOUT_MS;
-	l2->command_timeout_ms = cfg->command_timeout_ms > 0 ? cfg->command_timeout_ms :
-				 L2_DEFAULT_TIMEOUT_MS;
-	l2->max_value = cfg->max_value > 0 ? cfg->max_value : L2_DEFAULT_MAX_VALUE;
-	snprintf(l2->range_end, sizeof l2->range_end, "%lld", (long long)l2->max_value);
-	l2->period_ms = L2_OPEN_MS;
-	l2->state = BR_CLOSED;
+	c->refs = 1;
+	c->read_only = cfg->read_only;
+	c->connect_timeout_ms = cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms :
+				L2_DEFAULT_TIMEOUT_MS;
+	c->command_timeout_ms = cfg->command_timeout_ms > 0 ? cfg->command_timeout_ms :
+				L2_DEFAULT_TIMEOUT_MS;
+	c->max_value = cfg->max_value > 0 ? cfg->max_value : L2_DEFAULT_MAX_VALUE;
+	snprintf(c->range_end, sizeof c->range_end, "%lld", (long long)c->max_value);
 	if (strlen(prefix) > L2_PREFIX_MAX) {
 		buf_printf(err, "l2 prefix is longer than %d bytes", L2_PREFIX_MAX);
 		goto fail;
@@ -1027,10 +1117,131 @@ struct l2 *l2_new(struct event_base *base, const struct l2_config *cfg, struct b
 		buf_printf(err, "l2: compiler identity is longer than %d bytes", UINT16_MAX);
 		goto fail;
 	}
-	if (parse_url(l2, cfg->url, err) < 0 || read_secret(l2, cfg->secret_file, err) < 0)
+	if (parse_url(c, cfg->url, known, err) < 0 || read_secret(c, cfg->secret_file, err) < 0)
 		goto fail;
-	if (!(l2->prefix = strdup(prefix)) || !(l2->identity = strdup(identity)) ||
-	    !(l2->connect_timer = evtimer_new(base, on_connect_timeout, l2))) {
+	if (!(c->prefix = strdup(prefix)) || !(c->identity = strdup(identity))) {
+		buf_printf(err, "out of memory");
+		goto fail;
+	}
+	return c;
+fail:
+	conf_unref(c);
+	return NULL;
+}
+
+static int same_str(const char *a, const char *b)
+{
+	return a == b || (a && b && !strcmp(a, b));
+}
+
+/* Does b need another connection than a? */
+static int conf_moved(const struct l2_conf *a, const struct l2_conf *b)
+{
+	return !same_str(a->path, b->path) || !same_str(a->name, b->name) ||
+	       strcmp(a->host, b->host) || a->port != b->port || a->db != b->db ||
+	       !same_str(a->user, b->user) || !same_str(a->password, b->password);
+}
+
+/* Take no more commands on the connection. What is in flight on it still
+ * gets its reply (redisAsyncDisconnect() waits for them), checked under
+ * the settings it was sent with; then it closes. One that has not
+ * connected yet has sent nothing: it is dropped, its commands fail (and
+ * their requests compile). */
+static void retire_connection(struct l2 *l2)
+{
+	redisAsyncContext *ac = l2->ac;
+	int slot = -1;
+
+	if (!ac)
+		return;
+	for (int i = 0; i < L2_RETIRED_MAX && slot < 0; i++)
+		if (!l2->retired[i])
+			slot = i;
+	if (!l2->connected || slot < 0) {
+		drop_connection(l2, OUT_ERROR);
+		return;
+	}
+	l2->ac = NULL;
+	l2->connected = 0;
+	evtimer_del(l2->connect_timer);
+	l2->retired[slot] = ac;
+	redisAsyncDisconnect(ac);
+}
+
+static void on_resolved(int result, struct evutil_addrinfo *res, void *arg)
+{
+	struct l2 *l2 = arg;
+	struct l2_conf *c = l2->dns_conf;
+	struct evutil_addrinfo *ai, *pick = NULL;
+	char host[NI_MAXHOST];
+
+	l2->resolving = 0;
+	l2->dns_conf = NULL;
+	if (result == EVUTIL_EAI_CANCEL) {
+		conf_unref(c);
+		return;
+	}
+	if (result) {
+		log_warn("l2: cannot resolve '%s' again: %s; still using %s", c->name,
+			 evutil_gai_strerror(result), c->host);
+	} else {
+		for (ai = res; ai && !pick; ai = ai->ai_next)   /* IPv4 first */
+			if (ai->ai_family == AF_INET)
+				pick = ai;
+		if (!pick)
+			pick = res;
+		if (pick && getnameinfo(pick->ai_addr, (socklen_t)pick->ai_addrlen, host,
+					sizeof host, NULL, 0, NI_NUMERICHOST) == 0 &&
+		    strcmp(host, c->host)) {
+			log_info("l2: '%s' now resolves to %s (was %s)", c->name, host, c->host);
+			snprintf(c->host, sizeof c->host, "%s", host);
+			/* The next command connects to the new address. */
+			if (c == l2->conf && l2->ac && strcmp(l2->ac_host, host))
+				retire_connection(l2);
+		}
+	}
+	if (res)
+		evutil_freeaddrinfo(res);
+	conf_unref(c);
+}
+
+/* Look the host name up again, in the background: hiredis would block the
+ * loop on getaddrinfo(). A fresh evdns base each time reads
+ * /etc/resolv.conf and /etc/hosts as they are now. */
+static void resolve_again(struct l2 *l2)
+{
+	struct evutil_addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+
+	if (!l2->conf->name || l2->resolving || l2->freeing)
+		return;
+	if (l2->dns)
+		evdns_base_free(l2->dns, 0);
+	l2->dns = evdns_base_new(l2->base, EVDNS_BASE_INITIALIZE_NAMESERVERS);
+	if (!l2->dns) {
+		log_warn("l2: cannot resolve '%s' again: no resolver", l2->conf->name);
+		return;
+	}
+	l2->resolving = 1;
+	l2->dns_conf = l2->conf;
+	l2->conf->refs++;
+	/* May call on_resolved() before it returns (/etc/hosts, a cache). */
+	evdns_getaddrinfo(l2->dns, l2->conf->name, NULL, &hints, on_resolved, l2);
+}
+
+struct l2 *l2_new(struct event_base *base, const struct l2_config *cfg, struct buf *err)
+{
+	struct l2 *l2 = calloc(1, sizeof *l2);
+
+	if (!l2) {
+		buf_printf(err, "out of memory");
+		return NULL;
+	}
+	l2->base = base;
+	l2->period_ms = L2_OPEN_MS;
+	l2->state = BR_CLOSED;
+	if (!(l2->conf = conf_new(cfg, NULL, err)))
+		goto fail;
+	if (!(l2->connect_timer = evtimer_new(base, on_connect_timeout, l2))) {
 		buf_printf(err, "out of memory");
 		goto fail;
 	}
@@ -1038,6 +1249,44 @@ struct l2 *l2_new(struct event_base *base, const struct l2_config *cfg, struct b
 fail:
 	l2_free(l2);
 	return NULL;
+}
+
+int l2_reconfigure(struct l2 *l2, const struct l2_config *cfg, struct buf *err)
+{
+	struct l2_conf *next = NULL, *cur = l2->conf;
+
+	if (!cfg->url || !*cfg->url) {
+		if (!l2->off)
+			log_info("l2: off");
+		l2->off = 1;
+		retire_connection(l2);
+		return 0;
+	}
+	if (!(next = conf_new(cfg, cur, err)))
+		return -1;
+	int moved = conf_moved(cur, next);
+	if (l2->off || moved || strcmp(cur->prefix, next->prefix) ||
+	    cur->read_only != next->read_only || cur->secret_len != next->secret_len ||
+	    CRYPTO_memcmp(cur->secret, next->secret, next->secret_len) ||
+	    cur->connect_timeout_ms != next->connect_timeout_ms ||
+	    cur->command_timeout_ms != next->command_timeout_ms ||
+	    cur->max_value != next->max_value)
+		log_info("l2: %s, prefix '%s'%s, timeout %d ms, values up to %lld bytes%s",
+			 next->where, next->prefix, next->read_only ? ", read-only" : "",
+			 next->command_timeout_ms, (long long)next->max_value,
+			 moved ? "; reconnecting" : "");
+	l2->conf = next;
+	l2->off = 0;
+	if (moved) {
+		retire_connection(l2);
+		/* Another server: its own chance, with the breaker closed. */
+		l2->state = BR_CLOSED;
+		l2->failures = 0;
+		l2->probing = 0;
+		l2->period_ms = L2_OPEN_MS;
+	}
+	conf_unref(cur);
+	return 0;
 }
 
 void l2_free(struct l2 *l2)
@@ -1049,18 +1298,18 @@ void l2_free(struct l2 *l2)
 	for (struct l2_cmd *c = l2->pending; c; c = c->next)
 		c->cb = NULL;
 	drop_connection(l2, OUT_ERROR);
-	while (l2->pending)             /* none: each was on the connection */
+	for (int i = 0; i < L2_RETIRED_MAX; i++) {
+		redisAsyncContext *ac = l2->retired[i];
+		l2->retired[i] = NULL;
+		if (ac)
+			redisAsyncFree(ac);
+	}
+	while (l2->pending)             /* none: each was on a connection */
 		complete(l2->pending, OUT_ERROR, NULL);
+	if (l2->dns)
+		evdns_base_free(l2->dns, 1);    /* cancels a lookup: on_resolved() */
 	if (l2->connect_timer)
 		event_free(l2->connect_timer);
-	OPENSSL_cleanse(l2->secret, sizeof l2->secret);
-	if (l2->password)
-		OPENSSL_cleanse(l2->password, strlen(l2->password));
-	free(l2->password);
-	free(l2->user);
-	free(l2->path);
-	free(l2->where);
-	free(l2->prefix);
-	free(l2->identity);
+	conf_unref(l2->conf);
 	free(l2);
 }

@@ -56,12 +56,24 @@ struct l2_counters {
 typedef void (*l2_get_cb)(void *arg, int found, const struct l2_value *v);
 
 /* Create the tier (it connects lazily and reconnects by itself). NULL with
- * a message in err for a bad URL, a host name that does not resolve (names
- * are resolved here, once: hiredis would block the loop on every connect),
- * or an unreadable, empty or over-4-KiB secret. Zero timeouts and max_value
+ * a message in err for a bad URL, a host name that does not resolve (it is
+ * resolved here, blocking, and again in the background before each
+ * reconnect: hiredis would block the loop on every connect), or an
+ * unreadable, empty or over-4-KiB secret. Zero timeouts and max_value
  * take the defaults (50 ms, 64 MiB); NULL prefix: "ptxcache:". */
 struct l2 *l2_new(struct event_base *base, const struct l2_config *cfg,
 		  struct buf *err);
+/* Apply new settings (SIGHUP): address, credentials, secret file (read
+ * again even if its path is the same), prefix, read-only, timeouts and
+ * size limit; cfg->url NULL or "" switches the tier off (gets miss at once,
+ * puts are dropped) until a later call switches it on again. Commands in
+ * flight are never dropped: each completes under the settings it was sent
+ * with, on its own connection, which closes once they are done. A new
+ * address or new credentials mean a new connection and a closed breaker.
+ * Returns 0, or -1 with a message in err and the old settings kept. A
+ * host name that changed is resolved here (blocking, as in l2_new()). */
+int l2_reconfigure(struct l2 *l2, const struct l2_config *cfg, struct buf *err);
+
 /* Close the connection and free everything. Callbacks of gets still in
  * flight are NOT called. Never call it from inside an l2 callback. NULL ok. */
 void l2_free(struct l2 *l2);

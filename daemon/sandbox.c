@@ -215,7 +215,8 @@ static int apply_seccomp(enum sandbox_profile profile, struct buf *missing)
 		r = seccomp_load(c);
 	seccomp_release(c);
 	if (r < 0) {
-		if (r == -EINVAL || r == -ENOSYS) {
+		if (r == -EINVAL || r == -ENOSYS || r == -EPERM || r == -EACCES) {
+			/* No seccomp here, or a filter above us forbids it. */
 			buf_puts(missing, missing->len ? ", seccomp" : "seccomp");
 			return 1;
 		}

@@ -1221,8 +1221,8 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 		   "\"jobs_dropped\":%lld,\"sandbox_violations\":%lld,"
 		   "\"confirmations\":%lld,\"confirm_mismatches\":%lld,\"sharing\":\"%s\","
 		   "\"jobs_running\":%d,\"jobs_queued\":%d,"
-		   "\"workers\":%d,\"workers_ready\":%d,\"uptime_s\":%lld,"
-		   "\"compiler\":\"%s\"}",
+		   "\"workers\":%d,\"workers_ready\":%d,\"warm_up_ms\":%lld,"
+		   "\"uptime_s\":%lld,\"compiler\":\"%s\"}",
 		   (long long)entries, (long long)bytes, (long long)s->n.hits,
 		   (long long)s->n.misses, (long long)s->n.compiles,
 		   (long long)s->n.compile_errors, (long long)pc.crashes,
@@ -1239,7 +1239,8 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 		   (long long)s->n.confirm_mismatches,
 		   s->sharing == SHARING_CONFIRM ? "confirm" :
 		   s->sharing == SHARING_TRUST ? "trust" : "separate", pc.busy, pc.queued,
-		   s->cfg->pool.size, pc.ready, (long long)(time(NULL) - s->started),
+		   s->cfg->pool.size, pc.ready, (long long)pool_warm_ms(s->pool),
+		   (long long)(time(NULL) - s->started),
 		   codegen_identity());
 	struct buf sb = BUF_INIT;
 	pool_sandbox(s->pool, &sb);
@@ -1789,6 +1790,59 @@ static void on_stop(evutil_socket_t sig, short what, void *arg)
 	maybe_stop(s);
 }
 
+/* Every worker of the first round is warm (or failed to start): only now
+ * is the daemon ready, to systemd and to the clients waiting in the
+ * backlog. Answering earlier would hand the first request to a cold
+ * worker, or keep it waiting for the warm-up anyway. */
+static void on_warm(void *arg)
+{
+	struct server *s = arg;
+	struct pool_counters pc;
+
+	pool_counters(s->pool, &pc);
+	log_info("serving: %d of %d workers warm after %lld ms", pc.ready, s->cfg->pool.size,
+		 (long long)pool_warm_ms(s->pool));
+	if (!s->stopping)
+		evconnlistener_enable(s->listener);
+	notify("READY=1\nSTATUS=serving");
+}
+
+/* The Redis tier's settings, as l2.c takes them. */
+static void l2_config_of(const struct server_config *cfg, struct l2_config *lc)
+{
+	*lc = (struct l2_config){
+		.url = cfg->l2_url,
+		.secret_file = cfg->l2_secret_file,
+		.prefix = cfg->l2_prefix,
+		.read_only = cfg->l2_read_only,
+		.connect_timeout_ms = cfg->l2_timeout_ms,
+		.command_timeout_ms = cfg->l2_timeout_ms,
+		.max_value = cfg->l2_max_value,
+		.identity = codegen_identity(),
+	};
+}
+
+/* A reload's Redis tier: started, changed (the secret file is read again
+ * each time) or switched off; lookups in flight finish under the settings
+ * they began with (l2_reconfigure()). Settings l2.c refuses leave the tier
+ * as it was. */
+static void reload_l2(struct server *s)
+{
+	struct l2_config lc;
+	struct buf err = BUF_INIT;
+
+	l2_config_of(s->cfg, &lc);
+	if (!s->l2) {
+		if (lc.url && *lc.url && !(s->l2 = l2_new(s->base, &lc, &err)))
+			log_err("reload: the shared tier stays off: %s", err.data);
+		else if (s->l2)
+			log_info("l2: on");
+	} else if (l2_reconfigure(s->l2, &lc, &err) < 0) {
+		log_err("reload: the shared tier keeps its settings: %s", err.data);
+	}
+	buf_free(&err);
+}
+
 /* SIGHUP: reload what can change live. */
 static void on_reload(evutil_socket_t sig, short what, void *arg)
 {
@@ -1800,6 +1854,7 @@ static void on_reload(evutil_socket_t sig, short what, void *arg)
 	} else {
 		store_set_max_size(s->store, s->cfg->max_size);
 		pool_reconfigure(s->pool, &s->cfg->pool);
+		reload_l2(s);
 		log_info("configuration reloaded");
 	}
 	buf_free(&err);
@@ -1981,17 +2036,13 @@ int server_run(struct server_config *cfg)
 	s.pool = pool_new(s.base, &cfg->pool, &err);
 	if (!s.pool)
 		goto out;
+	/* The master's own first-use costs, while the workers warm up. */
+	char hex[65];
+	key_sha256_hex(SERVER_NAME, sizeof SERVER_NAME, hex);
+	store_warm_up(s.store);
 	if (cfg->l2_url && *cfg->l2_url) {
-		struct l2_config lc = {
-			.url = cfg->l2_url,
-			.secret_file = cfg->l2_secret_file,
-			.prefix = cfg->l2_prefix,
-			.read_only = cfg->l2_read_only,
-			.connect_timeout_ms = cfg->l2_timeout_ms,
-			.command_timeout_ms = cfg->l2_timeout_ms,
-			.max_value = cfg->l2_max_value,
-			.identity = codegen_identity(),
-		};
+		struct l2_config lc;
+		l2_config_of(cfg, &lc);
 		s.l2 = l2_new(s.base, &lc, &err);
 		if (!s.l2)
 			goto out;
@@ -2001,8 +2052,10 @@ int server_run(struct server_config *cfg)
 	else if ((lfd = listen_socket(cfg->socket_path, &err)) < 0)
 		goto out;
 	s.socket_gid = socket_group(lfd);
-	s.listener = evconnlistener_new(s.base, on_accept, &s, LEV_OPT_CLOSE_ON_FREE,
-					-1, lfd);
+	/* Disabled until the workers are warm (on_warm()): connections wait
+	 * in the socket's backlog meanwhile, under systemd or not. */
+	s.listener = evconnlistener_new(s.base, on_accept, &s,
+					LEV_OPT_CLOSE_ON_FREE | LEV_OPT_DISABLED, -1, lfd);
 	if (!s.listener) {
 		buf_puts(&err, "cannot watch the listening socket");
 		close(lfd);
@@ -2017,10 +2070,11 @@ int server_run(struct server_config *cfg)
 	evsignal_add(s.sigterm, NULL);
 	evsignal_add(s.sigint, NULL);
 	evsignal_add(s.sighup, NULL);
-	log_info("serving on '%s'%s, cache '%s', %d workers, %s", cfg->socket_path,
+	log_info("listening on '%s'%s, cache '%s', %d workers, %s", cfg->socket_path,
 		 s.socket_from_systemd ? " (from systemd)" : "", cfg->cache_dir,
 		 cfg->pool.size, codegen_identity());
-	notify("READY=1\nSTATUS=serving");
+	notify("STATUS=warming up the workers");
+	pool_when_warm(s.pool, on_warm, &s);
 
 	event_base_dispatch(s.base);
 	rc = 0;

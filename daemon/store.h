@@ -115,6 +115,12 @@ int store_verify(struct store *s, struct buf *report);
 
 void store_result_free(struct store_result *r);
 
+/* Take the first-use costs of the hit and put paths (zstd's tables, the
+ * statements' first steps, the pages and locks they touch) now, while the
+ * workers warm up, rather than in the first request. Writes nothing and
+ * changes no counter. */
+void store_warm_up(struct store *s);
+
 /*
  * Queries and maintenance, for ptxcache show / ls / explain / evict and the
  * daemon's --verify mode. None of these is on the hit path; each flushes the

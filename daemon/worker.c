@@ -97,6 +97,7 @@ struct worker {
 	int64_t tenant;         /* whose jobs it has run since its exec;
 	                           POOL_ANY_TENANT: nobody's yet */
 	int64_t last_used;      /* ms, when it last got a job */
+	int first_round;        /* started by pool_new(), not yet done starting */
 	struct event *timer;
 	TAILQ_ENTRY(worker) link;
 };
@@ -132,6 +133,14 @@ struct pool {
 	char **env;             /* a worker's whole environment */
 	char sandbox[2][200];   /* what the last codegen and assembler
 	                           worker said of their sandbox */
+	/* Warm: every worker pool_new() started is done starting (warmed up,
+	 * or failed). pool_when_warm()'s callback runs from warm_ev. */
+	int first_starting;     /* first-round workers still starting */
+	int warm;
+	int64_t started_ms, warm_ms;
+	struct event *warm_ev;
+	void (*warm_cb)(void *arg);
+	void *warm_arg;
 };
 
 static void dispatch(struct pool *p);
@@ -147,8 +156,27 @@ static int64_t now_ms(void)
 static void set_state(struct worker *w, enum worker_state s)
 {
 	static const char *const names[] = { "starting", "idle", "busy", "dying" };
+	struct pool *p = w->pool;
+
 	log_debug("worker %d: %s -> %s", (int)w->pid, names[w->state], names[s]);
+	if (w->first_round && w->state == W_STARTING && s != W_STARTING) {
+		w->first_round = 0;
+		if (--p->first_starting == 0 && !p->warm) {
+			p->warm = 1;
+			p->warm_ms = now_ms() - p->started_ms;
+			/* From the loop, never from inside dispatch() or a read. */
+			event_active(p->warm_ev, EV_TIMEOUT, 0);
+		}
+	}
 	w->state = s;
+}
+
+static void on_warm(evutil_socket_t fd, short what, void *arg)
+{
+	struct pool *p = arg;
+
+	if (p->warm_cb)
+		p->warm_cb(p->warm_arg);
 }
 
 static void complete(struct worker *w, const struct job_result *res)
@@ -824,9 +852,12 @@ struct pool *pool_new(struct event_base *base, const struct pool_config *cfg,
 		pool_free(p);
 		return NULL;
 	}
+	p->started_ms = now_ms();
 	p->sigchld = evsignal_new(base, SIGCHLD, on_sigchld, p);
 	p->respawn = evtimer_new(base, on_respawn, p);
-	if (!p->sigchld || !p->respawn || evsignal_add(p->sigchld, NULL) < 0) {
+	p->warm_ev = event_new(base, -1, 0, on_warm, p);
+	if (!p->sigchld || !p->respawn || !p->warm_ev ||
+	    evsignal_add(p->sigchld, NULL) < 0) {
 		buf_puts(err, "cannot set up worker reaping");
 		pool_free(p);
 		return NULL;
@@ -836,6 +867,11 @@ struct pool *pool_new(struct event_base *base, const struct pool_config *cfg,
 		buf_puts(err, "cannot start any compiler worker");
 		pool_free(p);
 		return NULL;
+	}
+	struct worker *w;
+	TAILQ_FOREACH(w, &p->workers, link) {
+		w->first_round = 1;
+		p->first_starting++;
 	}
 	return p;
 }
@@ -868,6 +904,19 @@ void pool_counters(struct pool *p, struct pool_counters *c)
 	c->ready = 0;
 	TAILQ_FOREACH(w, &p->workers, link)
 		c->ready += w->state == W_IDLE || w->state == W_BUSY;
+}
+
+void pool_when_warm(struct pool *p, void (*cb)(void *arg), void *arg)
+{
+	p->warm_cb = cb;
+	p->warm_arg = arg;
+	if (p->warm)
+		event_active(p->warm_ev, EV_TIMEOUT, 0);
+}
+
+int64_t pool_warm_ms(const struct pool *p)
+{
+	return p->warm ? p->warm_ms : -1;
 }
 
 void pool_reconfigure(struct pool *p, const struct pool_config *cfg)
@@ -920,6 +969,8 @@ void pool_free(struct pool *p)
 		event_free(p->sigchld);
 	if (p->respawn)
 		event_free(p->respawn);
+	if (p->warm_ev)
+		event_free(p->warm_ev);
 	free(p);
 }
 

@@ -139,6 +139,18 @@ void pool_sandbox(struct pool *p, struct buf *out);
 /* Drop queued jobs that nobody waits for any more (see pool_job.wanted). */
 void pool_prune(struct pool *p);
 
+/* Call cb(arg) once, from the event loop, when every worker pool_new()
+ * started is done starting: initialised and warmed up, or failed (a pool
+ * whose workers cannot start must not keep the daemon from serving what
+ * needs no worker; a start is bounded by the job timeout). At once (from
+ * the loop) if that has happened already. The master holds readiness and
+ * its listening socket until then, so that no request meets a cold
+ * worker. */
+void pool_when_warm(struct pool *p, void (*cb)(void *arg), void *arg);
+
+/* Milliseconds from pool_new() until warm, or -1 while not warm yet. */
+int64_t pool_warm_ms(const struct pool *p);
+
 /* Take the new timeout, recycling and memory settings of cfg (SIGHUP);
  * the pool's size stays. Workers started from now on use them. */
 void pool_reconfigure(struct pool *p, const struct pool_config *cfg);

@@ -85,12 +85,14 @@ def input_path(name):
 class Daemon:
     """ptxcached on a private socket and cache dir; stop() kills it."""
 
-    def __init__(self, workers=2, cache_dir=None, extra=(), env=None, binary=DAEMON):
+    def __init__(self, workers=2, cache_dir=None, extra=(), env=None, wrap=(), binary=DAEMON):
+        """wrap: a command that execs the daemon (its arguments follow), e.g.
+        to run it in a mount namespace of its own."""
         self.tmp = tempfile.mkdtemp(prefix="ptxcache-test-")
         self.socket = os.path.join(self.tmp, "run", "ptxcached.sock")
         self.cache_dir = cache_dir or os.path.join(self.tmp, "cache")
-        self.args = [binary, "--socket", self.socket, "--cache-dir", self.cache_dir,
-                     "--workers", str(workers), "--log-level", "warning"] + list(extra)
+        self.args = list(wrap) + [binary, "--socket", self.socket, "--cache-dir", self.cache_dir,
+                                  "--workers", str(workers), "--log-level", "warning"] + list(extra)
         self.env = dict(os.environ, **(env or {}))
         self.proc = None
         self.log_path = os.path.join(self.tmp, "daemon.log")

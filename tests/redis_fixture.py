@@ -86,21 +86,24 @@ class _Reader:
 class RedisServer:
     """redis-server on a private Unix socket; cleanup() stops and removes it."""
 
-    def __init__(self, start=True, tcp=False, extra=()):
+    def __init__(self, start=True, tcp=False, extra=(), host="127.0.0.1", port=0):
         """tcp: also listen on a free loopback port (self.port, and
-        tcp_url()); the fixture itself always talks over the socket."""
+        tcp_url()), or on host:port when port is given (another loopback
+        address, 127.0.0.2, can then serve the same port); the fixture
+        itself always talks over the socket."""
         if not shutil.which(REDIS_SERVER):
             raise Skip("redis-server not installed (mk/deps.sh installs it)")
         self.tmp = tempfile.mkdtemp(prefix="ptxcache-redis-")
         self.socket = os.path.join(self.tmp, "redis.sock")
         self.url = "unix:" + self.socket
         self.log_path = os.path.join(self.tmp, "redis.log")
-        self.port = 0
-        if tcp:
+        self.host = host
+        self.port = port
+        if tcp and not port:
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.bind(("127.0.0.1", 0))
+                s.bind((host, 0))
                 self.port = s.getsockname()[1]
-        self.args = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
+        self.args = [REDIS_SERVER, "--port", str(self.port), "--bind", host,
                      "--unixsocket", self.socket,
                      "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
                      "--daemonize", "no", "--dir", self.tmp, "--logfile", self.log_path,
@@ -145,7 +148,7 @@ class RedisServer:
         cred = ""
         if password is not None:
             cred = "%s:%s@" % (user or "", password)
-        return "redis://%s127.0.0.1:%d/%d" % (cred, self.port, db)
+        return "redis://%s%s:%d/%d" % (cred, self.host, self.port, db)
 
     def running(self):
         return self.proc is not None and self.proc.poll() is None

@@ -3,11 +3,13 @@ directories) and one real redis-server."""
 import concurrent.futures
 import json
 import os
+import signal
 import tempfile
 import time
 
-from harness import TRITON_FLAGS, Daemon, llc, triton_kernels
+from harness import TRITON_FLAGS, Daemon, Skip, llc, triton_kernels
 from redis_fixture import RedisServer
+from test_l2_live import unseal
 
 SECRET = b"cluster secret for the tests\n"
 
@@ -151,10 +153,129 @@ def test_sealed_value_with_impossible_status_is_compiled_not_trusted():
             identity = a.stats()["compiler"].encode()
         r.set("ptxcache:" + key, seal(key, b"not ptx", kind=1, status=99,
                                      identity=identity, secret=SECRET.rstrip(b"\n")))
-        with node(r, t) as b:
+        # sharing = trust: the count below is of this request's compiles
+        # alone, without the background confirmation of sharing = confirm.
+        with node(r, t, "--sharing", "trust") as b:
             got = json.loads(b.cli("compile", "--json", "-", input=ir).stdout)
             s = b.stats()
             assert got["status"] == "ok" and "not ptx" not in got["ptx"], got
             assert s["compiles"] == 1 and s["l2_hits"] in (0, 1), s
             again = json.loads(b.cli("compile", "--json", "-", input=ir).stdout)
             assert again["cached"] and again["ptx"] == got["ptx"]
+
+
+def write_conf(path, **settings):
+    """A config file: l2_secret_file=... becomes l2-secret-file = ..."""
+    with open(path, "w") as f:
+        for name, value in settings.items():
+            f.write("%s = %s\n" % (name.replace("_", "-"), value))
+
+
+def reload(d, n):
+    """SIGHUP, then wait for the daemon's n-th "configuration reloaded"."""
+    d.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: d.logtext().count("configuration reloaded") >= n, "reload %d" % n)
+
+
+def test_sighup_moves_the_shared_tier_and_answers_the_lookup_in_flight():
+    """SIGHUP applies the Redis tier's settings (address, secret file,
+    prefix, read-only, timeouts) without a restart; a lookup in flight on
+    the old server when the reload comes is answered from it, checked
+    under the secret it was sent with, and nothing counts as an error."""
+    k1, k2, k3 = triton_kernels()[:3]
+    new_secret = b"the rotated cluster secret"
+    with RedisServer() as ra, RedisServer() as rb, tempfile.TemporaryDirectory() as t:
+        # Another node has published k2 to A.
+        with node(ra, t) as other:
+            compile_all(other, [k2])
+            wait_for(lambda: other.stats()["l2_writes"] == 1, "the write to A")
+        s2 = os.path.join(t, "secret2")
+        with open(s2, "wb") as f:
+            f.write(new_secret + b"\n")
+        conf = os.path.join(t, "ptxcached.conf")
+        write_conf(conf, l2=ra.url, l2_secret_file=os.path.join(t, "secret"),
+                   l2_timeout_ms=20000)
+        # sharing = trust: compiles counted are the requests' own (no
+        # background confirmation before publishing).
+        with Daemon(extra=["--config", conf, "--log-level", "info", "--sharing", "trust"]) as d:
+            compile_all(d, [k1])
+            wait_for(lambda: d.stats()["l2_writes"] == 1, "the write to A")
+            # A stops answering for a while; the lookup of k2 waits on it.
+            sleeper = ra.sleep(2)
+            with concurrent.futures.ThreadPoolExecutor(1) as ex:
+                pending = ex.submit(compile_all, d, [k2])
+                wait_for(lambda: d.stats()["misses"] == 2, "the lookup of k2 going to A")
+                write_conf(conf, l2=rb.url, l2_secret_file=s2, l2_prefix="p2:",
+                           l2_timeout_ms=20000)
+                reload(d, 1)
+                # Meanwhile the tier is B's: a miss there, compiled, written.
+                compile_all(d, [k3])
+                wait_for(lambda: d.stats()["l2_writes"] == 2, "the write to B")
+                out = pending.result(timeout=120)
+            sleeper.join()
+            s = d.stats()
+            assert out == [llc(TRITON_FLAGS + [k2, "-o", "-"]).stdout], out
+            assert s["l2_hits"] == 1 and s["compiles"] == 2, s      # k2 came from A
+            assert s["l2_errors"] == 0 and s["l2_timeouts"] == 0 and s["l2_rejects"] == 0, s
+            keys = rb.keys("p2:*")
+            assert len(keys) == 1 and rb.keys("ptxcache:*") == [], rb.keys()
+            assert ra.keys("p2:*") == [] and len(ra.keys("ptxcache:*")) == 2, ra.keys()
+            identity = s["compiler"].encode()
+            value = rb.get(keys[0])
+            assert unseal(keys[0][3:], value, identity=identity, secret=new_secret)
+            try:
+                unseal(keys[0][3:], value, identity=identity, secret=SECRET.rstrip(b"\n"))
+                raise AssertionError("sealed under the old secret")
+            except AssertionError as e:
+                assert "bad hmac" in str(e), e
+            # Read-only from the next reload on: B gets nothing more.
+            write_conf(conf, l2=rb.url, l2_secret_file=s2, l2_prefix="p2:", l2_read_only="yes")
+            reload(d, 2)
+            compile_all(d, [triton_kernels()[3]])
+            assert d.stats()["compiles"] == 3
+            time.sleep(0.2)     # a write, were there one, would be on its way
+            assert len(rb.keys("p2:*")) == 1 and d.stats()["l2_writes"] == 2
+            # An unreadable secret file: the tier keeps its settings.
+            write_conf(conf, l2=ra.url, l2_secret_file=os.path.join(t, "missing"))
+            reload(d, 3)
+            assert "the shared tier keeps its settings" in d.logtext(), d.logtext()
+            compile_all(d, [k2])        # a local hit now: nothing asked of A
+            assert d.stats()["l2_hits"] == 1
+
+
+def test_host_name_resolved_again_when_reconnecting():
+    """The URL names a host; the name moves to another address (here: a
+    private /etc/hosts, in a mount namespace of the daemon's own) and the
+    old server goes away. Without a restart, the daemon's next connection
+    goes where the name points now."""
+    if os.geteuid() != 0:
+        raise Skip("needs root for a private /etc/hosts")
+    name = "redis.ptxcache.test"
+    with RedisServer(tcp=True) as ra, tempfile.TemporaryDirectory() as t:
+        with RedisServer(tcp=True, host="127.0.0.2", port=ra.port) as rb:
+            hosts = os.path.join(t, "hosts")
+            with open(hosts, "w") as f:
+                f.write("127.0.0.1 %s\n" % name)
+            secret = os.path.join(t, "secret")
+            with open(secret, "wb") as f:
+                f.write(SECRET)
+            wrap = ["unshare", "-m", "sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"', hosts]
+            with Daemon(wrap=wrap, extra=["--l2", "redis://%s:%d/0" % (name, ra.port),
+                                          "--l2-secret-file", secret, "--l2-timeout-ms", "2000",
+                                          "--log-level", "info"]) as d:
+                kernels = triton_kernels()
+                compile_all(d, kernels[:1])
+                wait_for(lambda: d.stats()["l2_writes"] == 1, "the write to A")
+                assert len(ra.keys("ptxcache:*")) == 1 and rb.keys("ptxcache:*") == []
+                with open(hosts, "w") as f:       # the same file: the mount follows it
+                    f.write("127.0.0.2 %s\n" % name)
+                ra.stop()
+                n = [0]
+
+                def moved():
+                    n[0] += 1
+                    ir = ("; %d\n" % n[0]).encode() + open(kernels[1], "rb").read()
+                    d.cli("compile", "-", input=ir)
+                    return rb.keys("ptxcache:*") != []
+                wait_for(moved, "a write reaching the server the name points to now", limit=30)
+                assert "'%s' now resolves to 127.0.0.2 (was 127.0.0.1)" % name in d.logtext()

@@ -119,7 +119,10 @@ def test_stats_formats():
         prom = d.cli("stats", "--prometheus").stdout.decode()
         assert "# TYPE ptxcache_hits_total counter\nptxcache_hits_total 0\n" in prom, prom
         assert "# TYPE ptxcache_entries gauge" in prom
+        assert "# TYPE ptxcache_warm_up_ms gauge" in prom, prom
         j = d.stats()
+        # Any answer comes from a ready daemon: its workers are warm.
+        assert j["warm_up_ms"] >= 0 and j["workers_ready"] == j["workers"], j
         for key in ("entries", "bytes", "hits", "misses", "compiles", "compile_errors",
                     "worker_crashes", "dedup_joins"):
             assert key in j, key

@@ -2,6 +2,7 @@
 systemd-socket-activate (socket passed in, READY/STOPPING through a
 NOTIFY_SOCKET the test binds), the units through systemd-analyze (verify,
 security exposure), and `make install` into a DESTDIR."""
+import json
 import os
 import re
 import shutil
@@ -22,7 +23,7 @@ class Activated:
     """ptxcached exec'd by systemd-socket-activate on a private socket, with
     a NOTIFY_SOCKET of our own. The daemon starts at the first connection."""
 
-    def __init__(self, before_start=None):
+    def __init__(self, before_start=None, workers=1):
         self.tmp = tempfile.mkdtemp(prefix="ptxcache-sd-")
         os.chmod(self.tmp, 0o755)
         self.socket = os.path.join(self.tmp, "ptxcached.sock")
@@ -37,7 +38,7 @@ class Activated:
             [tool("systemd-socket-activate", "systemd-activate"), "-l", self.socket,
              "-E", "NOTIFY_SOCKET=" + self.notify_path,
              DAEMON, "--socket", self.own_socket, "--cache-dir", os.path.join(self.tmp, "cache"),
-             "--workers", "1", "--log-level", "info"],
+             "--workers", str(workers), "--log-level", "info"],
             stdout=self.log, stderr=self.log)
         deadline = time.time() + 30
         while not os.path.exists(self.socket):
@@ -97,6 +98,24 @@ def test_socket_activation_notify_and_serve():
         assert a.proc.wait(60) == 0, a.logtext()
         # The socket is systemd's: the daemon leaves it in place.
         assert os.path.exists(a.socket)
+
+
+def test_socket_activation_holds_the_first_request_until_workers_are_warm():
+    """The first connection starts the daemon, which answers it only once
+    every worker has warmed up: by then READY=1 has gone to systemd, and
+    the first answer already counts every worker warm."""
+    with Activated(workers=3) as a:
+        s = json.loads(a.cli("stats", "--json").stdout)
+        assert s["workers"] == 3 and s["workers_ready"] == 3, s
+        assert s["workers_spawned"] == 3 and s["warm_up_ms"] >= 0, s
+        msgs = a.messages("READY=1")
+        ready = [i for i, m in enumerate(msgs) if "READY=1" in m][0]
+        assert any("STATUS=warming up" in m for m in msgs[:ready]), msgs
+        assert re.search(r"serving: 3 of 3 workers warm after \d+ ms", a.logtext()), a.logtext()
+        # The first compile goes to a warm worker: nothing starts for it.
+        r = a.cli("compile", "--json", "-", input=small_ir("warmfirst"))
+        assert json.loads(r.stdout)["status"] == "ok", r.stdout
+        assert json.loads(a.cli("stats", "--json").stdout)["workers_spawned"] == 3
 
 
 def test_socket_activation_members_of_the_socket_group_allowed():
