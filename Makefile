@@ -50,7 +50,8 @@ endif
 
 PROTO_SRC  := proto/buf.c proto/frame.c proto/msg.c proto/ptxas_args.c
 DAEMON_SRC := daemon/main.c daemon/config.c daemon/log.c daemon/server.c daemon/worker.c \
-              daemon/store.c daemon/key.c daemon/codegen.c daemon/cubin.c daemon/l2.c
+              daemon/store.c daemon/key.c daemon/codegen.c daemon/cubin.c daemon/cubin_debug.c \
+              daemon/l2.c
 DAEMON_CXX := daemon/llvm_shim.cpp
 CLIENT_SRC := client/lib.c
 CLI_SRC    := client/cli.c client/ptxas.c
