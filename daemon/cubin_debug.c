@@ -149,6 +149,22 @@ static int parse_b8(const char *line, size_t n, unsigned *val, size_t *d0, size_
 	return 1;
 }
 
+/* A `.target` line asking for full debug info (`, debug`): ptxas then
+ * copies .debug_info, paths and all, into the cubin. 1 if so. */
+static int target_debug(const char *line, size_t n)
+{
+	size_t i = 0;
+
+	while (i < n && is_ws(line[i]))
+		i++;
+	if (n - i < 8 || memcmp(line + i, ".target", 7) || !is_ws(line[i + 7]))
+		return 0;
+	for (i += 7; i + 5 <= n; i++)
+		if (!memcmp(line + i, "debug", 5))
+			return 1;
+	return 0;
+}
+
 /* `.section NAME` where NAME is .debug_info or .debug_str: 1; another
  * section: 0; no section directive: -1. */
 static int debug_section(const char *line, size_t n)
@@ -286,7 +302,7 @@ static int collect_files(const char *ptx, size_t len, const char *sources,
 		const char *path;
 		size_t plen, close_at;
 		int r = parse_file_line(p, n, &idx, &path, &plen, &close_at);
-		if (r < 0)
+		if (r < 0 || target_debug(p, n))
 			return 0;
 		if (r == 1) {
 			const char *slash = plen ? memrchr(path, '/', plen) : NULL;
@@ -609,8 +625,18 @@ static int find_debug_line(const unsigned char *d, size_t n, size_t *off,
 	for (unsigned i = 0; i < shnum; i++) {
 		const unsigned char *sh = d + shoff + (size_t)i * 64;
 		uint32_t nm = rd32(sh);
-		if (nm >= ss || ss - nm < sizeof name ||
-		    memcmp(d + so + nm, name, sizeof name))
+		if (nm >= ss || !memchr(d + so + nm, 0, ss - nm)) {
+			*why = "bad ELF section name";
+			return -1;
+		}
+		const char *sn = (const char *)d + so + nm;
+		if (!strcmp(sn, ".debug_info") || !strcmp(sn, ".debug_str")) {
+			/* Full debug info names the paths again, in places this
+			 * file does not rewrite. */
+			*why = "the cubin carries .debug_info";
+			return -1;
+		}
+		if (strcmp(sn, name))
 			continue;
 		uint64_t o = rd64(sh + 0x18), z = rd64(sh + 0x20);
 		*why = "bad .debug_line section";
