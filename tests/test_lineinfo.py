@@ -8,6 +8,7 @@ where there is no ptxas (CUDA absent), as in test_cubin.py."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 
@@ -164,25 +165,35 @@ def test_lineinfo_oracle_triton_ptx_same_length_paths():
     byte lists) and fresh source files: one compile per kernel, every other
     copy a hit, each byte-identical to the real ptxas's cubin."""
     real = real_ptxas()
-    kernels = corpus(".triton.ptx")[::12]
-    with Daemon(workers=2) as d, tempfile.TemporaryDirectory() as t:
-        front = Front(t, d.socket)
-        for i, k in enumerate(kernels):
-            text = read(k)
-            path = re.search(rb'\.file\t1 "([^"]*)"', text).group(1).decode()
-            dr, nm = os.path.split(path)
-            for j, (cache, stamp) in enumerate([("a", M0), ("b", M0 + 7), ("c", M0 + 99)]):
-                new_dr = os.path.join(t, cache * 8, os.path.basename(dr))
-                new_nm = ("%s%d" % (cache, i) + nm)[:len(nm)]
-                write_source(os.path.join(new_dr, new_nm), 777, stamp)
-                ptx = os.path.join(t, "k%d-%d.ptx" % (i, j))
-                with open(ptx, "wb") as f:
-                    f.write(swap_paths(text, dr, nm, new_dr, new_nm))
-                want, got = both(real, front, ptx, ptx + ".o")
-                assert got == want, "%s copy %d differs from ptxas's" % (k, j)
-        s = d.stats()
-        assert s["compiles"] == len(kernels), s
-        assert s["lineinfo_hits"] == 2 * len(kernels), s
+    kernels = [k for k in corpus(".triton.ptx") if b"/tmp/icache/" in read(k)][::12]
+    tag = os.urandom(4).hex()
+    made = []
+    try:
+        with Daemon(workers=2) as d, tempfile.TemporaryDirectory() as t:
+            front = Front(t, d.socket)
+            for i, k in enumerate(kernels):
+                text = read(k)
+                path = re.search(rb'\.file\t1 "([^"]*)"', text).group(1).decode()
+                dr, nm = os.path.split(path)
+                for j, (cache, stamp) in enumerate([("a", M0), ("b", M0 + 7), ("c", M0 + 99)]):
+                    # a directory of the same length (Triton's is under /tmp)
+                    new_dr = ("/tmp/%s%x%s" % (cache, i, tag) + "x" * len(dr))[:len(dr)]
+                    assert new_dr.count("/") == 2 and new_dr not in made
+                    made.append(new_dr)
+                    new_nm = ("%s%d" % (cache, i) + nm)[:len(nm)]
+                    write_source(os.path.join(new_dr, new_nm), 777, stamp)
+                    ptx = os.path.join(t, "k%d-%d.ptx" % (i, j))
+                    with open(ptx, "wb") as f:
+                        f.write(swap_paths(text, dr, nm, new_dr, new_nm))
+                    want, got = both(real, front, ptx, ptx + ".o")
+                    assert got == want, "%s copy %d differs from ptxas's" % (k, j)
+                    shutil.rmtree(new_dr)
+            s = d.stats()
+            assert s["compiles"] == len(kernels), s
+            assert s["lineinfo_hits"] == 2 * len(kernels), s
+    finally:
+        for p in made:
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def swap_paths(text, dr, nm, new_dr, new_nm):
