@@ -1423,7 +1423,19 @@ static void handle_explain(struct conn *c, uint64_t id, const struct msg *m)
 		goto out;
 	}
 	set_namespace(s, c, &r);
-	if (compile_key(&r, &k, &comp) < 0) {
+	if (r.cubin && r.from_ptx) {
+		/* The cubin stage of PTX: its own key (portable or exact). */
+		struct dbg_scan ds = { 0 };
+		char sha[65], loose_sha[65];
+		int portable = cubin_scan(&r.asmr, r.input, r.input_len, &ds, sha, loose_sha);
+		int rc = portable < 0 ? -1 : cubin_key(s, &r.asmr, sha, portable ? &ds : NULL,
+						      0, &k, &comp);
+		dbg_scan_free(&ds);
+		if (rc < 0) {
+			send_error(c, id, "internal", "out of memory");
+			goto out;
+		}
+	} else if (compile_key(&r, &k, &comp) < 0) {
 		send_error(c, id, "internal", "out of memory");
 		goto out;
 	}

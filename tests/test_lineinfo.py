@@ -279,11 +279,11 @@ def test_lineinfo_layout_miss_counted_explained_and_loose_opt_in():
             else:
                 assert s["compiles"] == 2 and s["lineinfo_layout_misses"] == 1, s
                 assert s["lineinfo_loose_hits"] == 0
-                e = json.loads(d.cli("explain", "--json", "--ptxas", "-lineinfo",
+                e = json.loads(d.cli("explain", "--json", "--ptxas", "-lineinfo", "-v",
                                      "--gpu-name=sm_90a", ptx).stdout)
                 assert e["cached"] is True, e
                 os.utime(src, (5, 5))    # now the mtime's ULEB length differs
-                e = json.loads(d.cli("explain", "--json", "--ptxas", "-lineinfo",
+                e = json.loads(d.cli("explain", "--json", "--ptxas", "-lineinfo", "-v",
                                      "--gpu-name=sm_90a", ptx).stdout)
                 assert e["cached"] is False, e
                 differing = [x["name"] for x in e["nearest"]["differing"]]
