@@ -948,7 +948,20 @@ static int cubin_job_frame(const struct server *s, const struct asm_req *a,
 static int cubin_scan(const struct asm_req *a, const char *ptx, size_t n,
 		      struct dbg_scan *ds, char sha[65], char loose_sha[65])
 {
-	int r = a->backend == CUBIN_PTXAS ? dbg_scan(ptx, n, a->sources, ds) : 0;
+	/* Relocatable output (-c and its kin) names the paths elsewhere too:
+	 * it stays keyed on its bytes (measured: test_cubin.py's clang form). */
+	static const char *const relocatable[] = {
+		"--compile-only", "--preserve-relocs", "--extensible-whole-program",
+	};
+	int r = a->backend == CUBIN_PTXAS;
+	for (size_t i = 0; r && i < sizeof relocatable / sizeof relocatable[0]; i++) {
+		const char *hit = a->args ? strstr(a->args, relocatable[i]) : NULL;
+		size_t l = strlen(relocatable[i]);
+		if (hit && (hit == a->args || hit[-1] == '\n') &&
+		    (hit[l] == '\0' || hit[l] == '\n'))
+			r = 0;
+	}
+	r = r ? dbg_scan(ptx, n, a->sources, ds) : 0;
 
 	if (r == 1) {
 		key_sha256_hex(ds->shape.data, ds->shape.len, sha);
