@@ -1216,7 +1216,7 @@ static double fresh_runs(const struct daemon *d)
 	ptxcache *pc = connect_or_die(d->sock);
 	while ((e = readdir(dir))) {
 		size_t l = strlen(e->d_name), len;
-		char path[600], src[700], sources[800], *ptx, *q, *b;
+		char path[600], src[700], *ptx, *q, *b;
 		if (l < 11 || strcmp(e->d_name + l - 11, ".triton.ptx"))
 			continue;
 		snprintf(path, sizeof path, "%s/%s", g.corpus, e->d_name);
@@ -1242,8 +1242,6 @@ static double fresh_runs(const struct daemon *d)
 			if (!f || fprintf(f, "# kernel %s\n", e->d_name) < 0 || fclose(f) != 0 ||
 			    stat(src, &st) < 0)
 				die("cannot write '%s'", src);
-			snprintf(sources, sizeof sources, "%s\t%lld:%lld\n", src,
-				 (long long)st.st_mtime, (long long)st.st_size);
 			size_t pre = (size_t)(name - ptx), post = len - (size_t)(b - ptx);
 			char *p2 = malloc(pre + strlen(src) + post + 1);
 			if (!p2)
@@ -1251,6 +1249,25 @@ static double fresh_runs(const struct daemon *d)
 			memcpy(p2, ptx, pre);
 			memcpy(p2 + pre, src, strlen(src));
 			memcpy(p2 + pre + strlen(src), b, post);
+			p2[pre + strlen(src) + post] = '\0';
+			/* Every .file's stamps, as the front sends them. */
+			char sources[8192];
+			size_t sl = 0;
+			for (const char *f1 = p2; (f1 = strstr(f1, "\t.file\t")); f1++) {
+				const char *o = strchr(f1, '"'), *c = o ? strchr(o + 1, '"') : NULL;
+				char fp[600];
+				if (!c || (size_t)(c - o) >= sizeof fp || sl + 700 > sizeof sources)
+					break;
+				snprintf(fp, sizeof fp, "%.*s", (int)(c - o - 1), o + 1);
+				if (stat(fp, &st) == 0)
+					sl += (size_t)snprintf(sources + sl, sizeof sources - sl,
+							       "%s\t%lld:%lld\n", fp,
+							       (long long)st.st_mtime,
+							       (long long)st.st_size);
+				else
+					sl += (size_t)snprintf(sources + sl, sizeof sources - sl,
+							       "%s\t-\n", fp);
+			}
 			struct ptxcache_assemble_req a;
 			struct ptxcache_result res;
 			ptxcache_assemble_req_init(&a);
