@@ -318,3 +318,37 @@ def test_lineinfo_odd_ptx_stays_exact():
             assert got == want, i
         s = d.stats()
         assert s["lineinfo_hits"] == 0 and s["compiles"] == len(odd), s
+
+
+def test_lineinfo_second_node_hits_through_redis_with_its_own_paths():
+    """Across nodes: node 1 assembles a -lineinfo kernel for its cache dir;
+    node 2, with an empty cache and another cache dir of the same length,
+    gets it from Redis (canonical paths in the shared value) with its own
+    paths and stamps written in, byte-identical to its own ptxas."""
+    from redis_fixture import RedisServer
+    from test_l2 import node, wait_for
+    real = real_ptxas()
+    ir = read(corpus(".ll")[1])
+    name = DIFILE.search(ir).group(1).decode()
+    with RedisServer() as r, tempfile.TemporaryDirectory() as t:
+        outs = []
+        for i, dr in enumerate(("/node1", "/node2")):
+            with node(r, t) as d:
+                front = Front(t, d.socket)
+                src = t + dr + "/zb/" + name
+                write_source(src, 4321, M0 + i)
+                ptx = os.path.join(t, "k%d.ptx" % i)
+                with open(ptx, "wb") as f:
+                    f.write(ptx_from_ir(ir_with_paths(ir, [(os.path.dirname(src), name)])))
+                want, got = both(real, front, ptx, ptx + ".o")
+                assert got == want
+                outs.append(got)
+                s = d.stats()
+                if i == 0:
+                    assert s["compiles"] == 1, s
+                    wait_for(lambda: d.stats()["l2_writes"] == 1, "the write to Redis")
+                else:
+                    assert s["compiles"] == 0 and s["l2_hits"] == 1, s
+        assert outs[0] != outs[1]
+        assert not any(t.encode() in v for k in r.keys("ptxcache:*") for v in [r.get(k)]), \
+            "a client's path reached the shared tier"
