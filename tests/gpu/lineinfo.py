@@ -233,6 +233,45 @@ def explain_misses(log, earlier_logs):
     return by, diffs
 
 
+def code_only(t):
+    """The PTX without anything that names or depends on a source path
+    (debug sections, .file, .loc and comments): what must match for a hit."""
+    out, in_dbg = [], False
+    for l in t.splitlines():
+        x = l.split("//")[0].strip()
+        if x.startswith(".section"):
+            in_dbg = True
+            continue
+        if in_dbg:
+            if x.startswith("}"):
+                in_dbg = False
+            continue
+        if x and not x.startswith((".loc", ".file")):
+            out.append(x)
+    return "\n".join(out)
+
+
+def gap_check(log, earlier_logs):
+    """Misses whose code (code_only) equals a PTX of an earlier run: a miss
+    the path normalisation should have turned into a hit."""
+    seen = set()
+    for lg in earlier_logs:
+        for p in glob.glob(os.path.join(lg, "*.ptx")):
+            seen.add(code_only(open(p, "rb").read().decode(errors="replace")))
+    n = same = 0
+    for e in glob.glob(os.path.join(log, "*.explain")):
+        try:
+            if json.load(open(e)).get("cached"):
+                continue
+        except ValueError:
+            continue
+        p = e[:-8] + ".ptx"
+        if os.path.exists(p):
+            n += 1
+            same += code_only(open(p, "rb").read().decode(errors="replace")) in seen
+    return n, same
+
+
 def entry_name(t):
     i = t.find(".entry ")
     return t[i + 7:t.find("(", i)].strip() if i >= 0 else "?"
@@ -264,6 +303,9 @@ def main():
                 ("e default: front, user carol", True, "carol", "default"),
                 ("f max-autotune: front", True, None, "max-autotune-no-cudagraphs"),
                 ("g max-autotune: front again", True, None, "max-autotune-no-cudagraphs")]
+        pick = os.environ.get("LI_IND_RUNS")
+        if pick:
+            runs = [r for r in runs if r[0][0] in pick.split(",")]
         outs = {}
         logs = []
         for label, use_front, user, mode in runs:
@@ -300,9 +342,11 @@ def main():
             same_prev = bool(torch.equal(outs[i], outs[prev])) if prev in outs else None
             n, ok = check_against_real(tptxas, log) if use_front else (0, 0)
             misses, pdiff = explain_misses(log, logs) if use_front else ({}, [])
+            gap = gap_check(log, logs) if use_front else (0, 0)
             logs.append(log)
             summary[label] = dict(wall_s=round(wall, 1), ptxas_calls=calls, **delta,
-                                  misses_by_component=misses, ptx_diffs=pdiff,
+                                  misses_by_component=misses, ptx_diffs=pdiff[:2],
+                                  misses_with_code_seen_before=gap,
                                   output_bit_identical_to_run1=same,
                                   output_bit_identical_to_previous=same_prev, deterministic=det,
                                   cubins_checked=n, cubins_identical_to_real_ptxas=ok,
