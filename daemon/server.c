@@ -746,6 +746,7 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 					s->n.store_errors++;
 					log_warn("%s", err.data ? err.data : "cannot store entry");
 				}
+				buf_free(&err);
 			}
 		}
 	} else {
