@@ -51,8 +51,8 @@ endif
 
 PROTO_SRC  := proto/buf.c proto/frame.c proto/msg.c proto/ptxas_args.c proto/llc_args.c
 DAEMON_SRC := daemon/main.c daemon/config.c daemon/log.c daemon/server.c daemon/worker.c daemon/sandbox.c \
-              daemon/confirm.c \
-              daemon/store.c daemon/key.c daemon/codegen.c daemon/cubin.c daemon/l2.c
+              daemon/confirm.c daemon/store.c daemon/key.c daemon/codegen.c daemon/cubin.c \
+              daemon/cubin_debug.c daemon/l2.c
 DAEMON_CXX := daemon/llvm_shim.cpp
 CLIENT_SRC := client/lib.c
 CLI_SRC    := client/cli.c client/front.c client/llc.c client/ptxas.c
@@ -158,11 +158,12 @@ $(B)/l2drive: $(call obj,tests/tools/l2drive.c daemon/l2.c daemon/log.c proto/bu
 # corpora through replay_* (the normal compiler: no clang needed);
 # `make fuzz` builds them with clang's libFuzzer, ASan and UBSan and runs
 # each for FUZZ_SECONDS from the seeds, keeping new inputs in $(B)/fuzz/.
-FUZZ_HARNESSES := frame request
+FUZZ_HARNESSES := frame request cubin_debug
 FUZZ_SECONDS   ?= 60
 FUZZ_CC        ?= clang
 all: $(patsubst %,$(B)/fuzz/replay_%,$(FUZZ_HARNESSES))
 .SECONDARY: $(patsubst %,$(B)/obj/tests/fuzz/fuzz_%.o,$(FUZZ_HARNESSES)) $(B)/obj/tests/fuzz/replay.o
+$(B)/fuzz/replay_cubin_debug: $(call obj,daemon/cubin_debug.c)
 $(B)/fuzz/replay_%: $(B)/obj/tests/fuzz/fuzz_%.o $(B)/obj/tests/fuzz/replay.o $(call obj,$(PROTO_SRC))
 	@mkdir -p $(dir $@)
 	@echo "  LD  $@"
@@ -175,7 +176,8 @@ fuzz: deps
 	  echo "  FUZZ $$h ($(FUZZ_SECONDS) s)"; \
 	  $(FUZZ_CC) -g -O1 -std=gnu11 -I. -D_GNU_SOURCE $(DEP_CFLAGS) \
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	    -o $(B)/fuzz/libfuzzer_$$h tests/fuzz/fuzz_$$h.c $(PROTO_SRC) $(DEP_LIBS) || exit 1; \
+	    -o $(B)/fuzz/libfuzzer_$$h tests/fuzz/fuzz_$$h.c $(PROTO_SRC) daemon/cubin_debug.c \
+	    $(DEP_LIBS) || exit 1; \
 	  mkdir -p $(B)/fuzz/corpus_$$h; \
 	  $(B)/fuzz/libfuzzer_$$h -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
 	    -artifact_prefix=$(B)/fuzz/crash_$$h- $(B)/fuzz/corpus_$$h tests/fuzz/corpus/$$h \

@@ -637,6 +637,7 @@ struct figures {
 	double first_request_ms, steady_request_ms, daemon_start_ms, warm_up_ms;
 	long long stored_bytes, raw_bytes, daemon_rss_kb;
 	double hits_per_s;
+	double fresh_hit_pct;   /* -lineinfo cubins of a second fresh run */
 	int ptx_identical;      /* kernels whose daemon PTX matches llc's */
 	/* The Redis tier: two nodes' first passes over the corpus. */
 	double l2_node1_pass_ms, l2_node2_pass_ms;
@@ -1110,6 +1111,7 @@ static void write_json(const struct figures *x, const char *path)
 	jnum(f, "raw_bytes", (double)x->raw_bytes, 0);
 	jnum(f, "daemon_rss_kb", (double)x->daemon_rss_kb, 0);
 	jnum(f, "hits_per_s", x->hits_per_s, 0);
+	jnum(f, "fresh_run_lineinfo_hit_pct", x->fresh_hit_pct, 0);
 	/* Beyond the contract: context for the figures above. */
 	jnum(f, "floor_p99_us", x->floor_p99_us, 0);
 	jnum(f, "hit_cubin_p50_us", x->hit_cubin_p50_us, 0);
@@ -1217,6 +1219,7 @@ static void print_table(const struct figures *x)
 	row("raw ptx+cubin bytes", (double)x->raw_bytes, "B", NULL, 0);
 	row("daemon rss (master + workers)", (double)x->daemon_rss_kb, "kB", NULL, 0);
 	row("hits/s, 16 clients", x->hits_per_s, "/s", NULL, 0);
+	row("2nd fresh run, -lineinfo cubin hits", x->fresh_hit_pct, "%", NULL, 0);
 	row("node 1 first pass (compiles, Redis)", x->l2_node1_pass_ms, "ms", NULL, 0);
 	row("node 2 first pass (from Redis)", x->l2_node2_pass_ms, "ms", "node 1 /",
 	    x->l2_node1_pass_ms / x->l2_node2_pass_ms);
@@ -1226,6 +1229,102 @@ static void print_table(const struct figures *x)
 	       x->ptx_identical, g.nk);
 	for (int i = 0; i < g.nnotes; i++)
 		printf("  note: %s\n", g.notes[i]);
+}
+
+/*
+ * Inductor's case: every Triton PTX of the corpus assembled with -lineinfo
+ * as a first run sends it (its .file naming a fresh cache directory, the
+ * source file written just now), then as a second fresh run (another
+ * directory of the same length, the file written again). The figure is the
+ * share of the second run's requests that hit (goal: 100%).
+ */
+static double fresh_runs(const struct daemon *d)
+{
+	static const char *const args[] = { "--generate-line-info", "--gpu-name=sm_90a" };
+	DIR *dir = opendir(g.corpus);
+	struct dirent *e;
+	int n = 0, hits = 0;
+
+	if (!dir)
+		return NAN;
+	ptxcache *pc = connect_or_die(d->sock);
+	while ((e = readdir(dir))) {
+		size_t l = strlen(e->d_name), len;
+		char path[600], src[700], *ptx, *q, *b;
+		if (l < 11 || strcmp(e->d_name + l - 11, ".triton.ptx"))
+			continue;
+		snprintf(path, sizeof path, "%s/%s", g.corpus, e->d_name);
+		if (!(ptx = read_file(path, &len)))
+			continue;
+		if (!(q = strstr(ptx, ".file\t1 \"")) || !(b = strchr(q + 9, '"'))) {
+			free(ptx);
+			continue;
+		}
+		const char *name = q + 9;
+		const char *slash = memrchr(name, '/', (size_t)(b - name));
+		if (!slash) {
+			free(ptx);
+			continue;
+		}
+		for (int run = 0; run < 2; run++) {
+			char d2[400];
+			struct stat st;
+			snprintf(d2, sizeof d2, "%s/fresh%d", g.tmp, run);
+			mkdir(d2, 0700);
+			snprintf(src, sizeof src, "%s/%.*s", d2, (int)(b - slash - 1), slash + 1);
+			FILE *f = fopen(src, "w");
+			if (!f || fprintf(f, "# kernel %s\n", e->d_name) < 0 || fclose(f) != 0 ||
+			    stat(src, &st) < 0)
+				die("cannot write '%s'", src);
+			size_t pre = (size_t)(name - ptx), post = len - (size_t)(b - ptx);
+			char *p2 = malloc(pre + strlen(src) + post + 1);
+			if (!p2)
+				die("out of memory");
+			memcpy(p2, ptx, pre);
+			memcpy(p2 + pre, src, strlen(src));
+			memcpy(p2 + pre + strlen(src), b, post);
+			p2[pre + strlen(src) + post] = '\0';
+			/* Every .file's stamps, as the front sends them. */
+			char sources[8192];
+			size_t sl = 0;
+			for (const char *f1 = p2; (f1 = strstr(f1, "\t.file\t")); f1++) {
+				const char *o = strchr(f1, '"'), *c = o ? strchr(o + 1, '"') : NULL;
+				char fp[600];
+				if (!c || (size_t)(c - o) >= sizeof fp || sl + 700 > sizeof sources)
+					break;
+				snprintf(fp, sizeof fp, "%.*s", (int)(c - o - 1), o + 1);
+				if (stat(fp, &st) == 0)
+					sl += (size_t)snprintf(sources + sl, sizeof sources - sl,
+							       "%s\t%lld:%lld\n", fp,
+							       (long long)st.st_mtime,
+							       (long long)st.st_size);
+				else
+					sl += (size_t)snprintf(sources + sl, sizeof sources - sl,
+							       "%s\t-\n", fp);
+			}
+			struct ptxcache_assemble_req a;
+			struct ptxcache_result res;
+			ptxcache_assemble_req_init(&a);
+			a.input = p2;
+			a.input_len = pre + strlen(src) + post;
+			a.args = args;
+			a.nargs = 2;
+			a.sources = sources;
+			if (ptxcache_assemble(pc, &a, &res) < 0)
+				die("%s: %s", e->d_name, ptxcache_errmsg(pc));
+			if (run == 1) {
+				n++;
+				hits += res.status == PTXCACHE_OK && res.cached;
+			}
+			ptxcache_result_free(&res);
+			free(p2);
+			unlink(src);
+		}
+		free(ptx);
+	}
+	closedir(dir);
+	ptxcache_close(pc);
+	return n ? 100.0 * hits / n : NAN;
 }
 
 static void usage(void)
@@ -1358,6 +1457,9 @@ int main(int argc, char **argv)
 		if (!g.k[i].dup)
 			f.raw_bytes += (long long)(g.k[i].ptx_len + g.k[i].cubin_len);
 	f.daemon_rss_kb = tree_rss_kb(d.pid);
+	f.fresh_hit_pct = cubin ? fresh_runs(&d) : NAN;
+	fprintf(stderr, "bench: second fresh run, -lineinfo cubin hits: %.1f%%\n",
+		f.fresh_hit_pct);
 	daemon_stop(&d);
 
 	fprintf(stderr, "bench: a second node's first pass through Redis\n");

@@ -544,6 +544,27 @@ static int cmd_explain(int argc, char **argv)
 	int json = 0;
 	char *out;
 
+	/* explain [--json] --ptxas ARGS: the cubin stage of a ptxas call */
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--ptxas")) {
+			char err[512];
+			json = i > 1 && !strcmp(argv[1], "--json");
+			if (i != 1 + json)
+				die("usage: ptxcache explain [--json] --ptxas PTXAS-ARGS...");
+			if (ptxas_explain(argc - i - 1, argv + i + 1, &out, err, sizeof err) < 0)
+				die("%s", err);
+			json_object *o = json_tokener_parse(out);
+			if (!o)
+				die("the daemon's answer is not JSON");
+			if (json)
+				puts(out);
+			else
+				show_explain(o);
+			json_object_put(o);
+			free(out);
+			return 0;
+		}
+	}
 	compile_args_init(&ca, argc);
 	for (int i = 1; i < argc; i++) {
 		if (compile_option(&ca, argc, argv, &i))

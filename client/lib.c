@@ -580,6 +580,39 @@ void ptxcache_assemble_req_init(struct ptxcache_assemble_req *req)
 	memset(req, 0, sizeof *req);
 }
 
+/* The fields of an assemble request, shared by assemble and explain. */
+static void put_assemble_fields(struct msg_writer *w,
+				const struct ptxcache_assemble_req *req)
+{
+	msg_put_str(w, "kind", "cubin");
+	if (req->ir) {
+		struct ptxcache_compile_req ir = *req->ir;
+		ir.input = req->input;
+		ir.input_len = req->input_len;
+		ir.emit = 1;
+		put_compile_fields(w, &ir);
+	} else {
+		msg_put_bin(w, "input", req->input, req->input_len);
+		msg_put_str(w, "input_kind", "ptx");
+	}
+	msg_put_str(w, "backend", req->backend == PTXCACHE_BACKEND_NVJITLINK ?
+		    "nvjitlink" : "ptxas");
+	msg_put_strv(w, "asm_args", req->args, req->nargs);
+	if (req->sources)
+		msg_put_str(w, "asm_sources", req->sources);
+}
+
+int ptxcache_explain_assemble(ptxcache *pc, const struct ptxcache_assemble_req *req,
+			      char **json)
+{
+	struct buf b = BUF_INIT;
+	struct msg_writer w;
+	uint64_t id = begin(pc, &w, &b, FRAME_EXPLAIN);
+
+	put_assemble_fields(&w, req);
+	return json_call(pc, &w, id, FRAME_EXPLAIN, json);
+}
+
 int ptxcache_assemble(ptxcache *pc, const struct ptxcache_assemble_req *req,
 		      struct ptxcache_result *res)
 {
@@ -588,22 +621,7 @@ int ptxcache_assemble(ptxcache *pc, const struct ptxcache_assemble_req *req,
 	uint64_t id = begin(pc, &w, b, FRAME_COMPILE);
 
 	memset(res, 0, sizeof *res);
-	msg_put_str(&w, "kind", "cubin");
-	if (req->ir) {
-		struct ptxcache_compile_req ir = *req->ir;
-		ir.input = req->input;
-		ir.input_len = req->input_len;
-		ir.emit = 1;
-		put_compile_fields(&w, &ir);
-	} else {
-		msg_put_bin(&w, "input", req->input, req->input_len);
-		msg_put_str(&w, "input_kind", "ptx");
-	}
-	msg_put_str(&w, "backend", req->backend == PTXCACHE_BACKEND_NVJITLINK ?
-		    "nvjitlink" : "ptxas");
-	msg_put_strv(&w, "asm_args", req->args, req->nargs);
-	if (req->sources)
-		msg_put_str(&w, "asm_sources", req->sources);
+	put_assemble_fields(&w, req);
 	return compile_call(pc, &w, id, res);
 }
 

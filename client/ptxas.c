@@ -120,7 +120,7 @@ static void replay_log(const char *log, size_t len, const char *input)
  * them itself needs no stat. Returns 0, or -1 for a relative path (it
  * depends on the cwd, which the daemon's ptxas does not share).
  */
-static int source_stamps(const struct buf *ptx, struct buf *out)
+int ptxas_source_stamps(const struct buf *ptx, struct buf *out)
 {
 	const char *p = ptx->data, *end = ptx->data + ptx->len;
 
@@ -170,6 +170,43 @@ static int version(char **argv)
 	return fflush(stdout) == 0 ? 0 : 255;
 }
 
+int ptxas_explain(int argc, char **argv, char **json, char *err, size_t errlen)
+{
+	struct ptxas_cmd cmd;
+	struct buf ptx = BUF_INIT, stamps = BUF_INIT;
+	struct ptxcache_assemble_req req;
+	ptxcache *pc = NULL;
+	int rc = -1;
+
+	if (ptxas_cmd_parse(argc, argv, &cmd) < 0) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	if (cmd.mode != PTXAS_CACHEABLE) {
+		snprintf(err, errlen, "this ptxas call is not cached: %s",
+			 cmd.mode == PTXAS_VERSION ? "--version" : cmd.why);
+	} else if (front_read_file(cmd.input, &ptx) < 0) {
+		snprintf(err, errlen, "cannot read '%s': %s", cmd.input, strerror(errno));
+	} else if (ptxas_source_stamps(&ptx, &stamps) < 0) {
+		snprintf(err, errlen, "a .file directive names a relative path: not cached");
+	} else if ((pc = ptxcache_connect(NULL, 2000, err, errlen))) {
+		ptxcache_assemble_req_init(&req);
+		req.input = ptx.data ? ptx.data : "";
+		req.input_len = ptx.len;
+		req.args = (const char *const *)cmd.args;
+		req.nargs = cmd.nargs;
+		req.sources = stamps.len ? stamps.data : NULL;
+		rc = ptxcache_explain_assemble(pc, &req, json);
+		if (rc < 0)
+			snprintf(err, errlen, "%s", ptxcache_errmsg(pc));
+	}
+	ptxcache_close(pc);
+	buf_free(&ptx);
+	buf_free(&stamps);
+	ptxas_cmd_free(&cmd);
+	return rc;
+}
+
 int cmd_ptxas(int argc, char **argv)
 {
 	struct ptxas_cmd cmd;
@@ -192,7 +229,7 @@ int cmd_ptxas(int argc, char **argv)
 	}
 	/* Whatever goes wrong on our side, the real ptxas says it better. */
 	struct buf stamps = BUF_INIT;
-	if (front_read_file(cmd.input, &ptx) < 0 || source_stamps(&ptx, &stamps) < 0 ||
+	if (front_read_file(cmd.input, &ptx) < 0 || ptxas_source_stamps(&ptx, &stamps) < 0 ||
 	    !(pc = ptxcache_connect(NULL, 2000, err, sizeof err))) {
 		buf_free(&ptx);
 		buf_free(&stamps);

@@ -4,6 +4,8 @@
 #ifndef PTXCACHE_PTXAS_FRONT_H
 #define PTXCACHE_PTXAS_FRONT_H
 
+#include <stddef.h>
+
 /*
  * Run `ptxas ARGS...` through the daemon: argv[0] is the name it was called
  * by, argv[1..argc) are ptxas's arguments. Returns the exit status the real
@@ -12,5 +14,19 @@
  * the library's default.
  */
 int cmd_ptxas(int argc, char **argv);
+
+/*
+ * `ptxcache explain --ptxas ARGS...`: the daemon's explain answer (JSON,
+ * malloc'd into *json) for the cubin request this ptxas command line
+ * (argv[0..argc), without a program name) would send. Returns 0, or -1
+ * with a message in err (the call is not cacheable, the daemon is down).
+ */
+int ptxas_explain(int argc, char **argv, char **json, char *err, size_t errlen);
+
+struct buf;
+/* The source files the PTX's .file directives name, as this process sees
+ * them: one "PATH\tMTIME:SIZE\n" or "PATH\t-\n" line each, appended to
+ * out. Returns 0, or -1 for a relative path. */
+int ptxas_source_stamps(const struct buf *ptx, struct buf *out);
 
 #endif

@@ -190,6 +190,10 @@ int ptxcache_ls(ptxcache *pc, const struct ptxcache_filter *f, int limit,
 int ptxcache_show(ptxcache *pc, const char *key, char **json);
 int ptxcache_explain(ptxcache *pc, const struct ptxcache_compile_req *req,
 		     char **json);
+/* explain for the cubin stage: the same answer for an assemble request
+ * (its key components, for a portable -lineinfo PTX its "debug_layout"). */
+int ptxcache_explain_assemble(ptxcache *pc, const struct ptxcache_assemble_req *req,
+			      char **json);
 int ptxcache_verify(ptxcache *pc, char **json);
 int ptxcache_evict(ptxcache *pc, const struct ptxcache_filter *f,
 		   int64_t max_size, int all, char **json);

@@ -81,6 +81,9 @@ static const struct setting settings[] = {
 	  "who is served an entry: confirm (another user only once a clean worker computed the same bytes), trust (everyone), separate (its user alone)" },
 	{ "namespace-per-uid", C_BOOL, F(namespace_per_uid), "no", 0, 0, 0,
 	  "give each user their own cache entries (no sharing between users)" },
+	{ "lineinfo-loose", C_BOOL, F(lineinfo_loose), "no", 0, 0, 1,
+	  "accept a -lineinfo cubin whose line table names another source path or stamp "
+	  "(counted in lineinfo_loose_hits); default: each client gets its own bytes exactly" },
 	{ "l2", C_STR, F(l2_url), "", 0, 0, 1,
 	  "shared tier: redis://host:port/db or a Unix socket path (empty: off)" },
 	{ "l2-secret-file", C_STR, F(l2_secret_file), "", 0, 0, 1,

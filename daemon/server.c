@@ -42,6 +42,7 @@
 #include "daemon/codegen.h"
 #include "daemon/config.h"
 #include "daemon/cubin.h"
+#include "daemon/cubin_debug.h"
 #include "daemon/key.h"
 #include "daemon/l2.h"
 #include "daemon/confirm.h"
@@ -99,6 +100,8 @@ struct waiter {
 	uint64_t id;
 	struct asm_req *then;   /* IR to cubin: run this cubin stage on the PTX
 	                           (owned); NULL: answer with this flight's result */
+	struct dbg_view *view;  /* a portable -lineinfo cubin: this client's
+	                           source paths and stamps (owned), or NULL */
 	struct waiter *next;
 };
 
@@ -115,14 +118,35 @@ struct flight {
 	struct peer *peer;      /* who started it (per-uid job cap) */
 	int64_t tenant;         /* whose compile it is (confirm.h) */
 	int background;         /* a confirmation nobody waits for */
+	struct flight_dbg *dbg; /* a portable -lineinfo cubin, or NULL */
+};
+
+/* A portable cubin flight: whose paths the assembler ran with, the
+ * canonical view that is stored, and the key that accepts other paths. */
+struct flight_dbg {
+	struct dbg_view view, canon;
+	struct key loose;
+	char *loose_components;
 };
 
 struct counters {
 	int64_t requests, hits, misses, compiles, compile_errors, dedup_joins,
 		store_errors, protocol_errors, connections, refused_connections,
 		denied_connections, header_timeouts, idle_timeouts, output_overflows,
-		refused_jobs, confirmations, confirm_mismatches;
+		refused_jobs, confirmations, confirm_mismatches,
+		lineinfo_hits,          /* portable cubins served by rewriting */
+		lineinfo_layout_misses, /* misses whose shape was compiled before
+		                           with paths or stamps of other lengths */
+		lineinfo_loose_hits,    /* lineinfo-loose: answers naming other paths */
+		lineinfo_unportable,    /* compiles whose line table was not as
+		                           cubin_debug.c predicts: not stored */
+		lineinfo_rewrite_errors;/* stored portable cubins that failed their
+		                           check on a hit (compiled again) */
 };
+
+/* Loose keys compiled since start (the first 8 bytes, direct-mapped), to
+ * tell a miss caused by path or stamp lengths from a new kernel. */
+#define SEEN_SLOTS 65536
 
 struct server {
 	struct server_config *cfg;
@@ -149,7 +173,42 @@ struct server {
 	char *worker_tmp;       /* <cache>/workers: assembler workers' dirs */
 	uint64_t next_serial;
 	time_t started;
+	uint64_t *seen_loose;   /* SEEN_SLOTS entries, or NULL */
 };
+
+static uint64_t key_prefix(const struct key *k)
+{
+	uint64_t v;
+	memcpy(&v, k->hash, sizeof v);
+	return v | 1;   /* never 0, the empty slot */
+}
+
+static void seen_add(struct server *s, const struct key *k)
+{
+	if (s->seen_loose)
+		s->seen_loose[key_prefix(k) % SEEN_SLOTS] = key_prefix(k);
+}
+
+static int seen_has(const struct server *s, const struct key *k)
+{
+	return s->seen_loose && s->seen_loose[key_prefix(k) % SEEN_SLOTS] == key_prefix(k);
+}
+
+static void flight_dbg_free(struct flight_dbg *d)
+{
+	if (!d)
+		return;
+	dbg_view_free(&d->view);
+	dbg_view_free(&d->canon);
+	free(d->loose_components);
+	free(d);
+}
+
+static void view_free(struct dbg_view *v)
+{
+	dbg_view_free(v);
+	free(v);
+}
 
 static void maybe_stop(struct server *s);
 
@@ -647,6 +706,7 @@ static int add_waiter(struct flight *f, struct conn *c, uint64_t id)
 	wt->conn = c;
 	wt->id = id;
 	wt->then = NULL;
+	wt->view = NULL;
 	wt->next = f->waiters;
 	f->waiters = wt;
 	c->refs++;
@@ -678,8 +738,31 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 	int status = res->status;
 	if (cubin && status == JOB_ERROR)
 		status = res->exit_code ? res->exit_code : 255;
-	if (cubin ? res->status == JOB_OK || res->status == JOB_ERROR
-		  : JOB_CACHEABLE(res->status)) {
+	/* A portable -lineinfo cubin is stored with the canonical paths and
+	 * stamps (what came from the cache or Redis has them already); one
+	 * whose line table is not what cubin_debug.c predicts is not stored,
+	 * and answers only the clients whose paths it names. */
+	const char *data = res->output;
+	size_t data_len = res->output_len;
+	struct buf canon = BUF_INIT;
+	int unportable = 0;
+	if (f->dbg && compiled && res->status == JOB_OK) {
+		const char *why = "";
+		if (dbg_rewrite(res->output, res->output_len, &f->dbg->view, &f->dbg->canon,
+				&canon, &why) == 0) {
+			data = canon.data;
+			data_len = canon.len;
+		} else {
+			unportable = 1;
+			s->n.lineinfo_unportable++;
+			log_warn("cubin %.16s: line table not as predicted (%s); not cached",
+				 f->key.hex, why);
+		}
+	}
+	if (unportable) {
+		/* nothing stored */
+	} else if (cubin ? res->status == JOB_OK || res->status == JOB_ERROR
+			 : JOB_CACHEABLE(res->status)) {
 		struct buf err = BUF_INIT;
 		/* Computed here: its producer is the flight's tenant. From the
 		 * Redis tier: confirmed by the node that published it. */
@@ -687,8 +770,8 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 		struct store_entry e = {
 			.kind = f->kind,
 			.status = status,
-			.data = res->output,
-			.data_len = res->output_len,
+			.data = data,
+			.data_len = data_len,
 			.log = res->log,
 			.log_len = res->log_len,
 			.components = f->components,
@@ -714,12 +797,27 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 		if (compiled && s->l2 && (s->sharing != SHARING_CONFIRM || v == SETTLE_CONFIRMED)) {
 			struct l2_value lv = {
 				.kind = f->kind, .status = status,
-				.data = res->output, .data_len = res->output_len,
+				.data = data, .data_len = data_len,
 				.log = res->log, .log_len = res->log_len,
 			};
 			l2_put(s->l2, f->key.hash, &lv);
 		} else if (compiled && s->l2 && v == SETTLE_STORE && !f->background) {
 			confirm_in_background(s, f);
+		}
+		if (f->dbg && compiled && res->status == JOB_OK && !f->background) {
+			seen_add(s, &f->dbg->loose);
+			/* lineinfo-loose: this client's own cubin also answers
+			 * the same kernel under other paths of any length. */
+			if (s->cfg->lineinfo_loose) {
+				e.data = res->output;
+				e.data_len = res->output_len;
+				e.components = f->dbg->loose_components;
+				if (store_put(s->store, f->dbg->loose.hash, &e, &err) < 0) {
+					s->n.store_errors++;
+					log_warn("%s", err.data ? err.data : "cannot store entry");
+				}
+				buf_free(&err);
+			}
 		}
 	} else {
 		log_warn("compile of %.16s failed: %.*s", f->key.hex,
@@ -740,6 +838,27 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 			if (wt->conn->state != CONN_CLOSED)
 				start_cubin(wt->conn, wt->id, res->output,
 					    res->output_len, wt->then, 1);
+		} else if (f->dbg && res->status == JOB_OK) {
+			/* Each waiter gets its own paths and stamps; one whose
+			 * view is missing (out of memory) gets no answer. */
+			struct buf own = BUF_INIT;
+			const char *why = "out of memory";
+			int ok = !wt->view ? 0 :
+				 unportable ? dbg_view_equal(wt->view, &f->dbg->view) &&
+					      buf_append(&own, res->output, res->output_len) == 0
+					    : dbg_rewrite(data, data_len, &f->dbg->canon, wt->view,
+							  &own, &why) == 0;
+			if (ok) {
+				send_compile_reply(wt->conn, wt->id, JOB_OK, 0, &f->key, own.data,
+						   own.len, res->log, res->log_len,
+						   res->compile_us, 0);
+			} else {
+				static const char msg[] = "cannot give this client's source paths "
+							  "the cached cubin's layout";
+				send_compile_reply(wt->conn, wt->id, JOB_UNAVAILABLE, 0, &f->key,
+						   NULL, 0, msg, sizeof msg - 1, 0, 0);
+			}
+			buf_free(&own);
 		} else {
 			send_compile_reply(wt->conn, wt->id, res->status, 0, &f->key,
 					   res->output, res->output_len, res->log,
@@ -748,6 +867,8 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 		}
 		asm_req_free(wt->then);
 		free(wt->then);
+		if (wt->view)
+			view_free(wt->view);
 		wt->conn->waiting--;
 		conn_arm(wt->conn);
 		conn_unref(wt->conn);
@@ -757,7 +878,9 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 	free(f->job.optset);
 	free(f->components);
 	free(f->arch);
+	flight_dbg_free(f->dbg);
 	free(f);
+	buf_free(&canon);
 	maybe_stop(s);
 }
 
@@ -773,6 +896,17 @@ static void confirm_in_background(struct server *s, const struct flight *f)
 			buf_free(&b->job.frame);
 		free(b);
 		return;         /* unconfirmed, so unpublished: no harm */
+	}
+	/* A portable cubin: the same paths to write out of its result, so
+	 * that it compares with the stored canonical bytes. */
+	if (f->dbg && (!(b->dbg = calloc(1, sizeof *b->dbg)) ||
+		       dbg_view_copy(&f->dbg->view, &b->dbg->view) < 0 ||
+		       dbg_view_copy(&f->dbg->canon, &b->dbg->canon) < 0)) {
+		flight_dbg_free(b->dbg);
+		buf_free(&b->job.frame);
+		free(b->job.optset);
+		free(b);
+		return;
 	}
 	b->key = f->key;
 	b->kind = f->kind;
@@ -930,9 +1064,14 @@ static const char *const backend_names[] = { "ptxas", "nvjitlink" };
 
 /* Key components of the PTX to cubin stage, in their fixed order: the PTX
  * as its SHA-256, the back end and its identity (version text and binary
- * hash), the canonical options (no paths: see ptxas_args.h). */
+ * hash), the canonical options (no paths: see ptxas_args.h), and the
+ * client's stamps of the source files. For a portable -lineinfo request
+ * (ds), the PTX is its shape without paths and the stamps give way to the
+ * layout (cubin_debug.h); loose: the key that accepts other paths and
+ * stamps (lineinfo-loose). */
 static int cubin_key(const struct server *s, const struct asm_req *a,
-		     const char *ptx_sha, struct key *k, struct buf *components)
+		     const char *ptx_sha, const struct dbg_scan *ds, int loose,
+		     struct key *k, struct buf *components)
 {
 	const char *id = s->asm_be[a->backend].identity;
 	const struct key_part parts[] = {
@@ -943,11 +1082,24 @@ static int cubin_key(const struct server *s, const struct asm_req *a,
 		{ "asm_args", a->args },
 		{ "sources", a->sources },
 	};
+	const struct key_part portable[] = {
+		{ "kind", "cubin" },
+		{ "backend", backend_names[a->backend] },
+		{ "assembler", id ? id : "" },
+		{ "input_sha256", ptx_sha },
+		{ "asm_args", a->args },
+		{ "lineinfo", loose ? "any-paths" : "portable" },
+		{ "debug_layout", loose ? "" : ds ? ds->layout.data : "" },
+	};
+	if (ds)
+		return key_derive(portable, sizeof portable / sizeof portable[0], k,
+				  components);
 	return key_derive(parts, sizeof parts / sizeof parts[0], k, components);
 }
 
 static int cubin_job_frame(const struct server *s, const struct asm_req *a,
-			   const char *ptx, size_t n, struct buf *out)
+			   const char *ptx, size_t n, const char *sources,
+			   struct buf *out)
 {
 	struct msg_writer w;
 
@@ -957,9 +1109,62 @@ static int cubin_job_frame(const struct server *s, const struct asm_req *a,
 	msg_put_int(&w, "backend", a->backend);
 	msg_put_str(&w, "asm_path", s->asm_be[a->backend].path);
 	msg_put_str(&w, "args", a->args);
-	if (a->sources)
-		msg_put_str(&w, "sources", a->sources);
+	if (sources)
+		msg_put_str(&w, "sources", sources);
 	return msg_end(&w);
+}
+
+/* What a cubin request's PTX is keyed on: for ptxas, a -lineinfo PTX whose
+ * source paths cubin_debug.c can take out is portable (1, ds filled);
+ * anything else is keyed on its bytes (0). -1: out of memory. */
+static int cubin_scan(const struct asm_req *a, const char *ptx, size_t n,
+		      struct dbg_scan *ds, char sha[65], char loose_sha[65])
+{
+	/* Relocatable output (-c and its kin) names the paths elsewhere too:
+	 * it stays keyed on its bytes (measured: test_cubin.py's clang form). */
+	static const char *const relocatable[] = {
+		"--compile-only", "--preserve-relocs", "--extensible-whole-program",
+	};
+	int r = a->backend == CUBIN_PTXAS;
+	for (size_t i = 0; r && i < sizeof relocatable / sizeof relocatable[0]; i++) {
+		const char *hit = a->args ? strstr(a->args, relocatable[i]) : NULL;
+		size_t l = strlen(relocatable[i]);
+		if (hit && (hit == a->args || hit[-1] == '\n') &&
+		    (hit[l] == '\0' || hit[l] == '\n'))
+			r = 0;
+	}
+	r = r ? dbg_scan(ptx, n, a->sources, ds) : 0;
+
+	if (r == 1) {
+		key_sha256_hex(ds->shape.data, ds->shape.len, sha);
+		key_sha256_hex(ds->loose.data, ds->loose.len, loose_sha);
+	} else if (r == 0) {
+		key_sha256_hex(ptx, n, sha);
+	}
+	return r;
+}
+
+/* Answer from the cubin a portable entry holds (canonical paths): with
+ * this client's own written in. 0, or -1 if the entry fails its check. */
+static int send_portable(struct conn *c, uint64_t id, const struct key *k,
+			 const struct store_result *hit, const struct dbg_scan *ds)
+{
+	struct buf own = BUF_INIT;
+	const char *why = "out of memory";
+	int rc = -1;
+
+	if (dbg_rewrite(hit->data.data, hit->data.len, &ds->canon, &ds->view, &own,
+			&why) == 0) {
+		send_compile_reply(c, id, JOB_OK, 1, k, own.data, own.len, hit->log.data,
+				   hit->log.len, 0, 0);
+		rc = 0;
+	} else {
+		c->srv->n.lineinfo_rewrite_errors++;
+		log_warn("cubin %.16s: cached entry fails its line table check (%s); "
+			 "compiling again", k->hex, why);
+	}
+	buf_free(&own);
+	return rc;
 }
 
 /*
@@ -974,59 +1179,124 @@ static void start_cubin(struct conn *c, uint64_t id, const char *ptx,
 {
 	struct server *s = c->srv;
 	const struct cubin_backend *be = &s->asm_be[a->backend];
-	struct buf comp = BUF_INIT;
+	struct buf comp = BUF_INIT, stamped = BUF_INIT;
+	struct dbg_scan ds = { 0 };
+	struct flight *f = NULL;
 	struct key k;
-	char sha[65];
+	char sha[65], loose_sha[65];
 
-	key_sha256_hex(ptx, ptx_len, sha);
-	if (cubin_key(s, a, sha, &k, NULL) < 0) {
+	int portable = cubin_scan(a, ptx, ptx_len, &ds, sha, loose_sha);
+	if (portable < 0 || cubin_key(s, a, sha, portable ? &ds : NULL, 0, &k, NULL) < 0) {
 		send_error(c, id, "internal", "out of memory");
-		return;
+		goto out;
 	}
 	if (!be->path) {
 		const char *why = be->why ? be->why : "no assembler";
 		send_compile_reply(c, id, JOB_UNAVAILABLE, 0, &k, NULL, 0, why,
 				   strlen(why), 0, 0);
-		return;
+		goto out;
 	}
 	struct store_result hit = { 0 };
 	if (lookup_for(c, &k, &hit)) {
-		s->n.hits++;
-		send_compile_reply(c, id, hit.status ? JOB_ERROR : JOB_OK, 1, &k,
-				   hit.data.data, hit.data.len, hit.log.data,
-				   hit.log.len, 0, hit.status);
+		if (!portable || hit.status != 0) {
+			s->n.hits++;
+			send_compile_reply(c, id, hit.status ? JOB_ERROR : JOB_OK, 1, &k,
+					   hit.data.data, hit.data.len, hit.log.data,
+					   hit.log.len, 0, hit.status);
+			store_result_free(&hit);
+			goto out;
+		}
+		if (send_portable(c, id, &k, &hit, &ds) == 0) {
+			s->n.hits++;
+			s->n.lineinfo_hits++;
+			store_result_free(&hit);
+			goto out;
+		}
+	}
+	store_result_free(&hit);
+
+	struct key lk;
+	if (portable) {
+		if (cubin_key(s, a, loose_sha, &ds, 1, &lk, NULL) < 0) {
+			send_error(c, id, "internal", "out of memory");
+			goto out;
+		}
+		if (s->cfg->lineinfo_loose && lookup_for(c, &lk, &hit) &&
+		    hit.status == 0) {
+			s->n.hits++;
+			s->n.lineinfo_loose_hits++;
+			send_compile_reply(c, id, JOB_OK, 1, &lk, hit.data.data, hit.data.len,
+					   hit.log.data, hit.log.len, 0, 0);
+			store_result_free(&hit);
+			goto out;
+		}
 		store_result_free(&hit);
-		return;
+		if (seen_has(s, &lk))
+			s->n.lineinfo_layout_misses++;
 	}
 	s->n.misses++;
 
-	struct flight *f = flight_find(s, &k, c);
+	f = flight_find(s, &k, c);
 	if (f) {
-		if (add_waiter(f, c, id) < 0)
+		if (add_waiter(f, c, id) < 0) {
 			send_error(c, id, "internal", "out of memory");
-		else
+		} else {
 			s->n.dedup_joins++;
-		return;
+			if (portable && (!(f->waiters->view = malloc(sizeof *f->waiters->view)) ||
+					 dbg_view_copy(&ds.view, f->waiters->view) < 0)) {
+				free(f->waiters->view);
+				f->waiters->view = NULL;        /* answered "unavailable" */
+			}
+		}
+		f = NULL;
+		goto out;
 	}
 	if (!chained && refuse_new_flight(s, c, id))
-		return;
+		goto out;
 	f = calloc(1, sizeof *f);
-	if (!f || cubin_key(s, a, sha, &f->key, &comp) < 0 ||
-	    cubin_job_frame(s, a, ptx, ptx_len, &f->job.frame) < 0 ||
-	    !(f->job.optset = strdup(POOL_ASM_SET)) || add_waiter(f, c, id) < 0) {
-		send_error(c, id, "internal", "out of memory");
-		if (f) {
-			buf_free(&f->job.frame);
-			free(f->job.optset);
+	if (!f || cubin_key(s, a, sha, portable ? &ds : NULL, 0, &f->key, &comp) < 0)
+		goto oom;
+	if (portable) {
+		struct buf lcomp = BUF_INIT;
+		if (!(f->dbg = calloc(1, sizeof *f->dbg)) ||
+		    dbg_view_copy(&ds.view, &f->dbg->view) < 0 ||
+		    cubin_key(s, a, loose_sha, &ds, 1, &f->dbg->loose, &lcomp) < 0 ||
+		    !(f->dbg->loose_components = buf_detach(&lcomp, NULL)) ||
+		    dbg_view_copy(&ds.canon, &f->dbg->canon) < 0 ||
+		    dbg_stamp_ptx(ptx, ptx_len, &ds.view, &stamped) < 0) {
+			buf_free(&lcomp);
+			goto oom;
 		}
-		free(f);
-		buf_free(&comp);
-		return;
+	}
+	if (cubin_job_frame(s, a, portable ? stamped.data : ptx,
+			    portable ? stamped.len : ptx_len,
+			    portable ? NULL : a->sources, &f->job.frame) < 0 ||
+	    !(f->job.optset = strdup(POOL_ASM_SET)) || add_waiter(f, c, id) < 0)
+		goto oom;
+	if (portable && (!(f->waiters->view = malloc(sizeof *f->waiters->view)) ||
+			 dbg_view_copy(&ds.view, f->waiters->view) < 0)) {
+		free(f->waiters->view);
+		f->waiters->view = NULL;
 	}
 	f->kind = STORE_CUBIN;
 	f->components = buf_detach(&comp, NULL);
 	f->arch = a->arch ? strdup(a->arch) : NULL;
 	flight_launch(s, f, c);
+	f = NULL;
+	goto out;
+oom:
+	send_error(c, id, "internal", "out of memory");
+	if (f) {
+		/* add_waiter() is the last step that can fail: no waiter yet. */
+		buf_free(&f->job.frame);
+		free(f->job.optset);
+		flight_dbg_free(f->dbg);
+	}
+	free(f);
+out:
+	buf_free(&comp);
+	buf_free(&stamped);
+	dbg_scan_free(&ds);
 }
 
 /* Move a's strings into a new asm_req for a waiter; NULL if out of memory
@@ -1222,7 +1492,11 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 		   "\"confirmations\":%lld,\"confirm_mismatches\":%lld,\"sharing\":\"%s\","
 		   "\"jobs_running\":%d,\"jobs_queued\":%d,"
 		   "\"workers\":%d,\"workers_ready\":%d,\"warm_up_ms\":%lld,"
-		   "\"uptime_s\":%lld,\"compiler\":\"%s\"}",
+		   "\"uptime_s\":%lld,"
+		   "\"lineinfo_hits\":%lld,\"lineinfo_layout_misses\":%lld,"
+		   "\"lineinfo_loose_hits\":%lld,\"lineinfo_unportable\":%lld,"
+		   "\"lineinfo_rewrite_errors\":%lld,\"lineinfo_loose\":%s,"
+		   "\"compiler\":\"%s\"}",
 		   (long long)entries, (long long)bytes, (long long)s->n.hits,
 		   (long long)s->n.misses, (long long)s->n.compiles,
 		   (long long)s->n.compile_errors, (long long)pc.crashes,
@@ -1241,7 +1515,10 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 		   s->sharing == SHARING_TRUST ? "trust" : "separate", pc.busy, pc.queued,
 		   s->cfg->pool.size, pc.ready, (long long)pool_warm_ms(s->pool),
 		   (long long)(time(NULL) - s->started),
-		   codegen_identity());
+		   (long long)s->n.lineinfo_hits, (long long)s->n.lineinfo_layout_misses,
+		   (long long)s->n.lineinfo_loose_hits, (long long)s->n.lineinfo_unportable,
+		   (long long)s->n.lineinfo_rewrite_errors,
+		   s->cfg->lineinfo_loose ? "true" : "false", codegen_identity());
 	struct buf sb = BUF_INIT;
 	pool_sandbox(s->pool, &sb);
 	if (j.len && sb.len) {
@@ -1349,7 +1626,19 @@ static void handle_explain(struct conn *c, uint64_t id, const struct msg *m)
 		goto out;
 	}
 	set_namespace(s, c, &r);
-	if (compile_key(&r, &k, &comp) < 0) {
+	if (r.cubin && r.from_ptx) {
+		/* The cubin stage of PTX: its own key (portable or exact). */
+		struct dbg_scan ds = { 0 };
+		char sha[65], loose_sha[65];
+		int portable = cubin_scan(&r.asmr, r.input, r.input_len, &ds, sha, loose_sha);
+		int rc = portable < 0 ? -1 : cubin_key(s, &r.asmr, sha, portable ? &ds : NULL,
+						      0, &k, &comp);
+		dbg_scan_free(&ds);
+		if (rc < 0) {
+			send_error(c, id, "internal", "out of memory");
+			goto out;
+		}
+	} else if (compile_key(&r, &k, &comp) < 0) {
 		send_error(c, id, "internal", "out of memory");
 		goto out;
 	}
@@ -1984,7 +2273,8 @@ static int lock_cache(const char *dir, struct buf *err)
 
 int server_run(struct server_config *cfg)
 {
-	struct server s = { .cfg = cfg, .started = time(NULL) };
+	struct server s = { .cfg = cfg, .started = time(NULL),
+			    .seen_loose = calloc(SEEN_SLOTS, sizeof(uint64_t)) };
 	struct buf err = BUF_INIT;
 	int lock = -1, lfd = -1, rc = 1;
 
@@ -2102,6 +2392,7 @@ out:
 	free(s.worker_tmp);
 	cubin_backend_free(&s.asm_be[CUBIN_PTXAS]);
 	cubin_backend_free(&s.asm_be[CUBIN_NVJITLINK]);
+	free(s.seen_loose);
 	if (s.base)
 		event_base_free(s.base);
 	if (lock >= 0)

@@ -26,6 +26,8 @@ struct server_config {
 	const char *allow_groups; /* comma-separated names or gids (live) */
 	int namespace_per_uid;  /* each user gets their own cache entries */
 	const char *sharing;    /* confirm, trust or separate (confirm.h) */
+	int lineinfo_loose;     /* a -lineinfo cubin naming other source paths
+	                           or stamps is an acceptable answer (live) */
 	const char *l2_url;     /* the Redis tier ("" = off) */
 	const char *l2_secret_file;
 	const char *l2_prefix;

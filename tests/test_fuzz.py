@@ -28,3 +28,10 @@ def test_fuzz_frame_corpus_replays():
 
 def test_fuzz_request_corpus_replays():
     replay("request")
+
+
+def test_fuzz_cubin_debug_corpus_replays():
+    """Real cubins with their PTX and stamps, cut short and with header
+    bytes changed: cubin_debug.c reads within bounds and its rewrites are
+    exact both ways."""
+    replay("cubin_debug")

@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """Writes the seed corpus of the fuzz harnesses (tests/fuzz/corpus/): frame
-streams for fuzz_frame, request bodies for fuzz_request. Run once and commit
+streams for fuzz_frame, request bodies for fuzz_request, and for
+fuzz_cubin_debug SOURCES\0PTX\0CUBIN triples: small corpus kernels at
+fresh paths with the cubin the real ptxas wrote for them, then the same
+cut short and with header bytes changed (needs ptxas and `make corpus`;
+without them that set is left as it is). Run once and commit
 the output; `make test` replays it and `make fuzz` starts from it. Rerunning
 rewrites the same files (names are a digest of the content).
 
@@ -155,5 +159,53 @@ def write(kind, items):
     return len(set(items))
 
 
+def cubin_debug_seeds():
+    import re
+    import subprocess
+    import tempfile
+    ptxas = "/usr/local/cuda/bin/ptxas"
+    corpus = os.path.join(HERE, "..", "..", "build", "corpus", "triton")
+    if not os.path.exists(ptxas) or not os.path.isdir(corpus):
+        return None
+    ptxs = sorted((os.path.getsize(os.path.join(corpus, f)), f) for f in os.listdir(corpus)
+                  if f.endswith(".triton.ptx"))
+    out = []
+    with tempfile.TemporaryDirectory() as t:
+        for _, f in ptxs[:2]:
+            text = open(os.path.join(corpus, f), "rb").read()
+            path = re.search(rb'\.file\t1 "([^"]*)"', text).group(1)
+            for variant, (size, mtime) in enumerate([(4, 1700000000), (None, 0)]):
+                src = "/tmp/icache/zb/seed%d.py" % variant
+                ptx = text.replace(b'"' + path + b'"', b'"' + src.encode() + b'"')
+                p = os.path.join(t, "k.ptx")
+                with open(p, "wb") as fo:
+                    fo.write(ptx.replace(b'"' + src.encode() + b'"', b'"' + src.encode() + b'"'
+                                         + (b", %d, %d" % (mtime, size) if size else b", 0, 0")))
+                subprocess.run([ptxas, "-lineinfo", "--gpu-name=sm_90a", p, "-o", p + ".o"],
+                               check=True)
+                cubin = open(p + ".o", "rb").read()
+                stamp = b"%d:%d" % (mtime, size) if size else b"-"
+                head = src.encode() + b"\t" + stamp + b"\n\0" + ptx + b"\0"
+                out.append(head + cubin)
+                if variant:
+                    continue
+                for cut in (0, 16, 64, len(cubin) // 2, len(cubin) - 1):
+                    out.append(head + cubin[:cut])
+                # header bytes changed: the ELF's and the line table's
+                sh = struct.unpack_from("<Q", cubin, 0x28)[0]
+                for off in (4, 5, 0x28, 0x3a, 0x3c, 0x3e, sh + 64 + 0x18, sh + 64 + 0x20):
+                    if off < len(cubin):
+                        b = bytearray(cubin)
+                        b[off] ^= 0xff
+                        out.append(head + bytes(b))
+        out.append(b"\0\0")
+        out.append(b"/a/b.py\t-\n\0\t.file\t1 \"/a/b.py\"\n.section .debug_info\n{\n.b8 98\n.b8 46\n"
+                   b".b8 112\n.b8 121\n.b8 0\n}\n\0\x7fELF")
+    return out
+
+
 if __name__ == "__main__":
     print("frame: %d seeds, request: %d seeds" % (write("frame", frames()), write("request", requests())))
+    cd = cubin_debug_seeds()
+    if cd is not None:
+        print("cubin_debug: %d seeds" % write("cubin_debug", cd))
