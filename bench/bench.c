@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <grp.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -642,6 +643,11 @@ struct figures {
 	/* The Redis tier: two nodes' first passes over the corpus. */
 	double l2_node1_pass_ms, l2_node2_pass_ms;
 	long long l2_node2_compiles, l2_node2_hits;
+	/* The trust boundary: misses with the sandbox on and off, what exec
+	 * adds to a worker's start, compiles for one user and for two. */
+	double miss_sandbox_ms, miss_nosandbox_ms, exec_worker_ms, fork_exit_ms;
+	double worker_start_ms;
+	long long user1_compiles, user2_compiles, user2_confirmations, user2_mismatches;
 };
 
 static void cold_runs(struct figures *f)
@@ -988,6 +994,90 @@ static double ranks(int n, long long *compiles)
 	return t;
 }
 
+/* ---- the trust boundary ---- */
+
+/* The median of n runs of argv, in ms. */
+static double median_run(char *const argv[], int n)
+{
+	double v[32];
+	for (int i = 0; i < n && i < 32; i++)
+		v[i] = run_timed(argv);
+	return quantile(v, (size_t)(n < 32 ? n : 32), 0.5);
+}
+
+/* fork() of this process and the child's _exit, to the parent's wait. */
+static double fork_exit_ms(int n)
+{
+	double v[32];
+	for (int i = 0; i < n && i < 32; i++) {
+		double t0 = now_ms();
+		pid_t p = fork();
+		if (p == 0)
+			_exit(0);
+		waitpid(p, NULL, 0);
+		v[i] = now_ms() - t0;
+	}
+	return quantile(v, (size_t)(n < 32 ? n : 32), 0.5);
+}
+
+static double corpus_pass(const char *sock);
+
+/*
+ * Workers are exec'd and sandboxed, and each serves one user (the trust
+ * boundary): misses over the corpus with the sandbox on and off, in turn;
+ * the exec of the daemon's image in worker mode (to its first check and
+ * exit) beside a bare fork, and a worker's whole start (warm_up_ms); then,
+ * as root, the corpus for one user and again for a second (nobody): one
+ * confirmation per kernel, no mismatch.
+ */
+static void trust_runs(struct figures *f)
+{
+	struct daemon on, off;
+	const char *const no_sandbox[] = { "--sandbox", "off", NULL };
+	const char *const two_users[] = { "--allow-users", "65534", NULL };
+
+	daemon_start(&on, "sandbox-on");
+	f->worker_start_ms = (double)stat_of(on.sock, "warm_up_ms");
+	f->miss_sandbox_ms = corpus_pass(on.sock);
+	daemon_stop(&on);
+	daemon_start_with(&off, "sandbox-off", no_sandbox);
+	f->miss_nosandbox_ms = corpus_pass(off.sock);
+	daemon_stop(&off);
+	char *worker[] = { (char *)g.daemon, (char *)"--worker", NULL };
+	run_timed(worker);
+	f->exec_worker_ms = median_run(worker, 20);
+	f->fork_exit_ms = fork_exit_ms(20);
+
+	f->user1_compiles = f->user2_compiles = -1;
+	f->user2_confirmations = f->user2_mismatches = -1;
+	if (geteuid() != 0) {
+		note("not root: no second user for the confirmation figures");
+		return;
+	}
+	struct daemon d;
+	daemon_start_with(&d, "two-users", two_users);
+	chmod(g.tmp, 0755);
+	chmod(d.dir, 0755);
+	chmod(d.sock, 0666);
+	corpus_pass(d.sock);
+	f->user1_compiles = stat_of(d.sock, "compiles");
+	pid_t p = fork();
+	if (p == 0) {
+		if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
+			_exit(1);
+		corpus_pass(d.sock);
+		_exit(0);
+	}
+	int st;
+	waitpid(p, &st, 0);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		note("the second user's pass failed (status %d)", st);
+	f->user2_compiles = stat_of(d.sock, "compiles") - f->user1_compiles;
+	f->user2_confirmations = stat_of(d.sock, "confirmations");
+	f->user2_mismatches = stat_of(d.sock, "confirm_mismatches");
+	daemon_stop(&d);
+}
+
 /* ---- two nodes sharing Redis ---- */
 
 /* One pass over the corpus (PTX); its wall time in ms. */
@@ -1096,6 +1186,15 @@ static void write_json(const struct figures *x, const char *path)
 	jnum(f, "cold_llc_ms", x->cold_llc_ms, 0);
 	jnum(f, "cold_ptxas_ms", x->cold_ptxas_ms, 0);
 	jnum(f, "miss_ptx_ms", x->miss_ptx_ms, 0);
+	jnum(f, "miss_sandbox_ms", x->miss_sandbox_ms, 0);
+	jnum(f, "miss_nosandbox_ms", x->miss_nosandbox_ms, 0);
+	jnum(f, "worker_start_ms", x->worker_start_ms, 0);
+	jnum(f, "exec_worker_ms", x->exec_worker_ms, 0);
+	jnum(f, "fork_exit_ms", x->fork_exit_ms, 0);
+	jnum(f, "user1_compiles", (double)x->user1_compiles, 0);
+	jnum(f, "user2_compiles", (double)x->user2_compiles, 0);
+	jnum(f, "user2_confirmations", (double)x->user2_confirmations, 0);
+	jnum(f, "user2_mismatches", (double)x->user2_mismatches, 0);
 	jnum(f, "miss_cubin_ms", x->miss_cubin_ms, 0);
 	jnum(f, "hit_ptx_ms", x->hit_ptx_ms, 0);
 	jnum(f, "hit_cubin_ms", x->hit_cubin_ms, 0);
@@ -1220,6 +1319,16 @@ static void print_table(const struct figures *x)
 	row("daemon rss (master + workers)", (double)x->daemon_rss_kb, "kB", NULL, 0);
 	row("hits/s, 16 clients", x->hits_per_s, "/s", NULL, 0);
 	row("2nd fresh run, -lineinfo cubin hits", x->fresh_hit_pct, "%", NULL, 0);
+	row("miss ptx, sandbox on", x->miss_sandbox_ms, "ms", "/ off",
+	    x->miss_sandbox_ms / x->miss_nosandbox_ms);
+	row("miss ptx, sandbox off", x->miss_nosandbox_ms, "ms", NULL, 0);
+	row("worker start (exec, LLVM, warm-up)", x->worker_start_ms, "ms", NULL, 0);
+	row("exec of the worker image", x->exec_worker_ms, "ms", "/ bare fork",
+	    x->exec_worker_ms / x->fork_exit_ms);
+	row("compiles, 1st user, corpus", (double)x->user1_compiles, "", NULL, 0);
+	row("compiles, 2nd user, same corpus", (double)x->user2_compiles, "", NULL, 0);
+	row("confirmations / mismatches", (double)x->user2_confirmations, "",
+	    "mismatches", (double)x->user2_mismatches);
 	row("node 1 first pass (compiles, Redis)", x->l2_node1_pass_ms, "ms", NULL, 0);
 	row("node 2 first pass (from Redis)", x->l2_node2_pass_ms, "ms", "node 1 /",
 	    x->l2_node1_pass_ms / x->l2_node2_pass_ms);
@@ -1464,6 +1573,9 @@ int main(int argc, char **argv)
 
 	fprintf(stderr, "bench: a second node's first pass through Redis\n");
 	second_node(&f);
+
+	fprintf(stderr, "bench: the trust boundary: sandbox, exec, confirmation\n");
+	trust_runs(&f);
 
 	fprintf(stderr, "bench: 1 and 8 ranks on empty caches\n");
 	f.ranks1_wall_ms = ranks(1, &f.ranks1_compiles);
