@@ -170,6 +170,18 @@ static int version(char **argv)
 	return fflush(stdout) == 0 ? 0 : 255;
 }
 
+/* The cubin request for a parsed command line and its input. */
+static void assemble_req(struct ptxcache_assemble_req *req, const struct ptxas_cmd *cmd,
+			 const struct buf *ptx, const struct buf *stamps)
+{
+	ptxcache_assemble_req_init(req);
+	req->input = ptx->data ? ptx->data : "";
+	req->input_len = ptx->len;
+	req->args = (const char *const *)cmd->args;
+	req->nargs = cmd->nargs;
+	req->sources = stamps->len ? stamps->data : NULL;
+}
+
 int ptxas_explain(int argc, char **argv, char **json, char *err, size_t errlen)
 {
 	struct ptxas_cmd cmd;
@@ -190,12 +202,7 @@ int ptxas_explain(int argc, char **argv, char **json, char *err, size_t errlen)
 	} else if (ptxas_source_stamps(&ptx, &stamps) < 0) {
 		snprintf(err, errlen, "a .file directive names a relative path: not cached");
 	} else if ((pc = ptxcache_connect(NULL, 2000, err, errlen))) {
-		ptxcache_assemble_req_init(&req);
-		req.input = ptx.data ? ptx.data : "";
-		req.input_len = ptx.len;
-		req.args = (const char *const *)cmd.args;
-		req.nargs = cmd.nargs;
-		req.sources = stamps.len ? stamps.data : NULL;
+		assemble_req(&req, &cmd, &ptx, &stamps);
 		rc = ptxcache_explain_assemble(pc, &req, json);
 		if (rc < 0)
 			snprintf(err, errlen, "%s", ptxcache_errmsg(pc));
@@ -237,12 +244,7 @@ int cmd_ptxas(int argc, char **argv)
 		return exec_real(argv);
 	}
 	ptxcache_set_timeout(pc, FRONT_TIMEOUT_MS);
-	ptxcache_assemble_req_init(&req);
-	req.input = ptx.data ? ptx.data : "";
-	req.input_len = ptx.len;
-	req.args = (const char *const *)cmd.args;
-	req.nargs = cmd.nargs;
-	req.sources = stamps.len ? stamps.data : NULL;
+	assemble_req(&req, &cmd, &ptx, &stamps);
 	rc = ptxcache_assemble(pc, &req, &res);
 	ptxcache_close(pc);
 	buf_free(&ptx);
