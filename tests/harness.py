@@ -5,6 +5,7 @@ what a well-behaved client never would.
 A test is a function named test_* in a tests/test_*.py module; it gets no
 arguments, raises AssertionError (or anything) to fail, and may raise Skip.
 """
+import atexit
 import json
 import os
 import shutil
@@ -64,6 +65,24 @@ define ptx_kernel void @KERNEL(ptr addrspace(1) %a, ptr addrspace(1) %b, float %
 def small_ir(tag):
     """A small kernel of its own per tag, so tests do not share cache entries."""
     return SMALL_IR.replace("@KERNEL", "@k_" + tag).encode()
+
+
+_OTHERS_CLI = []
+
+
+def cli_for_others():
+    """A copy of the CLI that any user can run: the build tree may sit in a
+    directory only its owner can enter (a home, a mktemp -d), and tests run
+    clients as other users."""
+    if not _OTHERS_CLI:
+        d = tempfile.mkdtemp(prefix="ptxcache-cli-")
+        atexit.register(shutil.rmtree, d, True)
+        os.chmod(d, 0o755)
+        p = os.path.join(d, "ptxcache")
+        shutil.copy(CLI, p)
+        os.chmod(p, 0o755)
+        _OTHERS_CLI.append(p)
+    return _OTHERS_CLI[0]
 
 
 def corpus(suffix):

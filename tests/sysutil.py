@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tempfile
 
-from harness import CLI, Skip, small_ir  # noqa: F401 (small_ir: for the tests)
+from harness import CLI, Skip, cli_for_others, small_ir  # noqa: F401 (small_ir: for the tests)
 
 def mp_unpack(data):
     """Decode one msgpack value (what the daemon sends: maps, str, bin,
@@ -117,7 +117,8 @@ def probe_as(path, uid, gid, groups=()):
 
 
 def cli_as(path, uid, gid, *args, groups=(), input=None):
-    return subprocess.run(setpriv(uid, gid, groups) + [CLI, "--socket", path] + list(args),
+    return subprocess.run(setpriv(uid, gid, groups) + [cli_for_others(), "--socket", path] +
+                          list(args),
                           input=input, capture_output=True, timeout=120)
 
 

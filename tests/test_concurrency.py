@@ -9,7 +9,7 @@ import subprocess
 import threading
 import time
 
-from harness import (CLI, TRITON_FLAGS, Daemon, Raw, Skip, frame, llc, mp_pack, mp_unpack, small_ir,
+from harness import (CLI, TRITON_FLAGS, cli_for_others, Daemon, Raw, Skip, frame, llc, mp_pack, mp_unpack, small_ir,
                      triton_kernels)
 
 RANKS = 8
@@ -171,10 +171,11 @@ def test_per_user_job_cap_refuses_flood_not_others():
             s = d.stats()
             assert s["refused_jobs"] == 2 and s["dedup_joins"] == 1, s
             env = dict(os.environ, PTXCACHE_SOCKET=d.socket, HOME="/")
-            r = subprocess.run([CLI, "compile", "--json", "-"], input=hit_ir, env=env,
+            r = subprocess.run([cli_for_others(), "compile", "--json", "-"], input=hit_ir, env=env,
                                capture_output=True, timeout=60, preexec_fn=as_user(nobody))
             assert r.returncode == 0 and b'"cached":true' in r.stdout, r.stderr
-            other = subprocess.Popen([CLI, "compile", "--json", "-"], stdin=subprocess.PIPE,
+            other = subprocess.Popen([cli_for_others(), "compile", "--json", "-"],
+                                     stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                      preexec_fn=as_user(nobody))
             other.stdin.write(small("other_user"))
