@@ -28,7 +28,13 @@ int64_t confirm_oneshot_tenant(void)
 
 int confirm_may_serve(enum sharing pol, const struct store_result *e, int64_t uid)
 {
-	if (pol != SHARING_CONFIRM || e->producer < 0 || e->producer == uid)
+	if (pol == SHARING_TRUST)
+		return 1;
+	/* separate: PTX keys hold the uid already; cubin keys do not (a PTX
+	 * file is the same whoever sends it), so the producer decides. */
+	if (pol == SHARING_SEPARATE)
+		return e->producer == uid;
+	if (e->producer < 0 || e->producer == uid)
 		return 1;
 	return e->trust == STORE_CONFIRMED;
 }

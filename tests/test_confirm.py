@@ -58,12 +58,23 @@ def test_trust_shares_at_once_and_separate_never():
         d.cli("llc", *FLAGS, input=k)
         assert as_user(d, B, k) == llc_bytes(k)
         assert d.stats()["compiles"] == 1
-    with daemon(extra=["--sharing", "separate"]) as d:
+    with daemon(extra=["--sharing", "separate"]) as d, tempfile.TemporaryDirectory() as t:
         d.cli("llc", *FLAGS, input=k)
         as_user(d, B, k)
         as_user(d, B, k)
         s = d.stats()
         assert s["compiles"] == 2 and s["confirmations"] == 0, s
+        # Cubins too: a PTX file's key holds no uid, the producer decides.
+        ptx = os.path.join(t, "k.ptx")
+        with open(ptx, "wb") as f:
+            f.write(llc_bytes(small_ir("separate_cubin")))
+        os.chmod(t, 0o755)
+        os.chmod(ptx, 0o644)
+        r = d.cli("compile", "--json", "--cubin", ptx, check=False)
+        if b'"status":"unavailable"' not in r.stdout:       # a ptxas here
+            r2 = cli_as(d.socket, B, B, "compile", "--json", "--cubin", ptx)
+            assert r2.returncode == 0 and b'"cached":false' in r2.stdout, r2.stdout
+            assert d.stats()["compiles"] == 4
 
 
 def test_compromised_worker_changes_only_what_its_own_user_receives():
