@@ -211,3 +211,28 @@ def test_replaced_worker_holds_no_secret_and_no_other_users_kernel():
                 time.sleep(0.05)
             for w in ws:
                 assert worker_memory_holds(w, [secret, marker.encode()]) == set(), w
+
+
+def test_sandbox_setting_reported_and_checked():
+    """stats says what the workers applied; `off` says so; a value other
+    than auto, require and off is refused at start; `require` starts where
+    the kernel has everything and refuses where it does not."""
+    need_sandbox()
+    with Daemon(workers=1) as d:
+        d.cli("compile", "-", input=small_ir("sandbox_auto"))
+        assert d.stats()["sandbox"].startswith("codegen workers: all applied"), d.stats()
+    with Daemon(workers=1, extra=["--sandbox", "off"]) as d:
+        d.cli("compile", "-", input=small_ir("sandbox_off"))
+        assert d.stats()["sandbox"].startswith("codegen workers: off"), d.stats()
+        assert "sandbox is off" in d.logtext()
+    with tempfile.TemporaryDirectory() as t:
+        r = subprocess.run([DAEMON, "--socket", os.path.join(t, "s"), "--cache-dir",
+                            os.path.join(t, "c"), "--sandbox", "maybe"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and "sandbox must be auto, require or off" in r.stderr, r.stderr
+    with Daemon(workers=1, extra=["--log-level", "info"]) as d:
+        complete = "worker sandbox: no_new_privs, seccomp, landlock ABI" in d.logtext() and \
+            "incomplete" not in d.logtext()
+    if complete:
+        with Daemon(workers=1, extra=["--sandbox", "require"]) as d:
+            d.cli("compile", "-", input=small_ir("sandbox_require"))
