@@ -69,6 +69,8 @@
 #define START_ATTEMPTS 3
 #define BLOCK_FIRST_MS 10000
 #define BLOCK_MAX_MS (10 * 60 * 1000)
+/* A one-shot job replaces an idle worker only after it has idled this long. */
+#define ONESHOT_PATIENCE_MS 500
 /* Option sets remembered as failing; the oldest is forgotten first. */
 #define MAX_FAILING_SETS 64
 /* How much of what a failed worker printed goes into the reason. */
@@ -792,6 +794,14 @@ again:
 		if (p->nworkers >= p->cfg.size) {
 			if (!idle_other)
 				continue;
+			/* A one-shot job (a background confirmation) waits rather
+			 * than evict a worker its user may want again at once. */
+			if (job->oneshot && now_ms() - idle_other->last_used < ONESHOT_PATIENCE_MS) {
+				struct timeval tv = { 0, ONESHOT_PATIENCE_MS * 1000 };
+				if (!evtimer_pending(p->respawn, NULL))
+					evtimer_add(p->respawn, &tv);
+				continue;
+			}
 			kill_worker(idle_other, NULL);
 		}
 		if (spawn(p, job->optset) < 0)
@@ -805,6 +815,13 @@ again:
 		struct timeval tv = { wait / 1000, (wait % 1000) * 1000 };
 		if (!evtimer_pending(p->respawn, NULL))
 			evtimer_add(p->respawn, &tv);
+	}
+	/* Backing off after deaths: come back when the pause is over, also
+	 * with nothing queued (no job will call dispatch() to do it). */
+	if (wait <= 0 && p->backoff_ms > 0 && p->nworkers < p->cfg.size &&
+	    !evtimer_pending(p->respawn, NULL)) {
+		struct timeval tv = { 0, p->backoff_ms * 1000 };
+		evtimer_add(p->respawn, &tv);
 	}
 	while (wait <= 0 && TAILQ_EMPTY(&p->queue) && p->nworkers < p->cfg.size &&
 	       p->backoff_ms == 0)
