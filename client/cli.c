@@ -62,8 +62,6 @@ static void read_input(const char *path, struct buf *out)
 {
 	if (front_read_file(path, out) < 0)
 		die("cannot read '%s': %s", path, strerror(errno));
-	if (!out->data && buf_reserve(out, 1) == 0)
-		out->data[0] = '\0';
 }
 
 /* ---- options ---------------------------------------------------------- */

@@ -35,25 +35,11 @@ int front_read_file(const char *path, struct buf *out)
 
 	if (fd < 0)
 		return -1;
-	for (;;) {
-		if (buf_reserve(out, 1 << 16) < 0) {
-			if (fd != STDIN_FILENO)
-				close(fd);
-			return -1;
-		}
-		ssize_t n = read(fd, out->data + out->len, out->cap - out->len - 1);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			int e = errno;
-			if (fd != STDIN_FILENO)
-				close(fd);
-			errno = e;
-			return n < 0 ? -1 : 0;
-		}
-		out->len += (size_t)n;
-		out->data[out->len] = '\0';
-	}
+	int r = buf_read_fd(out, fd, 0), e = errno;
+	if (fd != STDIN_FILENO)
+		close(fd);
+	errno = e;
+	return r;
 }
 
 static int write_all(int fd, const char *c, size_t n)

@@ -55,24 +55,10 @@ static int read_file(const char *path, struct buf *out, size_t max)
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
-	for (;;) {
-		if (out->len >= max || buf_reserve(out, 65536) < 0) {
-			close(fd);
-			errno = EFBIG;
-			return -1;
-		}
-		ssize_t n = read(fd, out->data + out->len, out->cap - out->len - 1);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			int e = errno;
-			close(fd);
-			errno = e;
-			return n < 0 ? -1 : 0;
-		}
-		out->len += (size_t)n;
-		out->data[out->len] = '\0';
-	}
+	int r = buf_read_fd(out, fd, max), e = errno;
+	close(fd);
+	errno = e;
+	return r;
 }
 
 static int write_file(const char *path, const void *p, size_t n)

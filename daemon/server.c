@@ -79,7 +79,8 @@ struct conn {
 	int refs;               /* 1 for the socket + 1 per waiting request */
 	int waiting;            /* requests waiting on a compile */
 	uint64_t serial;
-	struct peer *peer;
+	struct peer *peer;      /* NULL if it could not be allocated */
+	uid_t uid;              /* SO_PEERCRED: who it is, always set */
 	struct event *timer;    /* header or idle timeout, see conn_arm() */
 	enum { TIMER_NONE, TIMER_HEADER, TIMER_IDLE } timer_mode;
 	int partial;            /* a frame has started but not arrived whole */
@@ -620,8 +621,8 @@ static int compile_key(struct compile_req *r, struct key *k,
 /* With namespace-per-uid, a user's entries are theirs alone. */
 static void set_namespace(struct server *s, struct conn *c, struct compile_req *r)
 {
-	if (s->sharing == SHARING_SEPARATE && c->peer)
-		snprintf(r->ns, sizeof r->ns, "uid:%u", (unsigned)c->peer->uid);
+	if (s->sharing == SHARING_SEPARATE)
+		snprintf(r->ns, sizeof r->ns, "uid:%u", (unsigned)c->uid);
 }
 
 /* exit_code: the assembler's exit status for a cubin reply; -1: none. */
@@ -662,7 +663,7 @@ static unsigned bucket_of(const struct key *k)
 /* The tenant c's compiles run for: its uid. */
 static int64_t conn_tenant(const struct conn *c)
 {
-	return c->peer ? (int64_t)c->peer->uid : POOL_ANY_TENANT;
+	return (int64_t)c->uid;
 }
 
 /* The flight computing k that c may join: one for c's own tenant (a
@@ -1691,7 +1692,7 @@ static void handle_evict(struct conn *c, uint64_t id, const struct msg *m)
 	int64_t max_size = -1;
 	int all = 0, removed;
 
-	if (c->peer && c->peer->uid != 0 && c->peer->uid != geteuid()) {
+	if (c->uid != 0 && c->uid != geteuid()) {
 		send_error(c, id, "denied", "evicting needs root or the daemon's user");
 		return;
 	}
@@ -1975,6 +1976,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 	if (s->conns)
 		s->conns->prev = c;
 	s->conns = c;
+	c->uid = cr.uid;
 	c->peer = peer_get(s, cr.uid);
 	if (c->peer)
 		c->peer->conns++;
@@ -1990,6 +1992,9 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 		snprintf(why, sizeof why, "uid %u is not allowed to use this daemon",
 			 (unsigned)cr.uid);
 		refuse(c, "denied", why);
+	} else if (!c->peer) {
+		/* No per-user accounting, so no per-user limits: refuse. */
+		refuse(c, "internal", "out of memory");
 	} else if (s->nconns > s->cfg->max_conns ||
 		   (c->peer && c->peer->conns > s->cfg->max_conns_per_uid) ||
 		   s->stopping) {

@@ -1,11 +1,13 @@
 /* buf: growable byte buffer; see buf.h for the invariants. */
 #include "proto/buf.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int buf_reserve(struct buf *b, size_t extra)
 {
@@ -23,6 +25,28 @@ int buf_reserve(struct buf *b, size_t extra)
 	b->data = p;
 	b->cap = cap;
 	return 0;
+}
+
+int buf_read_fd(struct buf *b, int fd, size_t max)
+{
+	for (;;) {
+		if (max && b->len >= max) {
+			errno = EFBIG;
+			return -1;
+		}
+		if (buf_reserve(b, 65536) < 0) {
+			errno = ENOMEM;
+			return -1;
+		}
+		b->data[b->len] = '\0';        /* also when nothing comes */
+		ssize_t n = read(fd, b->data + b->len, b->cap - b->len - 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -1 : 0;
+		b->len += (size_t)n;
+		b->data[b->len] = '\0';
+	}
 }
 
 int buf_append(struct buf *b, const void *p, size_t n)

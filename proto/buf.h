@@ -28,6 +28,10 @@ int buf_append(struct buf *b, const void *p, size_t n);
 int buf_puts(struct buf *b, const char *s);
 int buf_printf(struct buf *b, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* Append everything fd gives until end of file, at most max bytes in b
+ * (0: no limit); b->data is set and NUL-terminated even if fd gave nothing.
+ * 0, or -1 with errno set (EFBIG past max). fd stays open. */
+int buf_read_fd(struct buf *b, int fd, size_t max);
 /* Drop the first n bytes (n <= len). */
 void buf_consume(struct buf *b, size_t n);
 void buf_reset(struct buf *b);

@@ -117,12 +117,17 @@ def test_version_help_and_cpu_list_are_llcs_own():
     prints, on the same streams."""
     with Daemon(workers=1) as d, tempfile.TemporaryDirectory() as t:
         vadd = write_inputs(t)
+        # What one `stats` adds to the request count, to see that the front
+        # answered these from the table without asking the daemon at all.
+        per_stats = -d.stats()["requests"] + d.stats()["requests"]
         for args in (["--version"], ["-version"], ["--help"],
                      ["-mtriple=nvptx64", "-mcpu=help", vadd, "-o", "-"],
                      ["-mtriple=nvptx64", "-mattr=help", vadd, "-o", "-"]):
+            before = d.stats()["requests"]
             want, got = both(d, args)
             assert want.rc == 0 and (want.stdout or want.stderr), (args, want)
             assert same(want, got), (args, want, got)
+            assert d.stats()["requests"] - before == per_stats, (args, "the daemon was asked")
 
 
 def test_stdin_as_dash_with_input_language():
