@@ -1,6 +1,8 @@
 /*
  * sandbox: seccomp (through libseccomp) and Landlock for workers; see
- * sandbox.h for the two profiles.
+ * sandbox.h for the two profiles. At the end, the master's side: the
+ * setting checked against the kernel at start, and what the assembler
+ * workers may reach.
  *
  * The codegen allow-list, and why each call is on it:
  *   read, write, readv, writev        the job socket (fd 3), stderr
@@ -36,6 +38,8 @@
 #include <linux/landlock.h>
 #include <seccomp.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
@@ -43,6 +47,9 @@
 #include <sys/syscall.h>
 #include <termios.h>
 #include <unistd.h>
+
+#include "daemon/log.h"
+#include "daemon/worker.h"
 
 /* Landlock's ABI beyond what older headers know. */
 struct ll_ruleset_attr {
@@ -265,4 +272,53 @@ int sandbox_support(struct buf *out)
 	else
 		buf_puts(out, "no landlock");
 	return seccomp && abi >= 6;
+}
+
+/* ---- the master's side ---------------------------------------------- */
+
+/* Check the sandbox setting against the kernel (refusing to start where
+ * `require` cannot be met) and name the assembler's own trees, which its
+ * workers may read: ptxas's directory and nvJitLink's. */
+int sandbox_start(struct pool_config *pc, const char *cache_dir,
+		  const char *const asm_paths[2], char **asm_roots,
+		  char **worker_tmp, struct buf *err)
+{
+	struct buf have = BUF_INIT, roots = BUF_INIT;
+	const char *mode = pc->sandbox ? pc->sandbox : "auto";
+	int all = sandbox_support(&have);
+
+	if (strcmp(mode, "auto") && strcmp(mode, "require") && strcmp(mode, "off")) {
+		buf_printf(err, "sandbox must be auto, require or off, not '%s'", mode);
+		buf_free(&have);
+		return -1;
+	}
+	if (!strcmp(mode, "require") && !all) {
+		buf_printf(err, "sandbox = require, but this kernel offers only: %s", have.data);
+		buf_free(&have);
+		return -1;
+	}
+	if (!strcmp(mode, "off"))
+		log_warn("worker sandbox is off: a worker compromised by hostile IR has the "
+			 "daemon's privileges");
+	else if (!all)
+		log_warn("worker sandbox incomplete on this kernel: %s", have.data);
+	else
+		log_info("worker sandbox: %s", have.data);
+	buf_free(&have);
+	for (int b = 0; b < 2; b++) {
+		const char *p = asm_paths[b], *slash = p ? strrchr(p, '/') : NULL;
+		if (slash && slash != p)
+			buf_printf(&roots, "%.*s\n", (int)(slash - p), p);
+	}
+	free(*asm_roots);
+	*asm_roots = buf_detach(&roots, NULL);
+	pc->asm_roots = *asm_roots;
+	free(*worker_tmp);
+	if (asprintf(worker_tmp, "%s/workers", cache_dir) < 0) {
+		*worker_tmp = NULL;
+		buf_puts(err, "out of memory");
+		return -1;
+	}
+	pc->tmp_parent = *worker_tmp;
+	return pool_prepare_tmp(*worker_tmp, err);
 }

@@ -57,4 +57,21 @@ int sandbox_apply(enum sandbox_profile profile, const struct sandbox_paths *path
  * stats and the start-up log; 1 if all of it, else 0. */
 int sandbox_support(struct buf *out);
 
+struct pool_config;
+
+/*
+ * The master's side, at start, before the pool: check the sandbox setting
+ * (pc->sandbox: "auto", "require" or "off"; NULL is auto) against this
+ * kernel, refusing to start where `require` cannot be met, and log what
+ * the workers will get. Then name what an assembler worker may reach
+ * besides the system's directories: the directories of asm_paths (ptxas
+ * and nvJitLink; NULL: none) and <cache_dir>/workers, the parent of its
+ * private directory, created or emptied (pool_prepare_tmp()). Both strings
+ * go into pc and into *asm_roots and *worker_tmp, which the caller owns
+ * (what they held before is freed). 0, or -1 with err.
+ */
+int sandbox_start(struct pool_config *pc, const char *cache_dir,
+		  const char *const asm_paths[2], char **asm_roots,
+		  char **worker_tmp, struct buf *err);
+
 #endif

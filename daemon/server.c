@@ -1012,53 +1012,6 @@ static void flight_launch(struct server *s, struct flight *f, struct conn *c)
 		pool_submit(s->pool, &f->job);
 }
 
-/* ---- the worker sandbox --------------------------------------------- */
-
-/* Check the sandbox setting against the kernel (refusing to start where
- * `require` cannot be met) and name the assembler's own trees, which its
- * workers may read: ptxas's directory and nvJitLink's. */
-static int start_sandbox(struct server *s, struct server_config *cfg, struct buf *err)
-{
-	struct buf have = BUF_INIT, roots = BUF_INIT;
-	const char *mode = cfg->pool.sandbox ? cfg->pool.sandbox : "auto";
-	int all = sandbox_support(&have);
-
-	if (strcmp(mode, "auto") && strcmp(mode, "require") && strcmp(mode, "off")) {
-		buf_printf(err, "sandbox must be auto, require or off, not '%s'", mode);
-		buf_free(&have);
-		return -1;
-	}
-	if (!strcmp(mode, "require") && !all) {
-		buf_printf(err, "sandbox = require, but this kernel offers only: %s", have.data);
-		buf_free(&have);
-		return -1;
-	}
-	if (!strcmp(mode, "off"))
-		log_warn("worker sandbox is off: a worker compromised by hostile IR has the "
-			 "daemon's privileges");
-	else if (!all)
-		log_warn("worker sandbox incomplete on this kernel: %s", have.data);
-	else
-		log_info("worker sandbox: %s", have.data);
-	buf_free(&have);
-	for (int b = 0; b < 2; b++) {
-		const char *p = s->asm_be[b].path, *slash = p ? strrchr(p, '/') : NULL;
-		if (slash && slash != p)
-			buf_printf(&roots, "%.*s\n", (int)(slash - p), p);
-	}
-	free(s->asm_roots);
-	s->asm_roots = buf_detach(&roots, NULL);
-	cfg->pool.asm_roots = s->asm_roots;
-	free(s->worker_tmp);
-	if (asprintf(&s->worker_tmp, "%s/workers", cfg->cache_dir) < 0) {
-		s->worker_tmp = NULL;
-		buf_puts(err, "out of memory");
-		return -1;
-	}
-	cfg->pool.tmp_parent = s->worker_tmp;
-	return pool_prepare_tmp(s->worker_tmp, err);
-}
-
 /* ---- the cubin stage ------------------------------------------------ */
 
 static const char *const backend_names[] = { "ptxas", "nvjitlink" };
@@ -2319,7 +2272,9 @@ int server_run(struct server_config *cfg)
 		log_warn("%s; cubin requests will be refused", s.asm_be[CUBIN_PTXAS].why);
 	if (s.asm_be[CUBIN_NVJITLINK].path)
 		log_info("nvJitLink '%s'", s.asm_be[CUBIN_NVJITLINK].path);
-	if (start_sandbox(&s, cfg, &err) < 0)
+	const char *const asm_paths[2] = { s.asm_be[0].path, s.asm_be[1].path };
+	if (sandbox_start(&cfg->pool, cfg->cache_dir, asm_paths, &s.asm_roots,
+			  &s.worker_tmp, &err) < 0)
 		goto out;
 	if (sharing_parse(cfg->sharing, &s.sharing) < 0) {
 		buf_printf(&err, "sharing must be confirm, trust or separate, not '%s'",
