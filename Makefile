@@ -50,7 +50,8 @@ LDFLAGS     += -static-libstdc++ -static-libgcc
 endif
 
 PROTO_SRC  := proto/buf.c proto/frame.c proto/msg.c proto/ptxas_args.c proto/llc_args.c
-DAEMON_SRC := daemon/main.c daemon/config.c daemon/log.c daemon/server.c daemon/worker.c daemon/sandbox.c \
+DAEMON_SRC := daemon/main.c daemon/config.c daemon/log.c daemon/server.c daemon/compile.c \
+              daemon/cubin_req.c daemon/manage.c daemon/flight.c daemon/worker.c daemon/sandbox.c \
               daemon/confirm.c daemon/store.c daemon/key.c daemon/codegen.c daemon/cubin.c \
               daemon/cubin_debug.c daemon/l2.c
 DAEMON_CXX := daemon/llvm_shim.cpp

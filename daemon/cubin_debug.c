@@ -27,7 +27,7 @@
  *    all; dbg_scan() refuses it and dbg_rewrite() refuses any cubin with
  *    .debug_info), and relocatable output (-c and its kin: the section
  *    .nv_debug_ptx_txt.<hash> is named after a hash that follows the
- *    paths; server.c keeps those requests exact).
+ *    paths; cubin_req.c keeps those requests exact).
  *
  * How: dbg_scan() takes the paths out of the PTX (the `.file` strings,
  * the .debug_info/.debug_str byte runs that spell a directory, name or

@@ -1,7 +1,8 @@
 /*
  * ptxcached: entry point. Settings come from config.c; the daemon itself
- * is server.c; this file only picks the mode (serve, verify a stopped
- * cache, or be a worker: the image worker.c execs).
+ * is server.c (the master's loop, which drives the rest); this file only
+ * picks the mode (serve, verify a stopped cache, or be a worker: the image
+ * worker.c execs).
  */
 #include <stdio.h>
 #include <string.h>

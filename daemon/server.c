@@ -1,14 +1,20 @@
 /*
- * server: the master process of ptxcached.
+ * server: the master process of ptxcached: its loop and its connections.
  *
  * One libevent loop owns everything: the listening Unix socket, client
- * connections, the SQLite store and the worker pool. A request flows:
+ * connections, the SQLite store and the worker pool. This file is the
+ * frame around the requests: the listener and its access policy,
+ * connections, frames, the request table, signals, start and stop. A
+ * request flows:
  *
  *   frame in -> header checked against limits -> body validated (msg.c)
- *   -> request table -> compile: key derived (key.c) -> store hit? reply
- *   -> in-flight flight for the same key? join it (single flight)
- *   -> else a new flight, queued on the pool -> worker result -> stored
- *      (committed) -> replied to every waiter
+ *   -> request table -> its family: compile.c (the PTX stage), cubin_req.c
+ *      (the cubin stage), manage.c (stats and the cache), or hello and
+ *      ping here
+ *   -> compile: key derived (key.c) -> store hit? reply
+ *   -> in-flight flight for the same key? join it (single flight: flight.c)
+ *   -> else a new flight, asked of Redis, then queued on the pool
+ *   -> worker result -> stored (committed) -> replied to every waiter
  *
  * Connections are state machines (enum conn_state). Several requests may be
  * in flight per connection; replies carry the request's id. A connection
@@ -40,178 +46,23 @@
 #include <event2/listener.h>
 
 #include "daemon/codegen.h"
+#include "daemon/compile.h"
 #include "daemon/config.h"
 #include "daemon/cubin.h"
-#include "daemon/cubin_debug.h"
 #include "daemon/key.h"
 #include "daemon/l2.h"
 #include "daemon/confirm.h"
 #include "daemon/log.h"
+#include "daemon/manage.h"
+#include "daemon/master.h"
 #include "daemon/sandbox.h"
 #include "daemon/store.h"
 #include "proto/frame.h"
-#include "proto/llc_args.h"
 #include "proto/msg.h"
-#include "proto/ptxas_args.h"
 
 #define SERVER_NAME "ptxcached 0.1.0"
-/* Single flights are found by the first bytes of their key. */
-#define FLIGHT_BUCKETS 1024
 
-enum conn_state {
-	CONN_READING,   /* reading frames; requests may be in flight */
-	CONN_CLOSING,   /* an error frame is queued; close once it is sent */
-	CONN_CLOSED,    /* socket gone; struct lives while waiters hold it */
-};
-
-/* Per peer uid: what its connections hold, for the per-user caps. */
-struct peer {
-	uid_t uid;
-	int conns;
-	int jobs;               /* flights it started that are not done */
-	struct peer *next;
-};
-
-struct conn {
-	struct server *srv;
-	struct bufferevent *bev;
-	enum conn_state state;
-	int refs;               /* 1 for the socket + 1 per waiting request */
-	int waiting;            /* requests waiting on a compile */
-	uint64_t serial;
-	struct peer *peer;      /* NULL if it could not be allocated */
-	uid_t uid;              /* SO_PEERCRED: who it is, always set */
-	struct event *timer;    /* header or idle timeout, see conn_arm() */
-	enum { TIMER_NONE, TIMER_HEADER, TIMER_IDLE } timer_mode;
-	int partial;            /* a frame has started but not arrived whole */
-	struct conn *prev, *next;       /* the server's open connections */
-};
-
-/* What a cubin request asks of the assembler (owned strings). */
-struct asm_req {
-	enum cubin_backend_kind backend;
-	char *args;             /* canonical options, '\n'-separated */
-	char *arch;             /* --gpu-name's value, or NULL */
-	char *sources;          /* the client's stamps of the PTX's .file
-	                           sources (see cubin.h), or NULL */
-};
-
-struct waiter {
-	struct conn *conn;
-	uint64_t id;
-	struct asm_req *then;   /* IR to cubin: run this cubin stage on the PTX
-	                           (owned); NULL: answer with this flight's result */
-	struct dbg_view *view;  /* a portable -lineinfo cubin: this client's
-	                           source paths and stamps (owned), or NULL */
-	struct waiter *next;
-};
-
-/* One key being compiled, and everyone waiting for it. */
-struct flight {
-	struct key key;
-	char *components;       /* JSON, stored beside the entry */
-	char *arch;
-	struct waiter *waiters;
-	struct pool_job job;
-	struct flight *next;    /* bucket chain */
-	enum store_kind kind;   /* the stage: STORE_PTX or STORE_CUBIN */
-	struct server *srv;
-	struct peer *peer;      /* who started it (per-uid job cap) */
-	int64_t tenant;         /* whose compile it is (confirm.h) */
-	int background;         /* a confirmation nobody waits for */
-	struct flight_dbg *dbg; /* a portable -lineinfo cubin, or NULL */
-};
-
-/* A portable cubin flight: whose paths the assembler ran with, the
- * canonical view that is stored, and the key that accepts other paths. */
-struct flight_dbg {
-	struct dbg_view view, canon;
-	struct key loose;
-	char *loose_components;
-};
-
-struct counters {
-	int64_t requests, hits, misses, compiles, compile_errors, dedup_joins,
-		store_errors, protocol_errors, connections, refused_connections,
-		denied_connections, header_timeouts, idle_timeouts, output_overflows,
-		refused_jobs, confirmations, confirm_mismatches,
-		lineinfo_hits,          /* portable cubins served by rewriting */
-		lineinfo_layout_misses, /* misses whose shape was compiled before
-		                           with paths or stamps of other lengths */
-		lineinfo_loose_hits,    /* lineinfo-loose: answers naming other paths */
-		lineinfo_unportable,    /* compiles whose line table was not as
-		                           cubin_debug.c predicts: not stored */
-		lineinfo_rewrite_errors;/* stored portable cubins that failed their
-		                           check on a hit (compiled again) */
-};
-
-/* Loose keys compiled since start (the first 8 bytes, direct-mapped), to
- * tell a miss caused by path or stamp lengths from a new kernel. */
-#define SEEN_SLOTS 65536
-
-struct server {
-	struct server_config *cfg;
-	struct event_base *base;
-	struct l2 *l2;          /* the Redis tier, or NULL */
-	struct evconnlistener *listener;
-	struct store *store;
-	struct pool *pool;
-	struct flight *flights[FLIGHT_BUCKETS];
-	int nflights;
-	struct peer *peers;
-	struct conn *conns;     /* open connections (for a stop that drains) */
-	int nconns;
-	gid_t socket_gid;
-	int stopping;           /* SIGTERM: finishing in-flight compiles */
-	int socket_from_systemd;
-	struct counters n;
-	enum sharing sharing;   /* confirm.h */
-	struct event *flush_timer, *sigterm, *sigint, *sighup, *stop_timer;
-	struct cubin_backend asm_be[2]; /* by enum cubin_backend_kind, found
-	                                   at start */
-	char *asm_roots;        /* their directories, for the assembler
-	                           workers' sandbox */
-	char *worker_tmp;       /* <cache>/workers: assembler workers' dirs */
-	uint64_t next_serial;
-	time_t started;
-	uint64_t *seen_loose;   /* SEEN_SLOTS entries, or NULL */
-};
-
-static uint64_t key_prefix(const struct key *k)
-{
-	uint64_t v;
-	memcpy(&v, k->hash, sizeof v);
-	return v | 1;   /* never 0, the empty slot */
-}
-
-static void seen_add(struct server *s, const struct key *k)
-{
-	if (s->seen_loose)
-		s->seen_loose[key_prefix(k) % SEEN_SLOTS] = key_prefix(k);
-}
-
-static int seen_has(const struct server *s, const struct key *k)
-{
-	return s->seen_loose && s->seen_loose[key_prefix(k) % SEEN_SLOTS] == key_prefix(k);
-}
-
-static void flight_dbg_free(struct flight_dbg *d)
-{
-	if (!d)
-		return;
-	dbg_view_free(&d->view);
-	dbg_view_free(&d->canon);
-	free(d->loose_components);
-	free(d);
-}
-
-static void view_free(struct dbg_view *v)
-{
-	dbg_view_free(v);
-	free(v);
-}
-
-static void maybe_stop(struct server *s);
+/* ---- connections: state, peers, replies ----------------------------- */
 
 static const char *const state_names[] = { "reading", "closing", "closed" };
 
@@ -239,7 +90,7 @@ static struct peer *peer_get(struct server *s, uid_t uid)
 }
 
 /* Forget a peer that holds nothing any more. */
-static void peer_put(struct server *s, struct peer *p)
+void peer_put(struct server *s, struct peer *p)
 {
 	if (!p || p->conns || p->jobs)
 		return;
@@ -250,7 +101,7 @@ static void peer_put(struct server *s, struct peer *p)
 	free(p);
 }
 
-static void conn_unref(struct conn *c)
+void conn_unref(struct conn *c)
 {
 	if (--c->refs == 0)
 		free(c);
@@ -290,7 +141,7 @@ static void conn_close(struct conn *c)
  * nothing is partly read, the connection may idle for idle_timeout; while
  * the connection waits on compiles, no timer runs.
  */
-static void conn_arm(struct conn *c)
+void conn_arm(struct conn *c)
 {
 	struct server_config *cfg = c->srv->cfg;
 
@@ -310,7 +161,7 @@ static void conn_arm(struct conn *c)
 }
 
 /* Queue a finished frame from out on c (dropped if c has gone). */
-static void conn_send(struct conn *c, const struct buf *out)
+void conn_send(struct conn *c, const struct buf *out)
 {
 	if (c->state == CONN_CLOSED)
 		return;
@@ -343,8 +194,8 @@ static void conn_send(struct conn *c, const struct buf *out)
 }
 
 /* Answer request id with an error frame. */
-static void send_error(struct conn *c, uint64_t id, const char *code,
-		       const char *message)
+void conn_send_error(struct conn *c, uint64_t id, const char *code,
+		     const char *message)
 {
 	struct buf out = BUF_INIT;
 	struct msg_writer w;
@@ -361,7 +212,7 @@ static void send_error(struct conn *c, uint64_t id, const char *code,
 /* Send an error frame, then close once it is sent. */
 static void refuse(struct conn *c, const char *code, const char *message)
 {
-	send_error(c, 0, code, message);
+	conn_send_error(c, 0, code, message);
 	if (c->state == CONN_READING) {
 		conn_set_state(c, CONN_CLOSING);
 		bufferevent_disable(c->bev, EV_READ);
@@ -380,50 +231,9 @@ static void protocol_error(struct conn *c, const char *message)
 	refuse(c, "protocol", message);
 }
 
-/* ---- compile -------------------------------------------------------- */
-
-struct compile_req {
-	const char *input;
-	size_t input_len;
-	char *kind, *triple, *march, *cpu, *features, *pipeline;
-	int64_t opt;
-	int emit, strict;
-	char *optset;           /* '\n'-separated backend options */
-	char ns[16];            /* the user's namespace, or "" (shared) */
-	char input_sha[65];     /* SHA-256 of input, once computed */
-	int cubin;              /* kind "cubin": asmr says how */
-	int from_ptx;           /* input_kind "ptx": the input is PTX already */
-	struct asm_req asmr;
-};
-
-static void asm_req_free(struct asm_req *a)
-{
-	if (!a)
-		return;
-	free(a->args);
-	free(a->arch);
-	free(a->sources);
-	a->args = a->arch = a->sources = NULL;
-}
-
-static void start_cubin(struct conn *c, uint64_t id, const char *ptx,
-			size_t ptx_len, const struct asm_req *a, int chained);
-
-static void compile_req_free(struct compile_req *r)
-{
-	asm_req_free(&r->asmr);
-	free(r->kind);
-	free(r->triple);
-	free(r->march);
-	free(r->cpu);
-	free(r->features);
-	free(r->pipeline);
-	free(r->optset);
-}
-
 /* Bounded text field: 0 ok, -1 with why set. */
-static int text_field(const struct msg *m, const char *name, size_t max,
-		      char **out, const char **why)
+int request_text_field(const struct msg *m, const char *name, size_t max,
+		       char **out, const char **why)
 {
 	int r = msg_strdup(m, name, out);
 	if (r < 0 || (*out && strlen(*out) > max) ||
@@ -434,959 +244,7 @@ static int text_field(const struct msg *m, const char *name, size_t max,
 	return 0;
 }
 
-/* The cubin fields of a compile request: input_kind, backend, asm_args
- * (checked and made canonical by ptxas_args_check). 0, or -1 with a
- * message. */
-static int parse_asm(const struct msg *m, struct compile_req *r, struct buf *err)
-{
-	const char *v, *args[PTXAS_MAX_ARGS];
-	size_t n, nargs = 0;
-	struct buf canon = BUF_INIT;
-
-	if (msg_bytes(m, "input_kind", &v, &n) == 1) {
-		if (n == 3 && !memcmp(v, "ptx", 3)) {
-			r->from_ptx = 1;
-		} else if (!(n == 2 && !memcmp(v, "ir", 2))) {
-			buf_puts(err, "'input_kind' must be \"ir\" or \"ptx\"");
-			return -1;
-		}
-	}
-	if (msg_bytes(m, "asm_sources", &v, &n) == 1) {
-		if (n > 65536 || memchr(v, '\0', n) || !(r->asmr.sources = strndup(v, n))) {
-			buf_puts(err, "bad 'asm_sources'");
-			return -1;
-		}
-	}
-	if (msg_bytes(m, "backend", &v, &n) == 1) {
-		if (n == 9 && !memcmp(v, "nvjitlink", 9)) {
-			r->asmr.backend = CUBIN_NVJITLINK;
-		} else if (!(n == 5 && !memcmp(v, "ptxas", 5))) {
-			buf_puts(err, "'backend' must be \"ptxas\" or \"nvjitlink\"");
-			return -1;
-		}
-	}
-	const msgpack_object *o = msg_get(m, "asm_args");
-	if (o && o->type != MSGPACK_OBJECT_NIL) {
-		if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size > PTXAS_MAX_ARGS) {
-			buf_printf(err, "'asm_args' must be an array of at most %d strings",
-				   PTXAS_MAX_ARGS);
-			return -1;
-		}
-		char *tmp[PTXAS_MAX_ARGS];
-		for (uint32_t i = 0; i < o->via.array.size; i++) {
-			const msgpack_object *e = &o->via.array.ptr[i];
-			if (e->type != MSGPACK_OBJECT_STR || e->via.str.size > 300 ||
-			    memchr(e->via.str.ptr, '\0', e->via.str.size) ||
-			    !(tmp[nargs] = strndup(e->via.str.ptr, e->via.str.size))) {
-				buf_puts(err, "bad assembler option in 'asm_args'");
-				while (nargs)
-					free(tmp[--nargs]);
-				return -1;
-			}
-			args[nargs] = tmp[nargs];
-			nargs++;
-		}
-		int rc = ptxas_args_check(args, nargs, &canon, &r->asmr.arch, err);
-		while (nargs)
-			free(tmp[--nargs]);
-		if (rc < 0) {
-			buf_free(&canon);
-			return -1;
-		}
-	}
-	r->asmr.args = buf_detach(&canon, NULL);
-	if (!r->asmr.args) {
-		buf_puts(err, "out of memory");
-		return -1;
-	}
-	return 0;
-}
-
-/* Decode and check a compile request. Returns 0, or -1 with a message. */
-static int parse_compile(const struct msg *m, uint32_t max_input,
-			 struct compile_req *r, struct buf *err)
-{
-	const char *why = NULL;
-	int64_t opt = 2;
-
-	memset(r, 0, sizeof *r);
-	r->emit = 1;
-	if (msg_bytes(m, "input", &r->input, &r->input_len) != 1) {
-		buf_puts(err, "compile request without 'input'");
-		return -1;
-	}
-	if (r->input_len > max_input) {
-		buf_printf(err, "input of %zu bytes exceeds the limit", r->input_len);
-		return -1;
-	}
-	if (text_field(m, "kind", 16, &r->kind, &why) < 0 ||
-	    text_field(m, "triple", 128, &r->triple, &why) < 0 ||
-	    text_field(m, "march", 64, &r->march, &why) < 0 ||
-	    text_field(m, "cpu", 64, &r->cpu, &why) < 0 ||
-	    text_field(m, "features", 1024, &r->features, &why) < 0 ||
-	    text_field(m, "pipeline", 4096, &r->pipeline, &why) < 0 ||
-	    msg_int(m, "opt", &opt) < 0 || msg_bool(m, "emit", &r->emit) < 0 ||
-	    msg_bool(m, "strict", &r->strict) < 0) {
-		buf_printf(err, "bad field '%s' in compile request", why ? why : "opt/emit/strict");
-		return -1;
-	}
-	if (opt < 0 || opt > 3) {
-		buf_printf(err, "bad optimisation level %lld (0-3)", (long long)opt);
-		return -1;
-	}
-	r->opt = opt;
-	if (r->kind && strcmp(r->kind, "ptx") != 0 && strcmp(r->kind, "cubin") != 0) {
-		buf_printf(err, "unsupported output kind '%s'", r->kind);
-		return -1;
-	}
-	r->cubin = r->kind && !strcmp(r->kind, "cubin");
-	if (r->cubin && parse_asm(m, r, err) < 0)
-		return -1;
-
-	/* Backend options: an array of "-name[=value]" strings. */
-	struct buf os = BUF_INIT;
-	const msgpack_object *o = msg_get(m, "options");
-	if (o && o->type != MSGPACK_OBJECT_NIL) {
-		if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size > 32) {
-			buf_puts(err, "'options' must be an array of at most 32 strings");
-			return -1;
-		}
-		for (uint32_t i = 0; i < o->via.array.size; i++) {
-			const msgpack_object *s = &o->via.array.ptr[i];
-			if (s->type != MSGPACK_OBJECT_STR || s->via.str.size < 2 ||
-			    s->via.str.size > 256 || s->via.str.ptr[0] != '-' ||
-			    memchr(s->via.str.ptr, '\n', s->via.str.size) ||
-			    memchr(s->via.str.ptr, '\0', s->via.str.size)) {
-				buf_puts(err, "bad backend option: each must be a string "
-					 "starting with '-'");
-				buf_free(&os);
-				return -1;
-			}
-			/* Only the options the table models start a worker:
-			 * never one that prints, times, touches files or stops
-			 * the pipeline. "--x" is "-x". */
-			char name[258];
-			const char *p = s->via.str.ptr;
-			size_t n = s->via.str.size;
-			if (n > 2 && p[1] == '-')
-				p++, n--;
-			memcpy(name, p, n);
-			name[n] = '\0';
-			if (!llc_backend_option(name)) {
-				buf_printf(err, "backend option '%s' is not one the daemon models "
-					   "(proto/llc_args.c); run llc itself for it", name);
-				buf_free(&os);
-				return -1;
-			}
-			if (i)
-				buf_puts(&os, "\n");
-			buf_puts(&os, name);
-		}
-	}
-	r->optset = buf_detach(&os, NULL);
-	return r->optset ? 0 : -1;
-}
-
-/* Key components of a compile request, in their fixed order. The input
- * enters as its SHA-256; the diagnostic name never enters (clients map it). */
-static int compile_key(struct compile_req *r, struct key *k,
-		       struct buf *components)
-{
-	char opt[4];
-
-	/* Hashed once per request: a miss derives the key again, with its
-	 * components. */
-	if (!r->input_sha[0])
-		key_sha256_hex(r->input, r->input_len, r->input_sha);
-	snprintf(opt, sizeof opt, "%d", (int)r->opt);
-	const struct key_part parts[] = {
-		{ "kind", "ptx" },
-		{ "compiler", codegen_identity() },
-		{ "input_sha256", r->input_sha },
-		{ "triple", r->triple },
-		{ "march", r->march },
-		{ "cpu", r->cpu },
-		{ "features", r->features },
-		{ "opt", opt },
-		{ "pipeline", r->pipeline },
-		{ "emit", r->emit ? "1" : "0" },
-		{ "strict", r->strict ? "1" : "0" },
-		{ "options", r->optset },
-		{ "namespace", r->ns },        /* last: only with namespaces */
-	};
-	size_t n = sizeof parts / sizeof parts[0] - (r->ns[0] ? 0 : 1);
-	return key_derive(parts, n, k, components);
-}
-
-/* With namespace-per-uid, a user's entries are theirs alone. */
-static void set_namespace(struct server *s, struct conn *c, struct compile_req *r)
-{
-	if (s->sharing == SHARING_SEPARATE)
-		snprintf(r->ns, sizeof r->ns, "uid:%u", (unsigned)c->uid);
-}
-
-/* exit_code: the assembler's exit status for a cubin reply; -1: none. */
-static void send_compile_reply(struct conn *c, uint64_t id, int status,
-			       int cached, const struct key *k,
-			       const char *out, size_t outn,
-			       const char *lg, size_t lgn, int64_t us,
-			       int exit_code)
-{
-	struct buf b = BUF_INIT;
-	struct msg_writer w;
-
-	msg_begin(&w, &b, FRAME_COMPILE | FRAME_REPLY);
-	msg_put_int(&w, "id", (int64_t)id);
-	msg_put_int(&w, "status", status);
-	msg_put_bool(&w, "cached", cached);
-	msg_put_str(&w, "key", k->hex);
-	if (outn)
-		msg_put_bin(&w, "output", out, outn);
-	if (lgn)
-		msg_put_strn(&w, "log", lg, lgn);
-	if (us)
-		msg_put_int(&w, "compile_us", us);
-	if (exit_code >= 0)
-		msg_put_int(&w, "exit_code", exit_code);
-	if (msg_end(&w) == 0)
-		conn_send(c, &b);
-	else
-		send_error(c, id, "internal", "out of memory building the reply");
-	buf_free(&b);
-}
-
-static unsigned bucket_of(const struct key *k)
-{
-	return ((unsigned)k->hash[0] << 8 | k->hash[1]) % FLIGHT_BUCKETS;
-}
-
-/* The tenant c's compiles run for: its uid. */
-static int64_t conn_tenant(const struct conn *c)
-{
-	return (int64_t)c->uid;
-}
-
-/* The flight computing k that c may join: one for c's own tenant (a
- * result another tenant's worker computes is no answer for c yet). */
-static struct flight *flight_find(struct server *s, const struct key *k, const struct conn *c)
-{
-	for (struct flight *f = s->flights[bucket_of(k)]; f; f = f->next)
-		if (memcmp(f->key.hash, k->hash, sizeof k->hash) == 0 && !f->background &&
-		    (s->sharing == SHARING_TRUST || f->tenant == conn_tenant(c)))
-			return f;
-	return NULL;
-}
-
-/* The stored entry for k, if it may answer c (confirm.h); 1 if so. */
-static int lookup_for(struct conn *c, const struct key *k, struct store_result *hit)
-{
-	struct server *s = c->srv;
-
-	if (store_get(s->store, k->hash, hit) != 1)
-		return 0;
-	if (confirm_may_serve(s->sharing, hit, conn_tenant(c)))
-		return 1;
-	store_result_free(hit);
-	memset(hit, 0, sizeof *hit);
-	return 0;
-}
-
-static void flight_unlink(struct server *s, struct flight *f)
-{
-	struct flight **pp = &s->flights[bucket_of(&f->key)];
-	while (*pp != f)
-		pp = &(*pp)->next;
-	*pp = f->next;
-}
-
-static int add_waiter(struct flight *f, struct conn *c, uint64_t id)
-{
-	struct waiter *wt = malloc(sizeof *wt);
-	if (!wt)
-		return -1;
-	wt->conn = c;
-	wt->id = id;
-	wt->then = NULL;
-	wt->view = NULL;
-	wt->next = f->waiters;
-	f->waiters = wt;
-	c->refs++;
-	c->waiting++;
-	conn_arm(c);
-	return 0;
-}
-
-static void confirm_in_background(struct server *s, const struct flight *f);
-static void flight_register(struct server *s, struct flight *f);
-
-/* A flight has its result, compiled here or fetched from the Redis tier:
- * store it if deterministic, publish what we compiled, then answer every
- * waiter. Storing first means an acknowledged result is durable. */
-static void flight_finish(struct flight *f, const struct job_result *res,
-			  int compiled)
-{
-	struct server *s = f->srv;
-
-	if (compiled && !res->not_run) {
-		s->n.compiles++;
-		if (res->status != JOB_OK)
-			s->n.compile_errors++;
-	}
-	/* An assembler's failure is deterministic (a syntax error, say) and
-	 * cached with its exit status as the entry's status; its death by a
-	 * signal, a timeout or a missing binary are not. */
-	int cubin = f->kind == STORE_CUBIN;
-	int status = res->status;
-	if (cubin && status == JOB_ERROR)
-		status = res->exit_code ? res->exit_code : 255;
-	/* A portable -lineinfo cubin is stored with the canonical paths and
-	 * stamps (what came from the cache or Redis has them already); one
-	 * whose line table is not what cubin_debug.c predicts is not stored,
-	 * and answers only the clients whose paths it names. */
-	const char *data = res->output;
-	size_t data_len = res->output_len;
-	struct buf canon = BUF_INIT;
-	int unportable = 0;
-	if (f->dbg && compiled && res->status == JOB_OK) {
-		const char *why = "";
-		if (dbg_rewrite(res->output, res->output_len, &f->dbg->view, &f->dbg->canon,
-				&canon, &why) == 0) {
-			data = canon.data;
-			data_len = canon.len;
-		} else {
-			unportable = 1;
-			s->n.lineinfo_unportable++;
-			log_warn("cubin %.16s: line table not as predicted (%s); not cached",
-				 f->key.hex, why);
-		}
-	}
-	if (unportable) {
-		/* nothing stored */
-	} else if (cubin ? res->status == JOB_OK || res->status == JOB_ERROR
-			 : JOB_CACHEABLE(res->status)) {
-		struct buf err = BUF_INIT;
-		/* Computed here: its producer is the flight's tenant. From the
-		 * Redis tier: confirmed by the node that published it. */
-		int trusted = !compiled || s->sharing == SHARING_TRUST;
-		struct store_entry e = {
-			.kind = f->kind,
-			.status = status,
-			.data = data,
-			.data_len = data_len,
-			.log = res->log,
-			.log_len = res->log_len,
-			.components = f->components,
-			.arch = f->arch,
-			.compile_us = res->compile_us,
-			.producer = trusted ? -1 : f->tenant,
-			.trust = trusted ? STORE_CONFIRMED : STORE_UNCONFIRMED,
-		};
-		enum settle v = trusted || s->sharing != SHARING_CONFIRM ? SETTLE_STORE :
-				confirm_settle(s->store, f->key.hash, f->key.hex, &e);
-		if (v == SETTLE_CONFIRMED)
-			s->n.confirmations++;
-		else if (v == SETTLE_MISMATCH)
-			s->n.confirm_mismatches++;
-		if (v == SETTLE_STORE && !f->background &&
-		    store_put(s->store, f->key.hash, &e, &err) < 0) {
-			s->n.store_errors++;
-			log_warn("%s", err.data ? err.data : "cannot store entry");
-		}
-		buf_free(&err);
-		/* Only what no single tenant's worker alone vouches for goes to
-		 * the Redis tier: confirmed entries (confirm.h). */
-		if (compiled && s->l2 && (s->sharing != SHARING_CONFIRM || v == SETTLE_CONFIRMED)) {
-			struct l2_value lv = {
-				.kind = f->kind, .status = status,
-				.data = data, .data_len = data_len,
-				.log = res->log, .log_len = res->log_len,
-			};
-			l2_put(s->l2, f->key.hash, &lv);
-		} else if (compiled && s->l2 && v == SETTLE_STORE && !f->background) {
-			confirm_in_background(s, f);
-		}
-		if (f->dbg && compiled && res->status == JOB_OK && !f->background) {
-			seen_add(s, &f->dbg->loose);
-			/* lineinfo-loose: this client's own cubin also answers
-			 * the same kernel under other paths of any length. */
-			if (s->cfg->lineinfo_loose) {
-				e.data = res->output;
-				e.data_len = res->output_len;
-				e.components = f->dbg->loose_components;
-				if (store_put(s->store, f->dbg->loose.hash, &e, &err) < 0) {
-					s->n.store_errors++;
-					log_warn("%s", err.data ? err.data : "cannot store entry");
-				}
-				buf_free(&err);
-			}
-		}
-	} else {
-		log_warn("compile of %.16s failed: %.*s", f->key.hex,
-			 (int)res->log_len, res->log ? res->log : "");
-	}
-	flight_unlink(s, f);
-	s->nflights--;
-	if (f->peer) {
-		f->peer->jobs--;
-		peer_put(s, f->peer);
-	}
-	while (f->waiters) {
-		struct waiter *wt = f->waiters;
-		f->waiters = wt->next;
-		if (wt->then && res->status == JOB_OK) {
-			/* IR to cubin: on to the second stage, unless the
-			 * client has gone. */
-			if (wt->conn->state != CONN_CLOSED)
-				start_cubin(wt->conn, wt->id, res->output,
-					    res->output_len, wt->then, 1);
-		} else if (f->dbg && res->status == JOB_OK) {
-			/* Each waiter gets its own paths and stamps; one whose
-			 * view is missing (out of memory) gets no answer. */
-			struct buf own = BUF_INIT;
-			const char *why = "out of memory";
-			int ok = !wt->view ? 0 :
-				 unportable ? dbg_view_equal(wt->view, &f->dbg->view) &&
-					      buf_append(&own, res->output, res->output_len) == 0
-					    : dbg_rewrite(data, data_len, &f->dbg->canon, wt->view,
-							  &own, &why) == 0;
-			if (ok) {
-				send_compile_reply(wt->conn, wt->id, JOB_OK, 0, &f->key, own.data,
-						   own.len, res->log, res->log_len,
-						   res->compile_us, 0);
-			} else {
-				static const char msg[] = "cannot give this client's source paths "
-							  "the cached cubin's layout";
-				send_compile_reply(wt->conn, wt->id, JOB_UNAVAILABLE, 0, &f->key,
-						   NULL, 0, msg, sizeof msg - 1, 0, 0);
-			}
-			buf_free(&own);
-		} else {
-			send_compile_reply(wt->conn, wt->id, res->status, 0, &f->key,
-					   res->output, res->output_len, res->log,
-					   res->log_len, res->compile_us,
-					   cubin ? (res->status == JOB_ERROR ? status : 0) : -1);
-		}
-		asm_req_free(wt->then);
-		free(wt->then);
-		if (wt->view)
-			view_free(wt->view);
-		wt->conn->waiting--;
-		conn_arm(wt->conn);
-		conn_unref(wt->conn);
-		free(wt);
-	}
-	buf_free(&f->job.frame);
-	free(f->job.optset);
-	free(f->components);
-	free(f->arch);
-	flight_dbg_free(f->dbg);
-	free(f);
-	buf_free(&canon);
-	maybe_stop(s);
-}
-
-/* With the Redis tier on, a new entry is confirmed before it is published:
- * the same job again, in a worker exec'd for it alone (confirm.h). */
-static void confirm_in_background(struct server *s, const struct flight *f)
-{
-	struct flight *b = calloc(1, sizeof *b);
-
-	if (!b || buf_append(&b->job.frame, f->job.frame.data, f->job.frame.len) < 0 ||
-	    !(b->job.optset = strdup(f->job.optset))) {
-		if (b)
-			buf_free(&b->job.frame);
-		free(b);
-		return;         /* unconfirmed, so unpublished: no harm */
-	}
-	/* A portable cubin: the same paths to write out of its result, so
-	 * that it compares with the stored canonical bytes. */
-	if (f->dbg && (!(b->dbg = calloc(1, sizeof *b->dbg)) ||
-		       dbg_view_copy(&f->dbg->view, &b->dbg->view) < 0 ||
-		       dbg_view_copy(&f->dbg->canon, &b->dbg->canon) < 0)) {
-		flight_dbg_free(b->dbg);
-		buf_free(&b->job.frame);
-		free(b->job.optset);
-		free(b);
-		return;
-	}
-	b->key = f->key;
-	b->kind = f->kind;
-	b->background = 1;
-	b->tenant = confirm_oneshot_tenant();
-	b->job.oneshot = 1;
-	flight_register(s, b);
-	pool_submit(s->pool, &b->job);
-}
-
-/* Whether a miss may start a new compile: not while the daemon stops
- * (it would outlive the shutdown deadline), and not past the user's cap
- * (fairness: one user's flood of misses may not fill the queue). If not,
- * the client is told why and 1 returned. */
-static int refuse_new_flight(struct server *s, struct conn *c, uint64_t id)
-{
-	char why[128];
-
-	if (s->stopping) {
-		send_error(c, id, "unavailable", "the daemon is shutting down");
-		return 1;
-	}
-	if (c->peer && c->peer->jobs >= s->cfg->max_jobs_per_uid) {
-		s->n.refused_jobs++;
-		snprintf(why, sizeof why,
-			 "too many compiles in flight for uid %u (limit %d); retry later",
-			 (unsigned)c->peer->uid, s->cfg->max_jobs_per_uid);
-		send_error(c, id, "busy", why);
-		return 1;
-	}
-	return 0;
-}
-
-/* The pool finished a flight's job. */
-static void flight_done(struct pool_job *job, const struct job_result *res)
-{
-	flight_finish((struct flight *)((char *)job - offsetof(struct flight, job)), res, 1);
-}
-
-/* Whether any client still waits for a flight's queued job. */
-static int flight_wanted(struct pool_job *job)
-{
-	const struct flight *f = (struct flight *)((char *)job - offsetof(struct flight, job));
-	if (f->background)
-		return 1;
-	for (const struct waiter *wt = f->waiters; wt; wt = wt->next)
-		if (wt->conn->state != CONN_CLOSED)
-			return 1;
-	return 0;
-}
-
-/* The Redis tier answered for f: a verified value of the right stage
- * finishes the flight as a hit; anything else sends it to the pool. */
-static void flight_l2_done(void *arg, int found, const struct l2_value *v)
-{
-	struct flight *f = arg;
-
-	/* Sealed by a node of the cluster, so authentic, but still a value
-	 * from outside: a status this daemon would never have stored (another
-	 * version, another bug) is no answer; compile instead. */
-	if (found && v->kind == (int)f->kind &&
-	    v->status >= 0 && (f->kind == STORE_CUBIN ? v->status <= 255 :
-			       JOB_CACHEABLE(v->status))) {
-		struct job_result res = {
-			.status = f->kind == STORE_CUBIN && v->status > 0 ? JOB_ERROR :
-				  (enum job_status)v->status,
-			.exit_code = f->kind == STORE_CUBIN ? v->status : 0,
-			.output = v->data, .output_len = v->data_len,
-			.log = v->log, .log_len = v->log_len,
-		};
-		flight_finish(f, &res, 0);
-		return;
-	}
-	pool_submit(f->srv->pool, &f->job);
-}
-
-/* Start a flight that has its key, job and first waiter: register it for
- * single flight (which so holds across both tiers), then ask Redis, or
- * the pool directly. */
-static void flight_register(struct server *s, struct flight *f)
-{
-	f->srv = s;
-	unsigned b = bucket_of(&f->key);
-	f->next = s->flights[b];
-	s->flights[b] = f;
-	s->nflights++;
-	f->job.done = flight_done;
-	f->job.wanted = flight_wanted;
-	f->job.tenant = s->sharing == SHARING_TRUST ? POOL_ANY_TENANT : f->tenant;
-}
-
-static void flight_launch(struct server *s, struct flight *f, struct conn *c)
-{
-	f->peer = c->peer;
-	if (f->peer)
-		f->peer->jobs++;
-	f->tenant = conn_tenant(c);
-	flight_register(s, f);
-	if (s->l2)
-		l2_get(s->l2, f->key.hash, flight_l2_done, f);
-	else
-		pool_submit(s->pool, &f->job);
-}
-
-/* ---- the cubin stage ------------------------------------------------ */
-
-static const char *const backend_names[] = { "ptxas", "nvjitlink" };
-
-/* Key components of the PTX to cubin stage, in their fixed order: the PTX
- * as its SHA-256, the back end and its identity (version text and binary
- * hash), the canonical options (no paths: see ptxas_args.h), and the
- * client's stamps of the source files. For a portable -lineinfo request
- * (ds), the PTX is its shape without paths and the stamps give way to the
- * layout (cubin_debug.h); loose: the key that accepts other paths and
- * stamps (lineinfo-loose). */
-static int cubin_key(const struct server *s, const struct asm_req *a,
-		     const char *ptx_sha, const struct dbg_scan *ds, int loose,
-		     struct key *k, struct buf *components)
-{
-	const char *id = s->asm_be[a->backend].identity;
-	const struct key_part parts[] = {
-		{ "kind", "cubin" },
-		{ "backend", backend_names[a->backend] },
-		{ "assembler", id ? id : "" },
-		{ "input_sha256", ptx_sha },
-		{ "asm_args", a->args },
-		{ "sources", a->sources },
-	};
-	const struct key_part portable[] = {
-		{ "kind", "cubin" },
-		{ "backend", backend_names[a->backend] },
-		{ "assembler", id ? id : "" },
-		{ "input_sha256", ptx_sha },
-		{ "asm_args", a->args },
-		{ "lineinfo", loose ? "any-paths" : "portable" },
-		{ "debug_layout", loose ? "" : ds ? ds->layout.data : "" },
-	};
-	if (ds)
-		return key_derive(portable, sizeof portable / sizeof portable[0], k,
-				  components);
-	return key_derive(parts, sizeof parts / sizeof parts[0], k, components);
-}
-
-static int cubin_job_frame(const struct server *s, const struct asm_req *a,
-			   const char *ptx, size_t n, const char *sources,
-			   struct buf *out)
-{
-	struct msg_writer w;
-
-	msg_begin(&w, out, FRAME_JOB);
-	msg_put_str(&w, "kind", "cubin");
-	msg_put_bin(&w, "input", ptx, n);
-	msg_put_int(&w, "backend", a->backend);
-	msg_put_str(&w, "asm_path", s->asm_be[a->backend].path);
-	msg_put_str(&w, "args", a->args);
-	if (sources)
-		msg_put_str(&w, "sources", sources);
-	return msg_end(&w);
-}
-
-/* What a cubin request's PTX is keyed on: for ptxas, a -lineinfo PTX whose
- * source paths cubin_debug.c can take out is portable (1, ds filled);
- * anything else is keyed on its bytes (0). -1: out of memory. */
-static int cubin_scan(const struct asm_req *a, const char *ptx, size_t n,
-		      struct dbg_scan *ds, char sha[65], char loose_sha[65])
-{
-	/* Relocatable output (-c and its kin) names the paths elsewhere too:
-	 * it stays keyed on its bytes (measured: test_cubin.py's clang form). */
-	static const char *const relocatable[] = {
-		"--compile-only", "--preserve-relocs", "--extensible-whole-program",
-	};
-	int r = a->backend == CUBIN_PTXAS;
-	for (size_t i = 0; r && i < sizeof relocatable / sizeof relocatable[0]; i++) {
-		const char *hit = a->args ? strstr(a->args, relocatable[i]) : NULL;
-		size_t l = strlen(relocatable[i]);
-		if (hit && (hit == a->args || hit[-1] == '\n') &&
-		    (hit[l] == '\0' || hit[l] == '\n'))
-			r = 0;
-	}
-	r = r ? dbg_scan(ptx, n, a->sources, ds) : 0;
-
-	if (r == 1) {
-		key_sha256_hex(ds->shape.data, ds->shape.len, sha);
-		key_sha256_hex(ds->loose.data, ds->loose.len, loose_sha);
-	} else if (r == 0) {
-		key_sha256_hex(ptx, n, sha);
-	}
-	return r;
-}
-
-/* Answer from the cubin a portable entry holds (canonical paths): with
- * this client's own written in. 0, or -1 if the entry fails its check. */
-static int send_portable(struct conn *c, uint64_t id, const struct key *k,
-			 const struct store_result *hit, const struct dbg_scan *ds)
-{
-	struct buf own = BUF_INIT;
-	const char *why = "out of memory";
-	int rc = -1;
-
-	if (dbg_rewrite(hit->data.data, hit->data.len, &ds->canon, &ds->view, &own,
-			&why) == 0) {
-		send_compile_reply(c, id, JOB_OK, 1, k, own.data, own.len, hit->log.data,
-				   hit->log.len, 0, 0);
-		rc = 0;
-	} else {
-		c->srv->n.lineinfo_rewrite_errors++;
-		log_warn("cubin %.16s: cached entry fails its line table check (%s); "
-			 "compiling again", k->hex, why);
-	}
-	buf_free(&own);
-	return rc;
-}
-
-/*
- * Assemble ptx as a asks (borrowed) and answer request id on c: from the
- * cache, by joining the same assembly in flight, or as a new flight on the
- * pool (any worker: an assembler job needs no LLVM). chained: the request
- * was accepted already (its PTX came from stage one), so the per-user cap
- * is not applied twice.
- */
-static void start_cubin(struct conn *c, uint64_t id, const char *ptx,
-			size_t ptx_len, const struct asm_req *a, int chained)
-{
-	struct server *s = c->srv;
-	const struct cubin_backend *be = &s->asm_be[a->backend];
-	struct buf comp = BUF_INIT, stamped = BUF_INIT;
-	struct dbg_scan ds = { 0 };
-	struct flight *f = NULL;
-	struct key k;
-	char sha[65], loose_sha[65];
-
-	int portable = cubin_scan(a, ptx, ptx_len, &ds, sha, loose_sha);
-	if (portable < 0 || cubin_key(s, a, sha, portable ? &ds : NULL, 0, &k, NULL) < 0) {
-		send_error(c, id, "internal", "out of memory");
-		goto out;
-	}
-	if (!be->path) {
-		const char *why = be->why ? be->why : "no assembler";
-		send_compile_reply(c, id, JOB_UNAVAILABLE, 0, &k, NULL, 0, why,
-				   strlen(why), 0, 0);
-		goto out;
-	}
-	struct store_result hit = { 0 };
-	if (lookup_for(c, &k, &hit)) {
-		if (!portable || hit.status != 0) {
-			s->n.hits++;
-			send_compile_reply(c, id, hit.status ? JOB_ERROR : JOB_OK, 1, &k,
-					   hit.data.data, hit.data.len, hit.log.data,
-					   hit.log.len, 0, hit.status);
-			store_result_free(&hit);
-			goto out;
-		}
-		if (send_portable(c, id, &k, &hit, &ds) == 0) {
-			s->n.hits++;
-			s->n.lineinfo_hits++;
-			store_result_free(&hit);
-			goto out;
-		}
-	}
-	store_result_free(&hit);
-
-	struct key lk;
-	if (portable) {
-		if (cubin_key(s, a, loose_sha, &ds, 1, &lk, NULL) < 0) {
-			send_error(c, id, "internal", "out of memory");
-			goto out;
-		}
-		if (s->cfg->lineinfo_loose && lookup_for(c, &lk, &hit) &&
-		    hit.status == 0) {
-			s->n.hits++;
-			s->n.lineinfo_loose_hits++;
-			send_compile_reply(c, id, JOB_OK, 1, &lk, hit.data.data, hit.data.len,
-					   hit.log.data, hit.log.len, 0, 0);
-			store_result_free(&hit);
-			goto out;
-		}
-		store_result_free(&hit);
-		if (seen_has(s, &lk))
-			s->n.lineinfo_layout_misses++;
-	}
-	s->n.misses++;
-
-	f = flight_find(s, &k, c);
-	if (f) {
-		if (add_waiter(f, c, id) < 0) {
-			send_error(c, id, "internal", "out of memory");
-		} else {
-			s->n.dedup_joins++;
-			if (portable && (!(f->waiters->view = malloc(sizeof *f->waiters->view)) ||
-					 dbg_view_copy(&ds.view, f->waiters->view) < 0)) {
-				free(f->waiters->view);
-				f->waiters->view = NULL;        /* answered "unavailable" */
-			}
-		}
-		f = NULL;
-		goto out;
-	}
-	if (!chained && refuse_new_flight(s, c, id))
-		goto out;
-	f = calloc(1, sizeof *f);
-	if (!f || cubin_key(s, a, sha, portable ? &ds : NULL, 0, &f->key, &comp) < 0)
-		goto oom;
-	if (portable) {
-		struct buf lcomp = BUF_INIT;
-		if (!(f->dbg = calloc(1, sizeof *f->dbg)) ||
-		    dbg_view_copy(&ds.view, &f->dbg->view) < 0 ||
-		    cubin_key(s, a, loose_sha, &ds, 1, &f->dbg->loose, &lcomp) < 0 ||
-		    !(f->dbg->loose_components = buf_detach(&lcomp, NULL)) ||
-		    dbg_view_copy(&ds.canon, &f->dbg->canon) < 0 ||
-		    dbg_stamp_ptx(ptx, ptx_len, &ds.view, &stamped) < 0) {
-			buf_free(&lcomp);
-			goto oom;
-		}
-	}
-	if (cubin_job_frame(s, a, portable ? stamped.data : ptx,
-			    portable ? stamped.len : ptx_len,
-			    portable ? NULL : a->sources, &f->job.frame) < 0 ||
-	    !(f->job.optset = strdup(POOL_ASM_SET)) || add_waiter(f, c, id) < 0)
-		goto oom;
-	if (portable && (!(f->waiters->view = malloc(sizeof *f->waiters->view)) ||
-			 dbg_view_copy(&ds.view, f->waiters->view) < 0)) {
-		free(f->waiters->view);
-		f->waiters->view = NULL;
-	}
-	f->kind = STORE_CUBIN;
-	f->components = buf_detach(&comp, NULL);
-	f->arch = a->arch ? strdup(a->arch) : NULL;
-	flight_launch(s, f, c);
-	f = NULL;
-	goto out;
-oom:
-	send_error(c, id, "internal", "out of memory");
-	if (f) {
-		/* add_waiter() is the last step that can fail: no waiter yet. */
-		buf_free(&f->job.frame);
-		free(f->job.optset);
-		flight_dbg_free(f->dbg);
-	}
-	free(f);
-out:
-	buf_free(&comp);
-	buf_free(&stamped);
-	dbg_scan_free(&ds);
-}
-
-/* Move a's strings into a new asm_req for a waiter; NULL if out of memory
- * (a is then unchanged). */
-static struct asm_req *asm_req_take(struct asm_req *a)
-{
-	struct asm_req *t = malloc(sizeof *t);
-
-	if (t) {
-		*t = *a;
-		a->args = a->arch = a->sources = NULL;
-	}
-	return t;
-}
-
-/* Build the FRAME_JOB message a worker runs. */
-static int job_frame(const struct compile_req *r, struct buf *out)
-{
-	struct msg_writer w;
-
-	msg_begin(&w, out, FRAME_JOB);
-	msg_put_bin(&w, "input", r->input, r->input_len);
-	msg_put_str(&w, "triple", r->triple);
-	msg_put_str(&w, "march", r->march);
-	msg_put_str(&w, "cpu", r->cpu);
-	msg_put_str(&w, "features", r->features);
-	msg_put_str(&w, "pipeline", r->pipeline);
-	msg_put_int(&w, "opt", r->opt);
-	msg_put_bool(&w, "emit", r->emit);
-	msg_put_bool(&w, "strict", r->strict);
-	return msg_end(&w);
-}
-
-static void handle_compile(struct conn *c, uint64_t id, const struct msg *m)
-{
-	struct server *s = c->srv;
-	struct compile_req r;
-	struct buf err = BUF_INIT;
-	struct key k;
-
-	if (parse_compile(m, s->cfg->max_frame, &r, &err) < 0) {
-		send_error(c, id, "invalid", err.data ? err.data : "out of memory");
-		goto out;
-	}
-	set_namespace(s, c, &r);
-	if (r.cubin && r.from_ptx) {
-		start_cubin(c, id, r.input, r.input_len, &r.asmr, 0);
-		goto out;
-	}
-	if (r.cubin)
-		r.emit = 1;     /* stage one of IR to cubin: PTX it must be */
-	if (compile_key(&r, &k, NULL) < 0) {
-		send_error(c, id, "internal", "out of memory");
-		goto out;
-	}
-
-	struct store_result hit = { 0 };
-	if (lookup_for(c, &k, &hit)) {
-		s->n.hits++;
-		if (r.cubin && hit.status == JOB_OK) {
-			/* Stage one is cached; stage two may be too. */
-			start_cubin(c, id, hit.data.data, hit.data.len, &r.asmr, 0);
-			store_result_free(&hit);
-			goto out;
-		}
-		send_compile_reply(c, id, hit.status, 1, &k, hit.data.data,
-				   hit.data.len, hit.log.data, hit.log.len, 0, -1);
-		store_result_free(&hit);
-		goto out;
-	}
-	s->n.misses++;
-
-	struct asm_req *then = NULL;
-	if (r.cubin && !(then = asm_req_take(&r.asmr))) {
-		send_error(c, id, "internal", "out of memory");
-		goto out;
-	}
-	struct flight *f = flight_find(s, &k, c);
-	if (f) {
-		if (add_waiter(f, c, id) < 0) {
-			send_error(c, id, "internal", "out of memory");
-			asm_req_free(then);
-			free(then);
-		} else {
-			f->waiters->then = then;
-			s->n.dedup_joins++;
-		}
-		goto out;
-	}
-
-	if (refuse_new_flight(s, c, id)) {
-		asm_req_free(then);
-		free(then);
-		goto out;
-	}
-
-	struct buf comp = BUF_INIT;
-	f = calloc(1, sizeof *f);
-	if (!f || compile_key(&r, &f->key, &comp) < 0 ||
-	    job_frame(&r, &f->job.frame) < 0 || add_waiter(f, c, id) < 0) {
-		send_error(c, id, "internal", "out of memory");
-		if (f)
-			buf_free(&f->job.frame);
-		free(f);
-		buf_free(&comp);
-		asm_req_free(then);
-		free(then);
-		goto out;
-	}
-	f->waiters->then = then;
-	f->kind = STORE_PTX;
-	f->components = buf_detach(&comp, NULL);
-	f->arch = r.cpu ? strdup(r.cpu) : NULL;
-	f->job.optset = r.optset;
-	r.optset = NULL;
-	flight_launch(s, f, c);
-out:
-	compile_req_free(&r);
-	buf_free(&err);
-}
-
-/* ---- other requests ------------------------------------------------- */
-
-static void reply_json(struct conn *c, uint8_t type, uint64_t id,
-		       const struct buf *json)
-{
-	struct buf b = BUF_INIT;
-	struct msg_writer w;
-
-	msg_begin(&w, &b, type | FRAME_REPLY);
-	msg_put_int(&w, "id", (int64_t)id);
-	msg_put_strn(&w, "json", json->data ? json->data : "{}", json->len ? json->len : 2);
-	if (msg_end(&w) == 0)
-		conn_send(c, &b);
-	buf_free(&b);
-}
+/* ---- requests ------------------------------------------------------- */
 
 static void handle_hello(struct conn *c, uint64_t id, const struct msg *m)
 {
@@ -1420,280 +278,22 @@ static void handle_ping(struct conn *c, uint64_t id, const struct msg *m)
 	buf_free(&b);
 }
 
-static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
-{
-	struct server *s = c->srv;
-	struct pool_counters pc;
-	struct store_counters sc;
-	struct buf j = BUF_INIT;
-	int64_t entries = 0, bytes = 0;
-
-	pool_counters(s->pool, &pc);
-	store_counters(s->store, &sc);
-	store_totals(s->store, &entries, &bytes);
-	buf_printf(&j,
-		   "{\"entries\":%lld,\"bytes\":%lld,\"hits\":%lld,\"misses\":%lld,"
-		   "\"compiles\":%lld,\"compile_errors\":%lld,\"worker_crashes\":%lld,"
-		   "\"dedup_joins\":%lld,\"requests\":%lld,\"connections\":%lld,"
-		   "\"protocol_errors\":%lld,\"store_errors\":%lld,"
-		   "\"refused_connections\":%lld,\"denied_connections\":%lld,"
-		   "\"header_timeouts\":%lld,\"idle_timeouts\":%lld,"
-		   "\"output_overflows\":%lld,\"refused_jobs\":%lld,"
-		   "\"corrupt_blobs\":%lld,\"evictions\":%lld,"
-		   "\"worker_timeouts\":%lld,\"workers_spawned\":%lld,"
-		   "\"workers_recycled\":%lld,\"worker_start_failures\":%lld,"
-		   "\"jobs_dropped\":%lld,\"sandbox_violations\":%lld,"
-		   "\"confirmations\":%lld,\"confirm_mismatches\":%lld,\"sharing\":\"%s\","
-		   "\"jobs_running\":%d,\"jobs_queued\":%d,"
-		   "\"workers\":%d,\"workers_ready\":%d,\"warm_up_ms\":%lld,"
-		   "\"uptime_s\":%lld,"
-		   "\"lineinfo_hits\":%lld,\"lineinfo_layout_misses\":%lld,"
-		   "\"lineinfo_loose_hits\":%lld,\"lineinfo_unportable\":%lld,"
-		   "\"lineinfo_rewrite_errors\":%lld,\"lineinfo_loose\":%s,"
-		   "\"compiler\":\"%s\"}",
-		   (long long)entries, (long long)bytes, (long long)s->n.hits,
-		   (long long)s->n.misses, (long long)s->n.compiles,
-		   (long long)s->n.compile_errors, (long long)pc.crashes,
-		   (long long)s->n.dedup_joins, (long long)s->n.requests,
-		   (long long)s->n.connections, (long long)s->n.protocol_errors,
-		   (long long)(s->n.store_errors), (long long)s->n.refused_connections,
-		   (long long)s->n.denied_connections, (long long)s->n.header_timeouts,
-		   (long long)s->n.idle_timeouts, (long long)s->n.output_overflows,
-		   (long long)s->n.refused_jobs, (long long)sc.corrupt_blobs,
-		   (long long)sc.evictions, (long long)pc.timeouts,
-		   (long long)pc.spawned, (long long)pc.recycled,
-		   (long long)pc.start_failures, (long long)pc.dropped,
-		   (long long)pc.sandbox_violations, (long long)s->n.confirmations,
-		   (long long)s->n.confirm_mismatches,
-		   s->sharing == SHARING_CONFIRM ? "confirm" :
-		   s->sharing == SHARING_TRUST ? "trust" : "separate", pc.busy, pc.queued,
-		   s->cfg->pool.size, pc.ready, (long long)pool_warm_ms(s->pool),
-		   (long long)(time(NULL) - s->started),
-		   (long long)s->n.lineinfo_hits, (long long)s->n.lineinfo_layout_misses,
-		   (long long)s->n.lineinfo_loose_hits, (long long)s->n.lineinfo_unportable,
-		   (long long)s->n.lineinfo_rewrite_errors,
-		   s->cfg->lineinfo_loose ? "true" : "false", codegen_identity());
-	struct buf sb = BUF_INIT;
-	pool_sandbox(s->pool, &sb);
-	if (j.len && sb.len) {
-		j.len--;        /* reopen the object */
-		buf_puts(&j, ",\"sandbox\":");
-		buf_json_str(&j, sb.data, sb.len);
-		buf_puts(&j, "}");
-	}
-	buf_free(&sb);
-	if (s->l2 && j.len) {
-		struct l2_counters lc;
-		l2_counters(s->l2, &lc);
-		j.len--;        /* reopen the object */
-		buf_printf(&j, ",\"l2_hits\":%lld,\"l2_misses\":%lld,\"l2_errors\":%lld,"
-			   "\"l2_timeouts\":%lld,\"l2_rejects\":%lld,\"l2_writes\":%lld,"
-			   "\"l2_breaker_opens\":%lld,\"l2_breaker_open\":%d}",
-			   (long long)lc.hits, (long long)lc.misses, (long long)lc.errors,
-			   (long long)lc.timeouts, (long long)lc.rejects, (long long)lc.writes,
-			   (long long)lc.breaker_opens, lc.breaker_open);
-	}
-	reply_json(c, FRAME_STATS, id, &j);
-	buf_free(&j);
-}
-
-/* ls / evict filter fields: kind, arch, older_than (s), min_bytes. */
-static int parse_filter(const struct msg *m, struct store_filter *f, char **arch,
-			struct buf *err)
-{
-	const char *k;
-	size_t n;
-	const char *why = NULL;
-
-	memset(f, 0, sizeof *f);
-	*arch = NULL;
-	if (msg_bytes(m, "kind", &k, &n) == 1) {
-		if (n == 3 && !memcmp(k, "ptx", 3))
-			f->kind = STORE_PTX;
-		else if (n == 5 && !memcmp(k, "cubin", 5))
-			f->kind = STORE_CUBIN;
-		else
-			why = "'kind' must be \"ptx\" or \"cubin\"";
-	}
-	if (!why && (text_field(m, "arch", 64, arch, &why) < 0 ||
-		     msg_int(m, "older_than", &f->older_than_s) < 0 ||
-		     msg_int(m, "min_bytes", &f->min_bytes) < 0))
-		why = why ? why : "bad filter field";
-	if (why) {
-		buf_printf(err, "%s", why);
-		return -1;
-	}
-	f->arch = *arch;
-	return 0;
-}
-
-static void handle_ls(struct conn *c, uint64_t id, const struct msg *m)
-{
-	struct store_filter f;
-	struct buf j = BUF_INIT, err = BUF_INIT;
-	char *arch = NULL;
-	int64_t limit = 100;
-
-	if (parse_filter(m, &f, &arch, &err) < 0 || msg_int(m, "limit", &limit) < 0) {
-		send_error(c, id, "invalid", err.len ? err.data : "bad 'limit'");
-	} else if (store_list(c->srv->store, &f, (int)(limit > 1000000 ? 1000000 : limit), &j) < 0) {
-		send_error(c, id, "internal", "cannot list the cache");
-	} else {
-		reply_json(c, FRAME_LS, id, &j);
-	}
-	free(arch);
-	buf_free(&j);
-	buf_free(&err);
-}
-
-static void handle_show(struct conn *c, uint64_t id, const struct msg *m)
-{
-	unsigned char hash[32];
-	char *hex = NULL;
-	struct buf j = BUF_INIT;
-
-	if (msg_strdup(m, "key", &hex) != 1 || key_from_hex(hex, hash) < 0) {
-		send_error(c, id, "invalid", "'key' must be 64 hex digits");
-	} else {
-		int r = store_show(c->srv->store, hash, &j);
-		if (r == 1)
-			reply_json(c, FRAME_SHOW, id, &j);
-		else
-			send_error(c, id, r == 0 ? "not_found" : "internal",
-				   r == 0 ? "no such entry" : "cannot read the cache");
-	}
-	free(hex);
-	buf_free(&j);
-}
-
-/* Why would this compile request miss? The exact key's presence, the
- * request's components, and the nearest stored entry with what differs. */
-static void handle_explain(struct conn *c, uint64_t id, const struct msg *m)
-{
-	struct server *s = c->srv;
-	struct compile_req r;
-	struct buf err = BUF_INIT, comp = BUF_INIT, j = BUF_INIT, shown = BUF_INIT;
-	struct key k;
-
-	if (parse_compile(m, (uint32_t)s->cfg->max_frame, &r, &err) < 0) {
-		send_error(c, id, "invalid", err.data ? err.data : "out of memory");
-		goto out;
-	}
-	set_namespace(s, c, &r);
-	if (r.cubin && r.from_ptx) {
-		/* The cubin stage of PTX: its own key (portable or exact). */
-		struct dbg_scan ds = { 0 };
-		char sha[65], loose_sha[65];
-		int portable = cubin_scan(&r.asmr, r.input, r.input_len, &ds, sha, loose_sha);
-		int rc = portable < 0 ? -1 : cubin_key(s, &r.asmr, sha, portable ? &ds : NULL,
-						      0, &k, &comp);
-		dbg_scan_free(&ds);
-		if (rc < 0) {
-			send_error(c, id, "internal", "out of memory");
-			goto out;
-		}
-	} else if (compile_key(&r, &k, &comp) < 0) {
-		send_error(c, id, "internal", "out of memory");
-		goto out;
-	}
-	int cached = store_show(s->store, k.hash, &shown) == 1;
-	buf_printf(&j, "{\"key\":\"%s\",\"cached\":%s,\"components\":%s,\"nearest\":",
-		   k.hex, cached ? "true" : "false", comp.data);
-	if (cached || store_nearest(s->store, comp.data, &j) != 1)
-		buf_puts(&j, "null");
-	buf_puts(&j, "}");
-	reply_json(c, FRAME_EXPLAIN, id, &j);
-out:
-	compile_req_free(&r);
-	buf_free(&err);
-	buf_free(&comp);
-	buf_free(&j);
-	buf_free(&shown);
-}
-
-static void handle_verify(struct conn *c, uint64_t id, const struct msg *m)
-{
-	struct buf report = BUF_INIT, j = BUF_INIT;
-	int problems = store_verify(c->srv->store, &report);
-
-	if (problems < 0) {
-		send_error(c, id, "internal", "cannot verify the cache");
-	} else {
-		buf_printf(&j, "{\"problems\":%d,\"report\":[", problems);
-		/* One JSON string per report line. */
-		for (char *line = report.data; line && *line;) {
-			size_t n = strcspn(line, "\n");
-			if (line != report.data)
-				buf_puts(&j, ",");
-			buf_json_str(&j, line, n);
-			line += n + (line[n] == '\n');
-		}
-		buf_puts(&j, "]}");
-		reply_json(c, FRAME_VERIFY, id, &j);
-	}
-	buf_free(&report);
-	buf_free(&j);
-}
-
-/* Eviction rewrites the cache for everyone: root and the daemon's own
- * user only. Fields: the ls filter, or max_size (LRU down to it), or all. */
-static void handle_evict(struct conn *c, uint64_t id, const struct msg *m)
-{
-	struct store_filter f;
-	struct buf j = BUF_INIT, err = BUF_INIT;
-	char *arch = NULL;
-	int64_t max_size = -1;
-	int all = 0, removed;
-
-	if (c->uid != 0 && c->uid != geteuid()) {
-		send_error(c, id, "denied", "evicting needs root or the daemon's user");
-		return;
-	}
-	if (parse_filter(m, &f, &arch, &err) < 0 || msg_int(m, "max_size", &max_size) < 0 ||
-	    msg_bool(m, "all", &all) < 0) {
-		send_error(c, id, "invalid", err.len ? err.data : "bad evict field");
-		goto out;
-	}
-	if (all)
-		removed = store_remove(c->srv->store, NULL);
-	else if (max_size >= 0)
-		removed = store_evict_lru(c->srv->store, max_size);
-	else if (f.kind || f.arch || f.older_than_s > 0 || f.min_bytes > 0)
-		removed = store_remove(c->srv->store, &f);
-	else {
-		send_error(c, id, "invalid", "evict needs a filter, max_size or all");
-		goto out;
-	}
-	if (removed < 0) {
-		send_error(c, id, "internal", "cannot evict from the cache");
-		goto out;
-	}
-	int64_t entries, bytes;
-	store_totals(c->srv->store, &entries, &bytes);
-	buf_printf(&j, "{\"removed\":%d,\"entries\":%lld,\"bytes\":%lld}", removed,
-		   (long long)entries, (long long)bytes);
-	reply_json(c, FRAME_EVICT, id, &j);
-out:
-	free(arch);
-	buf_free(&j);
-	buf_free(&err);
-}
-
-/* The request table. Checklist when adding a request: frame.h's enum,
- * frame_type_name(), PROTOCOL.md, and the client. */
-static const struct request_type {
-	uint8_t type;
-	void (*handler)(struct conn *c, uint64_t id, const struct msg *m);
-} requests[] = {
+static const struct request_kind server_kinds[] = {
 	{ .type = FRAME_HELLO, .handler = handle_hello },
 	{ .type = FRAME_PING, .handler = handle_ping },
-	{ .type = FRAME_COMPILE, .handler = handle_compile },
-	{ .type = FRAME_STATS, .handler = handle_stats },
-	{ .type = FRAME_LS, .handler = handle_ls },
-	{ .type = FRAME_SHOW, .handler = handle_show },
-	{ .type = FRAME_EXPLAIN, .handler = handle_explain },
-	{ .type = FRAME_VERIFY, .handler = handle_verify },
-	{ .type = FRAME_EVICT, .handler = handle_evict },
+};
+
+static const struct request_table server_requests = {
+	.kinds = server_kinds,
+	.n = sizeof server_kinds / sizeof server_kinds[0],
+};
+
+/* The request table, a part per family (master.h has the checklist for
+ * adding a request). */
+static const struct request_table *const request_tables[] = {
+	&server_requests,
+	&compile_requests,
+	&manage_requests,
 };
 
 static void handle_frame(struct conn *c, const struct frame_hdr *h,
@@ -1712,20 +312,23 @@ static void handle_frame(struct conn *c, const struct frame_hdr *h,
 		protocol_error(c, "request 'id' must be a non-negative integer");
 		goto out;
 	}
-	for (size_t i = 0; i < sizeof requests / sizeof requests[0]; i++) {
-		if (requests[i].type == h->type) {
-			requests[i].handler(c, (uint64_t)id, &m);
-			goto out;
+	for (size_t t = 0; t < sizeof request_tables / sizeof request_tables[0]; t++) {
+		const struct request_table *rt = request_tables[t];
+		for (size_t i = 0; i < rt->n; i++) {
+			if (rt->kinds[i].type == h->type) {
+				rt->kinds[i].handler(c, (uint64_t)id, &m);
+				goto out;
+			}
 		}
 	}
 	buf_printf(&err, "unknown request type %u", h->type);
-	send_error(c, (uint64_t)id, "unsupported", err.data);
+	conn_send_error(c, (uint64_t)id, "unsupported", err.data);
 out:
 	msg_free(&m);
 	buf_free(&err);
 }
 
-/* ---- connections ---------------------------------------------------- */
+/* ---- connections: reading, timers, the listener -------------------- */
 
 /*
  * libevent 2.1 reads a socket 4 KB per loop iteration (EVBUFFER_MAX_READ),
@@ -1827,7 +430,7 @@ static void on_conn_write(struct bufferevent *bev, void *arg)
 
 	if (c->state == CONN_CLOSING)
 		conn_close(c);
-	maybe_stop(s);
+	server_maybe_stop(s);
 }
 
 static void on_conn_event(struct bufferevent *bev, short what, void *arg)
@@ -2002,7 +605,7 @@ static void on_stop_deadline(evutil_socket_t fd, short what, void *arg)
 
 /* While stopping: exit the loop once no compile is in flight and every
  * reply has been written (on_conn_write() asks again as output drains). */
-static void maybe_stop(struct server *s)
+void server_maybe_stop(struct server *s)
 {
 	if (!s->stopping || s->nflights)
 		return;
@@ -2034,7 +637,7 @@ static void on_stop(evutil_socket_t sig, short what, void *arg)
 	s->stop_timer = evtimer_new(s->base, on_stop_deadline, s);
 	if (s->stop_timer)
 		evtimer_add(s->stop_timer, &tv);
-	maybe_stop(s);
+	server_maybe_stop(s);
 }
 
 /* Every worker of the first round is warm (or failed to start): only now

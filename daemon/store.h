@@ -45,7 +45,7 @@ struct store_entry {
 };
 
 /* Whether an entry may be served to users other than its producer
- * (sharing = confirm, see server.c). */
+ * (sharing = confirm, see confirm.h). */
 enum store_trust {
 	STORE_UNCONFIRMED = 0,  /* only its producer's worker computed it */
 	STORE_CONFIRMED = 1,    /* a worker of another tenant computed the

@@ -7,8 +7,9 @@
  * handler reads (compile, cubin, ls/evict filters, show) and on every key
  * the body itself holds (so unexpected keys, duplicates and keys with NULs
  * are reached too), the 'options' and 'asm_args' arrays are walked as
- * server.c walks them, and what was read is written back with msg_writer
- * and parsed again: the round trip must give the same values.
+ * compile.c and cubin_req.c walk them, and what was read is written back
+ * with msg_writer and parsed again: the round trip must give the same
+ * values.
  *
  * Properties (abort() on violation, so libFuzzer reports them):
  *  - accessors return -1, 0 or 1 only, and on 1 their out-values are sane
@@ -25,7 +26,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* Every field a request handler in daemon/server.c reads. */
+/* Every field a request handler of the master reads (daemon/compile.c,
+ * cubin_req.c, manage.c). */
 static const char *const fields[] = {
 	"id", "input", "kind", "input_kind", "triple", "march", "cpu",
 	"features", "pipeline", "opt", "emit", "strict", "options", "backend",
@@ -88,7 +90,7 @@ static void read_field(const struct msg *m, const uint8_t *data, size_t size,
 
 	const msgpack_object *o = msg_get(m, name);
 	if (o && o->type == MSGPACK_OBJECT_ARRAY) {
-		/* As server.c walks 'options' and 'asm_args'. */
+		/* As compile.c and cubin_req.c walk 'options' and 'asm_args'. */
 		for (uint32_t k = 0; k < o->via.array.size; k++) {
 			const msgpack_object *e = &o->via.array.ptr[k];
 			/* msgpack-c's pointer is NULL when the size is 0. */

@@ -1,0 +1,409 @@
+/*
+ * flight: single flight, and what happens to a result.
+ *
+ * A miss (compile.c, cubin_req.c) joins the flight computing the same key
+ * for the same tenant, or becomes a new one, registered in the server's
+ * table at once so that identical requests join it during every step:
+ *
+ *   with the Redis tier on, Redis is asked first (l2_get()): a value that
+ *     verifies finishes the flight as if computed here; anything else
+ *     (miss, timeout, rejected value, breaker open) goes on to
+ *   the pool (pool_submit()): a worker of the job's option set and tenant
+ *     runs it; a queued job whose waiters have all gone is dropped.
+ *
+ * flight_finish() is the one place a result goes, whichever tier gave it:
+ * counted; a portable cubin given its canonical paths (cubin_debug.c);
+ * stored if deterministic, committed before anyone is answered (an
+ * acknowledged result is durable), after confirmation under sharing =
+ * confirm (confirm.h); published to Redis if confirmed, or confirmed in
+ * the background first (a one-shot worker computes it again); then every
+ * waiter answered, each with its own source paths for a portable cubin,
+ * or sent on to the cubin stage (IR to cubin); then the flight freed and a
+ * stopping daemon told.
+ */
+#include "daemon/flight.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/compile.h"
+#include "daemon/confirm.h"
+#include "daemon/cubin_req.h"
+#include "daemon/l2.h"
+#include "daemon/log.h"
+
+static unsigned bucket_of(const struct key *k)
+{
+	return ((unsigned)k->hash[0] << 8 | k->hash[1]) % FLIGHT_BUCKETS;
+}
+
+static void flight_unlink(struct server *s, struct flight *f)
+{
+	struct flight **pp = &s->flights[bucket_of(&f->key)];
+	while (*pp != f)
+		pp = &(*pp)->next;
+	*pp = f->next;
+}
+
+void flight_dbg_free(struct flight_dbg *d)
+{
+	if (!d)
+		return;
+	dbg_view_free(&d->view);
+	dbg_view_free(&d->canon);
+	free(d->loose_components);
+	free(d);
+}
+
+static void view_free(struct dbg_view *v)
+{
+	dbg_view_free(v);
+	free(v);
+}
+
+static void flight_finish(struct flight *f, const struct job_result *res,
+			  int compiled);
+static void confirm_in_background(struct server *s, const struct flight *f);
+
+/* ---- a miss: join or start a flight --------------------------------- */
+
+/* The stored entry for k, if it may answer c (confirm.h); 1 if so. */
+int flight_lookup(struct conn *c, const struct key *k, struct store_result *hit)
+{
+	struct server *s = c->srv;
+
+	if (store_get(s->store, k->hash, hit) != 1)
+		return 0;
+	if (confirm_may_serve(s->sharing, hit, conn_tenant(c)))
+		return 1;
+	store_result_free(hit);
+	memset(hit, 0, sizeof *hit);
+	return 0;
+}
+
+/* The flight computing k that c may join: one for c's own tenant (a
+ * result another tenant's worker computes is no answer for c yet). */
+struct flight *flight_find(struct server *s, const struct key *k, const struct conn *c)
+{
+	for (struct flight *f = s->flights[bucket_of(k)]; f; f = f->next)
+		if (memcmp(f->key.hash, k->hash, sizeof k->hash) == 0 && !f->background &&
+		    (s->sharing == SHARING_TRUST || f->tenant == conn_tenant(c)))
+			return f;
+	return NULL;
+}
+
+int flight_add_waiter(struct flight *f, struct conn *c, uint64_t id)
+{
+	struct waiter *wt = malloc(sizeof *wt);
+	if (!wt)
+		return -1;
+	wt->conn = c;
+	wt->id = id;
+	wt->then = NULL;
+	wt->view = NULL;
+	wt->next = f->waiters;
+	f->waiters = wt;
+	c->refs++;
+	c->waiting++;
+	conn_arm(c);
+	return 0;
+}
+
+/* Whether a miss may start a new compile: not while the daemon stops
+ * (it would outlive the shutdown deadline), and not past the user's cap
+ * (fairness: one user's flood of misses may not fill the queue). If not,
+ * the client is told why and 1 returned. */
+int flight_refuse_new(struct server *s, struct conn *c, uint64_t id)
+{
+	char why[128];
+
+	if (s->stopping) {
+		conn_send_error(c, id, "unavailable", "the daemon is shutting down");
+		return 1;
+	}
+	if (c->peer && c->peer->jobs >= s->cfg->max_jobs_per_uid) {
+		s->n.refused_jobs++;
+		snprintf(why, sizeof why,
+			 "too many compiles in flight for uid %u (limit %d); retry later",
+			 (unsigned)c->peer->uid, s->cfg->max_jobs_per_uid);
+		conn_send_error(c, id, "busy", why);
+		return 1;
+	}
+	return 0;
+}
+
+/* ---- the flight's way through the tiers ----------------------------- */
+
+/* The pool finished a flight's job. */
+static void flight_done(struct pool_job *job, const struct job_result *res)
+{
+	flight_finish((struct flight *)((char *)job - offsetof(struct flight, job)), res, 1);
+}
+
+/* Whether any client still waits for a flight's queued job. */
+static int flight_wanted(struct pool_job *job)
+{
+	const struct flight *f = (struct flight *)((char *)job - offsetof(struct flight, job));
+	if (f->background)
+		return 1;
+	for (const struct waiter *wt = f->waiters; wt; wt = wt->next)
+		if (wt->conn->state != CONN_CLOSED)
+			return 1;
+	return 0;
+}
+
+/* The Redis tier answered for f: a verified value of the right stage
+ * finishes the flight as a hit; anything else sends it to the pool. */
+static void flight_l2_done(void *arg, int found, const struct l2_value *v)
+{
+	struct flight *f = arg;
+
+	/* Sealed by a node of the cluster, so authentic, but still a value
+	 * from outside: a status this daemon would never have stored (another
+	 * version, another bug) is no answer; compile instead. */
+	if (found && v->kind == (int)f->kind &&
+	    v->status >= 0 && (f->kind == STORE_CUBIN ? v->status <= 255 :
+			       JOB_CACHEABLE(v->status))) {
+		struct job_result res = {
+			.status = f->kind == STORE_CUBIN && v->status > 0 ? JOB_ERROR :
+				  (enum job_status)v->status,
+			.exit_code = f->kind == STORE_CUBIN ? v->status : 0,
+			.output = v->data, .output_len = v->data_len,
+			.log = v->log, .log_len = v->log_len,
+		};
+		flight_finish(f, &res, 0);
+		return;
+	}
+	pool_submit(f->srv->pool, &f->job);
+}
+
+/* Start a flight that has its key, job and first waiter: register it for
+ * single flight (which so holds across both tiers), then ask Redis, or
+ * the pool directly. */
+static void flight_register(struct server *s, struct flight *f)
+{
+	f->srv = s;
+	unsigned b = bucket_of(&f->key);
+	f->next = s->flights[b];
+	s->flights[b] = f;
+	s->nflights++;
+	f->job.done = flight_done;
+	f->job.wanted = flight_wanted;
+	f->job.tenant = s->sharing == SHARING_TRUST ? POOL_ANY_TENANT : f->tenant;
+}
+
+void flight_launch(struct server *s, struct flight *f, struct conn *c)
+{
+	f->peer = c->peer;
+	if (f->peer)
+		f->peer->jobs++;
+	f->tenant = conn_tenant(c);
+	flight_register(s, f);
+	if (s->l2)
+		l2_get(s->l2, f->key.hash, flight_l2_done, f);
+	else
+		pool_submit(s->pool, &f->job);
+}
+
+/* ---- its result ----------------------------------------------------- */
+
+/* A flight has its result, compiled here or fetched from the Redis tier:
+ * store it if deterministic, publish what we compiled, then answer every
+ * waiter. Storing first means an acknowledged result is durable. */
+static void flight_finish(struct flight *f, const struct job_result *res,
+			  int compiled)
+{
+	struct server *s = f->srv;
+
+	if (compiled && !res->not_run) {
+		s->n.compiles++;
+		if (res->status != JOB_OK)
+			s->n.compile_errors++;
+	}
+	/* An assembler's failure is deterministic (a syntax error, say) and
+	 * cached with its exit status as the entry's status; its death by a
+	 * signal, a timeout or a missing binary are not. */
+	int cubin = f->kind == STORE_CUBIN;
+	int status = res->status;
+	if (cubin && status == JOB_ERROR)
+		status = res->exit_code ? res->exit_code : 255;
+	/* A portable -lineinfo cubin is stored with the canonical paths and
+	 * stamps (what came from the cache or Redis has them already); one
+	 * whose line table is not what cubin_debug.c predicts is not stored,
+	 * and answers only the clients whose paths it names. */
+	const char *data = res->output;
+	size_t data_len = res->output_len;
+	struct buf canon = BUF_INIT;
+	int unportable = 0;
+	if (f->dbg && compiled && res->status == JOB_OK) {
+		const char *why = "";
+		if (dbg_rewrite(res->output, res->output_len, &f->dbg->view, &f->dbg->canon,
+				&canon, &why) == 0) {
+			data = canon.data;
+			data_len = canon.len;
+		} else {
+			unportable = 1;
+			s->n.lineinfo_unportable++;
+			log_warn("cubin %.16s: line table not as predicted (%s); not cached",
+				 f->key.hex, why);
+		}
+	}
+	if (unportable) {
+		/* nothing stored */
+	} else if (cubin ? res->status == JOB_OK || res->status == JOB_ERROR
+			 : JOB_CACHEABLE(res->status)) {
+		struct buf err = BUF_INIT;
+		/* Computed here: its producer is the flight's tenant. From the
+		 * Redis tier: confirmed by the node that published it. */
+		int trusted = !compiled || s->sharing == SHARING_TRUST;
+		struct store_entry e = {
+			.kind = f->kind,
+			.status = status,
+			.data = data,
+			.data_len = data_len,
+			.log = res->log,
+			.log_len = res->log_len,
+			.components = f->components,
+			.arch = f->arch,
+			.compile_us = res->compile_us,
+			.producer = trusted ? -1 : f->tenant,
+			.trust = trusted ? STORE_CONFIRMED : STORE_UNCONFIRMED,
+		};
+		enum settle v = trusted || s->sharing != SHARING_CONFIRM ? SETTLE_STORE :
+				confirm_settle(s->store, f->key.hash, f->key.hex, &e);
+		if (v == SETTLE_CONFIRMED)
+			s->n.confirmations++;
+		else if (v == SETTLE_MISMATCH)
+			s->n.confirm_mismatches++;
+		if (v == SETTLE_STORE && !f->background &&
+		    store_put(s->store, f->key.hash, &e, &err) < 0) {
+			s->n.store_errors++;
+			log_warn("%s", err.data ? err.data : "cannot store entry");
+		}
+		buf_free(&err);
+		/* Only what no single tenant's worker alone vouches for goes to
+		 * the Redis tier: confirmed entries (confirm.h). */
+		if (compiled && s->l2 && (s->sharing != SHARING_CONFIRM || v == SETTLE_CONFIRMED)) {
+			struct l2_value lv = {
+				.kind = f->kind, .status = status,
+				.data = data, .data_len = data_len,
+				.log = res->log, .log_len = res->log_len,
+			};
+			l2_put(s->l2, f->key.hash, &lv);
+		} else if (compiled && s->l2 && v == SETTLE_STORE && !f->background) {
+			confirm_in_background(s, f);
+		}
+		if (f->dbg && compiled && res->status == JOB_OK && !f->background) {
+			cubin_seen_add(s, &f->dbg->loose);
+			/* lineinfo-loose: this client's own cubin also answers
+			 * the same kernel under other paths of any length. */
+			if (s->cfg->lineinfo_loose) {
+				e.data = res->output;
+				e.data_len = res->output_len;
+				e.components = f->dbg->loose_components;
+				if (store_put(s->store, f->dbg->loose.hash, &e, &err) < 0) {
+					s->n.store_errors++;
+					log_warn("%s", err.data ? err.data : "cannot store entry");
+				}
+				buf_free(&err);
+			}
+		}
+	} else {
+		log_warn("compile of %.16s failed: %.*s", f->key.hex,
+			 (int)res->log_len, res->log ? res->log : "");
+	}
+	flight_unlink(s, f);
+	s->nflights--;
+	if (f->peer) {
+		f->peer->jobs--;
+		peer_put(s, f->peer);
+	}
+	while (f->waiters) {
+		struct waiter *wt = f->waiters;
+		f->waiters = wt->next;
+		if (wt->then && res->status == JOB_OK) {
+			/* IR to cubin: on to the second stage, unless the
+			 * client has gone. */
+			if (wt->conn->state != CONN_CLOSED)
+				cubin_start(wt->conn, wt->id, res->output,
+					    res->output_len, wt->then, 1);
+		} else if (f->dbg && res->status == JOB_OK) {
+			/* Each waiter gets its own paths and stamps; one whose
+			 * view is missing (out of memory) gets no answer. */
+			struct buf own = BUF_INIT;
+			const char *why = "out of memory";
+			int ok = !wt->view ? 0 :
+				 unportable ? dbg_view_equal(wt->view, &f->dbg->view) &&
+					      buf_append(&own, res->output, res->output_len) == 0
+					    : dbg_rewrite(data, data_len, &f->dbg->canon, wt->view,
+							  &own, &why) == 0;
+			if (ok) {
+				compile_reply(wt->conn, wt->id, JOB_OK, 0, &f->key, own.data,
+					      own.len, res->log, res->log_len,
+					      res->compile_us, 0);
+			} else {
+				static const char msg[] = "cannot give this client's source paths "
+							  "the cached cubin's layout";
+				compile_reply(wt->conn, wt->id, JOB_UNAVAILABLE, 0, &f->key,
+					      NULL, 0, msg, sizeof msg - 1, 0, 0);
+			}
+			buf_free(&own);
+		} else {
+			compile_reply(wt->conn, wt->id, res->status, 0, &f->key,
+				      res->output, res->output_len, res->log,
+				      res->log_len, res->compile_us,
+				      cubin ? (res->status == JOB_ERROR ? status : 0) : -1);
+		}
+		asm_req_free(wt->then);
+		free(wt->then);
+		if (wt->view)
+			view_free(wt->view);
+		wt->conn->waiting--;
+		conn_arm(wt->conn);
+		conn_unref(wt->conn);
+		free(wt);
+	}
+	buf_free(&f->job.frame);
+	free(f->job.optset);
+	free(f->components);
+	free(f->arch);
+	flight_dbg_free(f->dbg);
+	free(f);
+	buf_free(&canon);
+	server_maybe_stop(s);
+}
+
+/* With the Redis tier on, a new entry is confirmed before it is published:
+ * the same job again, in a worker exec'd for it alone (confirm.h). */
+static void confirm_in_background(struct server *s, const struct flight *f)
+{
+	struct flight *b = calloc(1, sizeof *b);
+
+	if (!b || buf_append(&b->job.frame, f->job.frame.data, f->job.frame.len) < 0 ||
+	    !(b->job.optset = strdup(f->job.optset))) {
+		if (b)
+			buf_free(&b->job.frame);
+		free(b);
+		return;         /* unconfirmed, so unpublished: no harm */
+	}
+	/* A portable cubin: the same paths to write out of its result, so
+	 * that it compares with the stored canonical bytes. */
+	if (f->dbg && (!(b->dbg = calloc(1, sizeof *b->dbg)) ||
+		       dbg_view_copy(&f->dbg->view, &b->dbg->view) < 0 ||
+		       dbg_view_copy(&f->dbg->canon, &b->dbg->canon) < 0)) {
+		flight_dbg_free(b->dbg);
+		buf_free(&b->job.frame);
+		free(b->job.optset);
+		free(b);
+		return;
+	}
+	b->key = f->key;
+	b->kind = f->kind;
+	b->background = 1;
+	b->tenant = confirm_oneshot_tenant();
+	b->job.oneshot = 1;
+	flight_register(s, b);
+	pool_submit(s->pool, &b->job);
+}

@@ -1,0 +1,83 @@
+/*
+ * flight: single flight, in the master. A miss becomes a flight: one key
+ * being computed (asked of the Redis tier, then of the pool), and every
+ * request waiting for it. See flight.c for what happens to its result.
+ *
+ * Ownership: a flight is built by its request family (compile.c,
+ * cubin_req.c: key, components, job frame, first waiter) and owned by the
+ * server's table from flight_launch() until it is finished, which frees
+ * it. Each waiter holds a reference to its connection.
+ */
+#ifndef PTXCACHE_FLIGHT_H
+#define PTXCACHE_FLIGHT_H
+
+#include <stdint.h>
+
+#include "daemon/cubin_debug.h"
+#include "daemon/key.h"
+#include "daemon/master.h"
+#include "daemon/store.h"
+#include "daemon/worker.h"
+
+struct asm_req;
+
+struct waiter {
+	struct conn *conn;
+	uint64_t id;
+	struct asm_req *then;   /* IR to cubin: run this cubin stage on the PTX
+	                           (owned); NULL: answer with this flight's result */
+	struct dbg_view *view;  /* a portable -lineinfo cubin: this client's
+	                           source paths and stamps (owned), or NULL */
+	struct waiter *next;
+};
+
+/* One key being compiled, and everyone waiting for it. */
+struct flight {
+	struct key key;
+	char *components;       /* JSON, stored beside the entry */
+	char *arch;
+	struct waiter *waiters;
+	struct pool_job job;
+	struct flight *next;    /* bucket chain */
+	enum store_kind kind;   /* the stage: STORE_PTX or STORE_CUBIN */
+	struct server *srv;
+	struct peer *peer;      /* who started it (per-uid job cap) */
+	int64_t tenant;         /* whose compile it is (confirm.h) */
+	int background;         /* a confirmation nobody waits for */
+	struct flight_dbg *dbg; /* a portable -lineinfo cubin, or NULL */
+};
+
+/* A portable cubin flight: whose paths the assembler ran with, the
+ * canonical view that is stored, and the key that accepts other paths. */
+struct flight_dbg {
+	struct dbg_view view, canon;
+	struct key loose;
+	char *loose_components;
+};
+
+/* The stored entry for k, if it may answer c (confirm.h): 1 with hit
+ * filled (the caller frees it with store_result_free()), else 0. */
+int flight_lookup(struct conn *c, const struct key *k, struct store_result *hit);
+
+/* The flight computing k that c may join: one for c's own tenant (a
+ * result another tenant's worker computes is no answer for c yet), or
+ * NULL. */
+struct flight *flight_find(struct server *s, const struct key *k, const struct conn *c);
+
+/* Add request id on c to f's waiters, at their head (f->waiters), where
+ * the caller may set its then and view; c gains a reference. 0, or -1 if
+ * out of memory. */
+int flight_add_waiter(struct flight *f, struct conn *c, uint64_t id);
+
+/* Whether a miss may start a new flight: not while the daemon stops, and
+ * not past the user's cap. If not, c is told why and 1 returned. */
+int flight_refuse_new(struct server *s, struct conn *c, uint64_t id);
+
+/* Start f, which has its key, job and first waiter, for c's user: the
+ * server's table owns it from here. */
+void flight_launch(struct server *s, struct flight *f, struct conn *c);
+
+/* Free d and what it owns (NULL: nothing). */
+void flight_dbg_free(struct flight_dbg *d);
+
+#endif
