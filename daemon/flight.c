@@ -20,6 +20,10 @@
  * waiter answered, each with its own source paths for a portable cubin,
  * or sent on to the cubin stage (IR to cubin); then the flight freed and a
  * stopping daemon told.
+ *
+ * No flight outlives server_run(): at the end, the pool ends those it
+ * holds (pool_free()), and flight_abandon_all() those whose Redis lookup
+ * was cancelled.
  */
 #include "daemon/flight.h"
 
@@ -406,4 +410,15 @@ static void confirm_in_background(struct server *s, const struct flight *f)
 	b->job.oneshot = 1;
 	flight_register(s, b);
 	pool_submit(s->pool, &b->job);
+}
+
+void flight_abandon_all(struct server *s)
+{
+	static const char why[] = "the daemon is shutting down";
+	struct job_result res = { .status = JOB_UNAVAILABLE, .log = why,
+				  .log_len = sizeof why - 1 };
+
+	for (unsigned b = 0; b < FLIGHT_BUCKETS; b++)
+		while (s->flights[b])
+			flight_finish(s->flights[b], &res, 0);
 }

@@ -77,6 +77,12 @@ int flight_refuse_new(struct server *s, struct conn *c, uint64_t id);
  * server's table owns it from here. */
 void flight_launch(struct server *s, struct flight *f, struct conn *c);
 
+/* At the end of server_run(), once the pool and the Redis tier are freed
+ * and every connection closed: end the flights still in s's table (those
+ * whose Redis lookup was cancelled) as unavailable, so that they, their
+ * waiters and the connections these hold are freed. */
+void flight_abandon_all(struct server *s);
+
 /* Free d and what it owns (NULL: nothing). */
 void flight_dbg_free(struct flight_dbg *d);
 

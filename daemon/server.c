@@ -48,6 +48,7 @@
 #include "daemon/codegen.h"
 #include "daemon/compile.h"
 #include "daemon/config.h"
+#include "daemon/flight.h"
 #include "daemon/cubin.h"
 #include "daemon/key.h"
 #include "daemon/l2.h"
@@ -939,7 +940,14 @@ out:
 	if (s.listener)
 		evconnlistener_free(s.listener);
 	l2_free(s.l2);
-	pool_free(s.pool);
+	s.l2 = NULL;
+	pool_free(s.pool);      /* ends the flights it held: their waiters told */
+	s.pool = NULL;
+	/* Connections still open: closed, each freed once no flight holds it;
+	 * then the flights left, whose Redis lookup l2_free() cancelled. */
+	while (s.conns)
+		conn_close(s.conns);
+	flight_abandon_all(&s);
 	if (s.flush_timer)
 		event_free(s.flush_timer);
 	if (s.sigterm)
