@@ -14,9 +14,9 @@
  *   a new flight (flight.c), unless the daemon stops or the user is at
  *     their cap; its job frame is what a worker runs.
  *
- * The hit path is this file, the store and conn_send(): no allocation
- * but the reply's, no wait. Nothing here runs LLVM or reads a file; the
- * request's bytes are a client's and are checked before they are used.
+ * The hit path is this file, the store and conn_send(), and never waits.
+ * Nothing here runs LLVM or reads a file; the request's bytes are a
+ * client's and are checked before they are used.
  */
 #include "daemon/compile.h"
 
