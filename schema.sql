@@ -10,7 +10,7 @@ CREATE TABLE IF NOT EXISTS meta (
 	value TEXT NOT NULL
 ) WITHOUT ROWID;
 
-INSERT OR IGNORE INTO meta (name, value) VALUES ('schema_version', '2');
+INSERT OR IGNORE INTO meta (name, value) VALUES ('schema_version', '3');
 
 -- One row per cache entry. A rowid table (not WITHOUT ROWID): rows carry
 -- blobs of tens of KB to MBs, which belong in a table b-tree whose interior
@@ -19,7 +19,7 @@ INSERT OR IGNORE INTO meta (name, value) VALUES ('schema_version', '2');
 -- walk a blob's overflow pages.
 CREATE TABLE IF NOT EXISTS entries (
 	key        BLOB PRIMARY KEY NOT NULL CHECK (length(key) = 32),
-	kind       INTEGER NOT NULL,          -- 1 ptx, 2 cubin (enum store_kind)
+	kind       INTEGER NOT NULL,          -- 1 ptx, 2 cubin, 3 artifact (enum store_kind)
 	status     INTEGER NOT NULL,          -- 0 compiled; else a negative entry
 	arch       TEXT NOT NULL DEFAULT '',  -- "sm_90a"
 	created    INTEGER NOT NULL,          -- unix time, microseconds
@@ -28,6 +28,8 @@ CREATE TABLE IF NOT EXISTS entries (
 	compile_us INTEGER NOT NULL DEFAULT 0,
 	producer   INTEGER NOT NULL DEFAULT -1, -- the tenant (uid) whose worker computed it
 	trust      INTEGER NOT NULL DEFAULT 0,  -- 0 unconfirmed, 1 confirmed, 2 quarantined
+	scope      INTEGER NOT NULL DEFAULT -1, -- artifacts: who may read it (artifact.h)
+	ns         TEXT NOT NULL DEFAULT '',    -- artifacts: the client's namespace
 	size       INTEGER NOT NULL,          -- bytes this entry takes (cap accounting)
 	data_len   INTEGER NOT NULL,          -- raw length of data
 	log_len    INTEGER NOT NULL,          -- raw length of log
@@ -41,3 +43,6 @@ CREATE TABLE IF NOT EXISTS entries (
 CREATE INDEX IF NOT EXISTS entries_lru ON entries (last_used, size);
 -- Listing, newest first.
 CREATE INDEX IF NOT EXISTS entries_created ON entries (created);
+-- Artifacts of one scope, oldest first: the per-scope share's eviction and
+-- its total walk this index alone.
+CREATE INDEX IF NOT EXISTS entries_scope ON entries (scope, last_used, size) WHERE kind = 3;

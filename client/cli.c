@@ -26,6 +26,7 @@
 #include <json-c/json.h>
 
 #include "client/front.h"
+#include "client/artifact.h"
 #include "client/llc.h"
 #include "client/ptxas.h"
 #include "client/ptxcache.h"
@@ -482,12 +483,15 @@ static int64_t parse_bytes(const char *s)
 }
 
 /* Filter options shared by ls and evict. 1 if argv[*i] was one. */
+static const char *filter_ns;   /* --namespace: artifacts of one namespace */
 static int filter_option(struct ptxcache_filter *f, int argc, char **argv, int *i)
 {
 	const char *v;
 
 	if ((v = opt_value(argc, argv, i, "kind")))
 		f->kind = v;
+	else if ((v = opt_value(argc, argv, i, "namespace")))
+		filter_ns = v;
 	else if ((v = opt_value(argc, argv, i, "arch")))
 		f->arch = v;
 	else if ((v = opt_value(argc, argv, i, "older-than")))
@@ -514,11 +518,11 @@ static int cmd_ls(int argc, char **argv)
 		else if (!strcmp(argv[i], "--json"))
 			json = 1;
 		else
-			die("usage: ptxcache ls [--kind ptx|cubin] [--arch SM] [--older-than AGE] "
-			    "[--min-size SIZE] [--limit N] [--json]");
+			die("usage: ptxcache ls [--kind ptx|cubin|artifact] [--namespace NS] "
+			    "[--arch SM] [--older-than AGE] [--min-size SIZE] [--limit N] [--json]");
 	}
 	ptxcache *pc = connect_or_die();
-	int rc = ptxcache_ls(pc, &f, limit, &out);
+	int rc = ptxcache_ls_ns(pc, &f, filter_ns, limit, &out);
 	return answer(pc, rc, out, json, show_ls);
 }
 
@@ -619,19 +623,30 @@ static int cmd_evict(int argc, char **argv)
 			json = 1;
 		else
 			die("usage: ptxcache evict [--older-than AGE] [--max-size SIZE] [--arch SM] "
-			    "[--kind ptx|cubin] [--json]");
+			    "[--kind ptx|cubin|artifact] [--namespace NS] [--json]");
 	}
 	ptxcache *pc = connect_or_die();
-	int rc = ptxcache_evict(pc, &f, max, 0, &out);
+	int rc = ptxcache_evict_ns(pc, &f, filter_ns, max, 0, &out);
 	return answer(pc, rc, out, json, show_evict);
 }
 
+/* purge: every entry, or with --kind / --namespace every entry of those. */
 static int cmd_purge(int argc, char **argv)
 {
-	int json = argc > 1 && !strcmp(argv[1], "--json");
+	struct ptxcache_filter f = { 0 };
+	int json = 0;
 	char *out;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--json"))
+			json = 1;
+		else if (!filter_option(&f, argc, argv, &i) || f.arch || f.older_than_s ||
+			 f.min_bytes)
+			die("usage: ptxcache purge [--kind ptx|cubin|artifact] [--namespace NS] [--json]");
+	}
+	int all = !f.kind && !filter_ns;
 	ptxcache *pc = connect_or_die();
-	int rc = ptxcache_evict(pc, NULL, -1, 1, &out);
+	int rc = ptxcache_evict_ns(pc, all ? NULL : &f, filter_ns, -1, all, &out);
 	return answer(pc, rc, out, json, show_evict);
 }
 
@@ -785,7 +800,9 @@ static void show_prometheus(json_object *o)
 		int counter = strcmp(k, "entries") && strcmp(k, "bytes") && strcmp(k, "workers") &&
 			      strcmp(k, "workers_ready") && strcmp(k, "jobs_running") &&
 			      strcmp(k, "jobs_queued") && strcmp(k, "uptime_s") &&
-			      strcmp(k, "warm_up_ms");
+			      strcmp(k, "warm_up_ms") && strcmp(k, "artifact_entries") &&
+			      strcmp(k, "artifact_bytes") && strcmp(k, "artifact_leases_held") &&
+			      strcmp(k, "artifact_waiting");
 		printf("# TYPE ptxcache_%s%s %s\nptxcache_%s%s %lld\n", k, counter ? "_total" : "",
 		       counter ? "counter" : "gauge", k, counter ? "_total" : "",
 		       (long long)json_object_get_int64(v));
@@ -836,6 +853,11 @@ static int run_ptxas(int argc, char **argv)
 	return cmd_ptxas(argc, argv);
 }
 
+static int run_artifact(int argc, char **argv)
+{
+	return cmd_artifact(argc, argv, socket_path, timeout_ms);
+}
+
 static const struct command {
 	const char *name;
 	int (*run)(int argc, char **argv);
@@ -844,13 +866,15 @@ static const struct command {
 	{ "compile", cmd_compile, "compile LLVM IR to PTX (see 'ptxcache compile --help')" },
 	{ "llc", run_llc, "drop-in for LLVM 22's llc: same arguments, same output" },
 	{ "ptxas", run_ptxas, "drop-in for ptxas: same arguments, the same cubin, cached" },
+	{ "artifact", run_artifact, "get or put a JIT cache entry (artifact get NS KEY [-o FILE], "
+	  "artifact put NS KEY FILE)" },
 	{ "stats", cmd_stats, "the daemon's counters ([--json | --prometheus])" },
 	{ "ping", cmd_ping, "check that the daemon answers" },
-	{ "ls", cmd_ls, "list cache entries ([--kind K] [--arch SM] [--older-than AGE] [--min-size S])" },
+	{ "ls", cmd_ls, "list cache entries ([--kind K] [--namespace NS] [--arch SM] [--older-than AGE] [--min-size S])" },
 	{ "show", cmd_show, "one entry: key components, sizes, hits, error text" },
 	{ "explain", cmd_explain, "why a request would miss: the nearest entry and what differs" },
 	{ "evict", cmd_evict, "remove entries ([--older-than AGE] [--max-size S] [--arch SM])" },
-	{ "purge", cmd_purge, "remove every entry" },
+	{ "purge", cmd_purge, "remove every entry ([--kind K] [--namespace NS]: every one of those)" },
 	{ "verify", cmd_verify, "check every entry's checksum and the database's integrity" },
 	{ "warm", cmd_warm, "compile a tree of IR files for given targets ([--arch SM,...])" },
 };

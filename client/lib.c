@@ -519,11 +519,19 @@ static void put_filter(struct msg_writer *w, const struct ptxcache_filter *f)
 int ptxcache_ls(ptxcache *pc, const struct ptxcache_filter *f, int limit,
 		char **json)
 {
+	return ptxcache_ls_ns(pc, f, NULL, limit, json);
+}
+
+int ptxcache_ls_ns(ptxcache *pc, const struct ptxcache_filter *f, const char *ns,
+		   int limit, char **json)
+{
 	struct buf b = BUF_INIT;
 	struct msg_writer w;
 	uint64_t id = begin(pc, &w, &b, FRAME_LS);
 
 	put_filter(&w, f);
+	if (ns)
+		msg_put_str(&w, "namespace", ns);
 	msg_put_int(&w, "limit", limit > 0 ? limit : 100);
 	return json_call(pc, &w, id, FRAME_LS, json);
 }
@@ -561,16 +569,128 @@ int ptxcache_verify(ptxcache *pc, char **json)
 int ptxcache_evict(ptxcache *pc, const struct ptxcache_filter *f,
 		   int64_t max_size, int all, char **json)
 {
+	return ptxcache_evict_ns(pc, f, NULL, max_size, all, json);
+}
+
+int ptxcache_evict_ns(ptxcache *pc, const struct ptxcache_filter *f, const char *ns,
+		      int64_t max_size, int all, char **json)
+{
 	struct buf b = BUF_INIT;
 	struct msg_writer w;
 	uint64_t id = begin(pc, &w, &b, FRAME_EVICT);
 
 	put_filter(&w, f);
+	if (ns)
+		msg_put_str(&w, "namespace", ns);
 	if (max_size >= 0)
 		msg_put_int(&w, "max_size", max_size);
 	if (all)
 		msg_put_bool(&w, "all", 1);
 	return json_call(pc, &w, id, FRAME_EVICT, json);
+}
+
+/* ---- artifacts -------------------------------------------------------- */
+
+/* Send w's artifact request and parse its reply into m. A get may wait
+ * for another client's put: the call then allows for that wait too. */
+static int artifact_call(ptxcache *pc, struct msg_writer *w, uint64_t id, uint8_t type,
+			 int64_t wait_ms, struct msg *m, size_t *used)
+{
+	int saved = pc->timeout_ms;
+	int r;
+
+	if (msg_end(w) < 0) {
+		set_err(pc, "out of memory");
+		buf_free(w->out);
+		msgpack_unpacked_init(&m->up);
+		m->map = NULL;
+		return -1;
+	}
+	if (wait_ms > 0)
+		pc->timeout_ms = (int)(wait_ms + saved > INT32_MAX ? INT32_MAX : wait_ms + saved);
+	r = call(pc, w->out, id, type, m, used);
+	pc->timeout_ms = saved;
+	buf_free(w->out);
+	return r;
+}
+
+int ptxcache_artifact_get(ptxcache *pc, const char *ns, const char *key, int take_lease,
+			  int wait_ms, struct ptxcache_artifact *out)
+{
+	struct buf b = BUF_INIT;
+	struct msg_writer w;
+	struct msg m;
+	size_t used = 0;
+	uint64_t id = begin(pc, &w, &b, FRAME_ARTIFACT_GET);
+
+	memset(out, 0, sizeof *out);
+	msg_put_str(&w, "ns", ns);
+	msg_put_str(&w, "key", key);
+	if (take_lease)
+		msg_put_bool(&w, "lease", 1);
+	if (wait_ms >= 0)
+		msg_put_int(&w, "wait_ms", wait_ms);
+	/* The daemon's own bound when none is given: artifact-wait, 300 s by
+	 * default. */
+	int r = artifact_call(pc, &w, id, FRAME_ARTIFACT_GET, wait_ms >= 0 ? wait_ms : 300000,
+			      &m, &used);
+	if (r == 0) {
+		int64_t lease = 0;
+		msg_bool(&m, "found", &out->found);
+		msg_int(&m, "lease", &lease);
+		out->lease = lease > 0 ? (uint64_t)lease : 0;
+		if (out->found && !(out->value = dup_field(&m, "value", &out->len))) {
+			set_err(pc, "malformed reply from ptxcached: a found artifact without a value");
+			out->found = 0;
+			r = -1;
+		}
+	}
+	msg_free(&m);
+	buf_consume(&pc->in, used);
+	return r;
+}
+
+int ptxcache_artifact_put(ptxcache *pc, const char *ns, const char *key, const void *value,
+			  size_t len, uint64_t lease)
+{
+	struct buf b = BUF_INIT;
+	struct msg_writer w;
+	struct msg m;
+	size_t used = 0;
+	uint64_t id = begin(pc, &w, &b, FRAME_ARTIFACT_PUT);
+
+	msg_put_str(&w, "ns", ns);
+	msg_put_str(&w, "key", key);
+	msg_put_bin(&w, "value", value ? value : "", len);
+	if (lease)
+		msg_put_int(&w, "lease", (int64_t)lease);
+	int r = artifact_call(pc, &w, id, FRAME_ARTIFACT_PUT, 0, &m, &used);
+	msg_free(&m);
+	buf_consume(&pc->in, used);
+	return r;
+}
+
+int ptxcache_artifact_release(ptxcache *pc, uint64_t lease)
+{
+	struct buf b = BUF_INIT;
+	struct msg_writer w;
+	struct msg m;
+	size_t used = 0;
+	uint64_t id = begin(pc, &w, &b, FRAME_ARTIFACT_RELEASE);
+
+	msg_put_int(&w, "lease", (int64_t)lease);
+	int r = artifact_call(pc, &w, id, FRAME_ARTIFACT_RELEASE, 0, &m, &used);
+	msg_free(&m);
+	buf_consume(&pc->in, used);
+	return r;
+}
+
+void ptxcache_artifact_free(struct ptxcache_artifact *a)
+{
+	if (!a)
+		return;
+	free(a->value);
+	memset(a, 0, sizeof *a);
 }
 
 /* ---- PTX to cubin ----------------------------------------------------- */

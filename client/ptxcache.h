@@ -198,6 +198,48 @@ int ptxcache_verify(ptxcache *pc, char **json);
 int ptxcache_evict(ptxcache *pc, const struct ptxcache_filter *f,
 		   int64_t max_size, int all, char **json);
 
+/* ls and evict within one artifact namespace (ns NULL: as above; with f's
+ * kind NULL, ns implies "artifact"). */
+int ptxcache_ls_ns(ptxcache *pc, const struct ptxcache_filter *f, const char *ns,
+		   int limit, char **json);
+int ptxcache_evict_ns(ptxcache *pc, const struct ptxcache_filter *f, const char *ns,
+		      int64_t max_size, int all, char **json);
+
+/*
+ * Artifacts: the JIT's own cache entries, bytes the caller produced,
+ * stored in the caller's scope (its uid, or a group the daemon's site
+ * shares) under a namespace ("triton", "inductor-fx": 1 to 32 of
+ * [a-z0-9._-]) and a key (1 to 1024 printable ASCII bytes). See
+ * proto/PROTOCOL.md, "Artifacts".
+ */
+struct ptxcache_artifact {
+	int found;              /* 1: value holds the entry */
+	void *value;            /* malloc'd (free with ptxcache_artifact_free) */
+	size_t len;
+	uint64_t lease;         /* not 0: the caller now produces this entry;
+	                           put it, or release the lease */
+};
+
+/* Look ns/key up. A get of an entry another client is producing waits for
+ * its value, at most wait_ms (< 0: the daemon's artifact-wait). With
+ * take_lease, a miss nobody is producing makes the caller the producer
+ * (out->lease). 0 with *out filled (found or not), or -1 (ptxcache_errmsg). */
+int ptxcache_artifact_get(ptxcache *pc, const char *ns, const char *key, int take_lease,
+			  int wait_ms, struct ptxcache_artifact *out);
+
+/* Store value under ns/key, committed before it returns, and hand it to
+ * every client waiting for it. lease: the one ptxcache_artifact_get() gave,
+ * or 0 (then refused while another client holds the lease). 0 or -1. */
+int ptxcache_artifact_put(ptxcache *pc, const char *ns, const char *key, const void *value,
+			  size_t len, uint64_t lease);
+
+/* Give up a lease without a value (the caller will not produce it after
+ * all), so a waiter takes over at once rather than at the lease's timeout.
+ * 0 or -1. */
+int ptxcache_artifact_release(ptxcache *pc, uint64_t lease);
+
+void ptxcache_artifact_free(struct ptxcache_artifact *a);
+
 #ifdef __cplusplus
 }
 #endif

@@ -84,6 +84,20 @@ static const struct setting settings[] = {
 	{ "lineinfo-loose", C_BOOL, F(lineinfo_loose), "no", 0, 0, 1,
 	  "accept a -lineinfo cubin whose line table names another source path or stamp "
 	  "(counted in lineinfo_loose_hits); default: each client gets its own bytes exactly" },
+	{ "artifact-max-value", C_SIZE, F(artifact_max_value), "256M", 1024, G, 1,
+	  "largest JIT cache artifact a client may store" },
+	{ "artifact-share", C_INT, F(artifact_share), "50", 1, 100, 1,
+	  "percent of max-size the artifacts of one user (or shared group) may take; "
+	  "past it, that user's own oldest artifacts are evicted" },
+	{ "artifact-lease-timeout", C_INT, F(artifact_lease_timeout_s), "300", 1, 86400, 1,
+	  "seconds a client producing a missing artifact may take before another may" },
+	{ "artifact-wait", C_INT, F(artifact_wait_s), "300", 0, 86400, 1,
+	  "the longest an artifact get waits for another client producing it" },
+	{ "artifact-max-leases", C_INT, F(artifact_max_leases), "4096", 1, 1 << 20, 1,
+	  "artifacts one user may be producing at once" },
+	{ "artifact-groups", C_STR, F(artifact_groups), "", 0, 0, 1,
+	  "groups (names or gids) whose members share one scope of artifacts "
+	  "(they trust each other's code)" },
 	{ "l2", C_STR, F(l2_url), "", 0, 0, 1,
 	  "shared tier: redis://host:port/db or a Unix socket path (empty: off)" },
 	{ "l2-secret-file", C_STR, F(l2_secret_file), "", 0, 0, 1,

@@ -345,7 +345,7 @@ int l2_open(const unsigned char key[32], const void *bytes, size_t len,
 		*why = "wrong identity";
 		return -1;
 	}
-	if (p[5] != 1 && p[5] != 2) {   /* STORE_PTX, STORE_CUBIN */
+	if (p[5] < 1 || p[5] > 3) {     /* STORE_PTX, STORE_CUBIN, STORE_ARTIFACT */
 		*why = "bad kind";
 		return -1;
 	}
@@ -1000,12 +1000,18 @@ static struct l2_cmd *cmd_new(struct l2 *l2, const unsigned char key[32], int pr
 	return cmd;
 }
 
-/* prefix + 64 hex digits into name (L2_PREFIX_MAX + 65 bytes). */
-static size_t redis_key(const struct l2 *l2, const unsigned char key[32], char *name)
+/* Room for prefix, space and 64 hex digits. */
+#define NAME_MAX_LEN (L2_PREFIX_MAX + L2_SPACE_MAX + 65)
+
+/* prefix + space + 64 hex digits into name (NAME_MAX_LEN bytes). */
+static size_t redis_key(const struct l2 *l2, const char *space, const unsigned char key[32],
+			char *name)
 {
-	size_t n = strlen(l2->conf->prefix);
+	size_t n = strlen(l2->conf->prefix), sn = space ? strnlen(space, L2_SPACE_MAX) : 0;
 
 	memcpy(name, l2->conf->prefix, n);
+	memcpy(name + n, space, sn);
+	n += sn;
 	for (int i = 0; i < 32; i++)
 		snprintf(name + n + 2 * i, 3, "%02x", key[i]);
 	return n + 64;
@@ -1013,7 +1019,18 @@ static size_t redis_key(const struct l2 *l2, const unsigned char key[32], char *
 
 void l2_get(struct l2 *l2, const unsigned char key[32], l2_get_cb cb, void *arg)
 {
-	char name[L2_PREFIX_MAX + 65];
+	l2_get_in(l2, NULL, key, cb, arg);
+}
+
+void l2_put(struct l2 *l2, const unsigned char key[32], const struct l2_value *v)
+{
+	l2_put_in(l2, NULL, key, v);
+}
+
+void l2_get_in(struct l2 *l2, const char *space, const unsigned char key[32], l2_get_cb cb,
+	       void *arg)
+{
+	char name[NAME_MAX_LEN];
 	const char *argv[4];
 	size_t argvlen[4];
 	struct l2_cmd *cmd;
@@ -1031,7 +1048,7 @@ void l2_get(struct l2 *l2, const unsigned char key[32], l2_get_cb cb, void *arg)
 	argv[0] = "GETRANGE";
 	argvlen[0] = 8;
 	argv[1] = name;
-	argvlen[1] = redis_key(l2, key, name);
+	argvlen[1] = redis_key(l2, space, key, name);
 	argv[2] = "0";
 	argvlen[2] = 1;
 	argv[3] = l2->conf->range_end;
@@ -1039,9 +1056,10 @@ void l2_get(struct l2 *l2, const unsigned char key[32], l2_get_cb cb, void *arg)
 	send_cmd(l2, cmd, 4, argv, argvlen, l2->conf->command_timeout_ms);
 }
 
-void l2_put(struct l2 *l2, const unsigned char key[32], const struct l2_value *v)
+void l2_put_in(struct l2 *l2, const char *space, const unsigned char key[32],
+	       const struct l2_value *v)
 {
-	char name[L2_PREFIX_MAX + 65];
+	char name[NAME_MAX_LEN];
 	const char *argv[3];
 	size_t argvlen[3], total;
 	struct buf sealed = BUF_INIT;
@@ -1069,7 +1087,7 @@ void l2_put(struct l2 *l2, const unsigned char key[32], const struct l2_value *v
 	argv[0] = "SET";
 	argvlen[0] = 3;
 	argv[1] = name;
-	argvlen[1] = redis_key(l2, key, name);
+	argvlen[1] = redis_key(l2, space, key, name);
 	argv[2] = sealed.data;
 	argvlen[2] = sealed.len;
 	/* hiredis copies the command into its output buffer. A large value

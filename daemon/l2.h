@@ -38,7 +38,7 @@ struct l2_config {
 
 /* A value as the cache holds it (the store's fields). */
 struct l2_value {
-	int kind;               /* STORE_PTX or STORE_CUBIN */
+	int kind;               /* STORE_PTX, STORE_CUBIN or STORE_ARTIFACT */
 	int status;
 	const void *data;
 	size_t data_len;
@@ -87,6 +87,16 @@ void l2_get(struct l2 *l2, const unsigned char key[32], l2_get_cb cb, void *arg)
 /* Publish key's value in the background (nothing if read-only, too large,
  * or the breaker is open). v is copied. */
 void l2_put(struct l2 *l2, const unsigned char key[32], const struct l2_value *v);
+
+/* The same under prefix + space + hex key: a space (at most
+ * L2_SPACE_MAX bytes, e.g. "artifact:u1000:") keeps a kind of entry, or one
+ * scope's entries, apart in Redis where an admin can see and purge them.
+ * The seal covers the key alone, so the space must be a function of it. */
+#define L2_SPACE_MAX 64
+void l2_get_in(struct l2 *l2, const char *space, const unsigned char key[32], l2_get_cb cb,
+	       void *arg);
+void l2_put_in(struct l2 *l2, const char *space, const unsigned char key[32],
+	       const struct l2_value *v);
 
 void l2_counters(struct l2 *l2, struct l2_counters *c);
 

@@ -8,7 +8,9 @@
  * store, and none starts a flight: this is how `ptxcache` manages the
  * cache without opening the database, which only the master does
  * (store.c). Evicting rewrites the cache for everyone: root and the
- * daemon's own user only.
+ * daemon's own user only; anyone may evict the artifacts of their own
+ * scope. Artifacts of another scope do not exist for a client (ls does not
+ * list them, show does not find them), but for those two users.
  */
 #include "daemon/manage.h"
 
@@ -17,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "daemon/artifact.h"
 #include "daemon/codegen.h"
 #include "daemon/compile.h"
 #include "daemon/cubin_req.h"
@@ -113,27 +116,70 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 			   (long long)lc.timeouts, (long long)lc.rejects, (long long)lc.writes,
 			   (long long)lc.breaker_opens, lc.breaker_open);
 	}
+	if (j.len) {
+		struct artifact_counters ac;
+		int64_t an, ab;
+		artifacts_counters(s->arts, &ac);
+		store_kind_totals(s->store, STORE_ARTIFACT, &an, &ab);
+		j.len--;        /* reopen the object */
+		buf_printf(&j, ",\"artifact_entries\":%lld,\"artifact_bytes\":%lld,"
+			   "\"artifact_hits\":%lld,\"artifact_misses\":%lld,"
+			   "\"artifact_puts\":%lld,\"artifact_put_bytes\":%lld,"
+			   "\"artifact_leases\":%lld,\"artifact_waits\":%lld,"
+			   "\"artifact_wait_hits\":%lld,\"artifact_wait_timeouts\":%lld,"
+			   "\"artifact_lease_expiries\":%lld,\"artifact_lease_releases\":%lld,"
+			   "\"artifact_lease_closes\":%lld,\"artifact_lease_handoffs\":%lld,"
+			   "\"artifact_conflicts\":%lld,\"artifact_l2_hits\":%lld,"
+			   "\"artifact_leases_held\":%lld,\"artifact_waiting\":%lld,"
+			   "\"artifact_share_evictions\":%lld}",
+			   (long long)an, (long long)ab, (long long)ac.hits, (long long)ac.misses,
+			   (long long)ac.puts, (long long)ac.put_bytes, (long long)ac.leases,
+			   (long long)ac.waits, (long long)ac.wait_hits,
+			   (long long)ac.wait_timeouts, (long long)ac.lease_expiries,
+			   (long long)ac.lease_releases, (long long)ac.lease_closes,
+			   (long long)ac.lease_handoffs, (long long)ac.conflicts,
+			   (long long)ac.l2_hits, (long long)ac.leases_held,
+			   (long long)ac.waiting, (long long)sc.share_evictions);
+	}
 	reply_json(c, FRAME_STATS, id, &j);
 	buf_free(&j);
 }
 
 /* ls / evict filter fields: kind, arch, older_than (s), min_bytes. */
-static int parse_filter(const struct msg *m, struct store_filter *f, char **arch,
-			struct buf *err)
+static int is_admin(const struct conn *c)
+{
+	return c->uid == 0 || c->uid == geteuid();
+}
+
+/* ls / evict filter fields: kind, arch, namespace, older_than (s),
+ * min_bytes. For anyone but root and the daemon's user, only the
+ * artifacts of their own scope match. *arch and *ns: the caller frees. */
+static int parse_filter(struct conn *c, const struct msg *m, struct store_filter *f,
+			char **arch, char **ns, struct buf *err)
 {
 	const char *k;
 	size_t n;
 	const char *why = NULL;
 
 	memset(f, 0, sizeof *f);
-	*arch = NULL;
+	*arch = *ns = NULL;
 	if (msg_bytes(m, "kind", &k, &n) == 1) {
 		if (n == 3 && !memcmp(k, "ptx", 3))
 			f->kind = STORE_PTX;
 		else if (n == 5 && !memcmp(k, "cubin", 5))
 			f->kind = STORE_CUBIN;
+		else if (n == 8 && !memcmp(k, "artifact", 8))
+			f->kind = STORE_ARTIFACT;
 		else
-			why = "'kind' must be \"ptx\" or \"cubin\"";
+			why = "'kind' must be \"ptx\", \"cubin\" or \"artifact\"";
+	}
+	if (!why && msg_bytes(m, "namespace", &k, &n) == 1 &&
+	    (!artifact_ns_valid(k, n) || !(*ns = strndup(k, n))))
+		why = "'namespace' must be 1 to 32 bytes of [a-z0-9._-]";
+	f->ns = *ns;
+	if (!is_admin(c)) {
+		f->scoped = 1;
+		f->scope = artifact_scope(c->srv->arts, c);
 	}
 	if (!why && (request_text_field(m, "arch", 64, arch, &why) < 0 ||
 		     msg_int(m, "older_than", &f->older_than_s) < 0 ||
@@ -151,10 +197,10 @@ static void handle_ls(struct conn *c, uint64_t id, const struct msg *m)
 {
 	struct store_filter f;
 	struct buf j = BUF_INIT, err = BUF_INIT;
-	char *arch = NULL;
+	char *arch = NULL, *ns = NULL;
 	int64_t limit = 100;
 
-	if (parse_filter(m, &f, &arch, &err) < 0 || msg_int(m, "limit", &limit) < 0) {
+	if (parse_filter(c, m, &f, &arch, &ns, &err) < 0 || msg_int(m, "limit", &limit) < 0) {
 		conn_send_error(c, id, "invalid", err.len ? err.data : "bad 'limit'");
 	} else if (store_list(c->srv->store, &f, (int)(limit > 1000000 ? 1000000 : limit), &j) < 0) {
 		conn_send_error(c, id, "internal", "cannot list the cache");
@@ -162,6 +208,7 @@ static void handle_ls(struct conn *c, uint64_t id, const struct msg *m)
 		reply_json(c, FRAME_LS, id, &j);
 	}
 	free(arch);
+	free(ns);
 	buf_free(&j);
 	buf_free(&err);
 }
@@ -172,8 +219,12 @@ static void handle_show(struct conn *c, uint64_t id, const struct msg *m)
 	char *hex = NULL;
 	struct buf j = BUF_INIT;
 
+	int64_t scope;
 	if (msg_strdup(m, "key", &hex) != 1 || key_from_hex(hex, hash) < 0) {
 		conn_send_error(c, id, "invalid", "'key' must be 64 hex digits");
+	} else if (!is_admin(c) && store_artifact_scope(c->srv->store, hash, &scope) == 1 &&
+		   scope != artifact_scope(c->srv->arts, c)) {
+		conn_send_error(c, id, "not_found", "no such entry");
 	} else {
 		int r = store_show(c->srv->store, hash, &j);
 		if (r == 1)
@@ -256,29 +307,34 @@ static void handle_verify(struct conn *c, uint64_t id, const struct msg *m)
 }
 
 /* Eviction rewrites the cache for everyone: root and the daemon's own
- * user only. Fields: the ls filter, or max_size (LRU down to it), or all. */
+ * user only, but for one's own artifacts. Fields: the ls filter, or
+ * max_size (LRU down to it), or all. */
 static void handle_evict(struct conn *c, uint64_t id, const struct msg *m)
 {
 	struct store_filter f;
 	struct buf j = BUF_INIT, err = BUF_INIT;
-	char *arch = NULL;
+	char *arch = NULL, *ns = NULL;
 	int64_t max_size = -1;
 	int all = 0, removed;
 
-	if (c->uid != 0 && c->uid != geteuid()) {
-		conn_send_error(c, id, "denied", "evicting needs root or the daemon's user");
-		return;
-	}
-	if (parse_filter(m, &f, &arch, &err) < 0 || msg_int(m, "max_size", &max_size) < 0 ||
-	    msg_bool(m, "all", &all) < 0) {
+	if (parse_filter(c, m, &f, &arch, &ns, &err) < 0 ||
+	    msg_int(m, "max_size", &max_size) < 0 || msg_bool(m, "all", &all) < 0) {
 		conn_send_error(c, id, "invalid", err.len ? err.data : "bad evict field");
 		goto out;
+	}
+	if (!is_admin(c)) {
+		if (all || max_size >= 0 || (f.kind != STORE_ARTIFACT && !f.ns)) {
+			conn_send_error(c, id, "denied", "evicting needs root or the daemon's "
+					"user, but for your own artifacts (--kind artifact)");
+			goto out;
+		}
+		f.kind = STORE_ARTIFACT;
 	}
 	if (all)
 		removed = store_remove(c->srv->store, NULL);
 	else if (max_size >= 0)
 		removed = store_evict_lru(c->srv->store, max_size);
-	else if (f.kind || f.arch || f.older_than_s > 0 || f.min_bytes > 0)
+	else if (f.kind || f.arch || f.ns || f.older_than_s > 0 || f.min_bytes > 0)
 		removed = store_remove(c->srv->store, &f);
 	else {
 		conn_send_error(c, id, "invalid", "evict needs a filter, max_size or all");
@@ -295,6 +351,7 @@ static void handle_evict(struct conn *c, uint64_t id, const struct msg *m)
 	reply_json(c, FRAME_EVICT, id, &j);
 out:
 	free(arch);
+	free(ns);
 	buf_free(&j);
 	buf_free(&err);
 }

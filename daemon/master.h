@@ -82,6 +82,7 @@ struct server {
 	struct server_config *cfg;
 	struct event_base *base;
 	struct l2 *l2;          /* the Redis tier, or NULL */
+	struct artifacts *arts; /* the JIT's own entries (artifact.c) */
 	struct evconnlistener *listener;
 	struct store *store;
 	struct pool *pool;

@@ -45,6 +45,7 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
+#include "daemon/artifact.h"
 #include "daemon/codegen.h"
 #include "daemon/compile.h"
 #include "daemon/config.h"
@@ -133,6 +134,7 @@ static void conn_close(struct conn *c)
 	/* Its queued compiles may now have nobody to answer. */
 	if (c->waiting && c->srv->pool)
 		pool_prune(c->srv->pool);
+	artifacts_conn_closed(c->srv->arts, c);
 	conn_unref(c);
 }
 
@@ -295,6 +297,7 @@ static const struct request_table *const request_tables[] = {
 	&server_requests,
 	&compile_requests,
 	&manage_requests,
+	&artifact_requests,
 };
 
 static void handle_frame(struct conn *c, const struct frame_hdr *h,
@@ -364,6 +367,15 @@ static void read_rest(struct bufferevent *bev, struct evbuffer *in, size_t need)
 	evbuffer_freeze(in, 0);
 }
 
+/* The largest frame any request may be: an artifact put may carry a value
+ * of artifact-max-value, whatever max-request says. */
+static uint32_t max_frame_of(const struct server_config *cfg)
+{
+	int64_t put = cfg->artifact_max_value + (64 << 10);
+	int64_t m = cfg->max_frame > put ? cfg->max_frame : put;
+	return m > UINT32_MAX ? UINT32_MAX : (uint32_t)m;
+}
+
 static void on_conn_read(struct bufferevent *bev, void *arg)
 {
 	struct conn *c = arg;
@@ -377,7 +389,12 @@ static void on_conn_read(struct bufferevent *bev, void *arg)
 		struct buf err = BUF_INIT;
 		ev_ssize_t got = evbuffer_copyout(in, hdr, sizeof hdr);
 		int r = frame_parse_hdr(hdr, got < 0 ? 0 : (size_t)got,
-					c->srv->cfg->max_frame, &h, &err);
+					max_frame_of(c->srv->cfg), &h, &err);
+		if (r > 0 && h.type != FRAME_ARTIFACT_PUT && h.len > c->srv->cfg->max_frame) {
+			buf_printf(&err, "frame of %u bytes is over the limit of %lld",
+				   (unsigned)h.len, (long long)c->srv->cfg->max_frame);
+			r = -1;
+		}
 		if (r < 0) {
 			protocol_error(c, err.data);
 			buf_free(&err);
@@ -630,6 +647,8 @@ static void on_stop(evutil_socket_t sig, short what, void *arg)
 	log_info("signal %d: stopping; %d compiles in flight", (int)sig, s->nflights);
 	notify("STOPPING=1");
 	s->stopping = 1;
+	/* Nobody waits on an artifact through a stop: each gets its miss now. */
+	artifacts_stop(s->arts);
 	/* A socket of our own: new connections get "shutting down" (in
 	 * on_accept()). A socket from systemd stays with systemd: connections
 	 * wait there for the next start instead of failing. */
@@ -656,6 +675,21 @@ static void on_warm(void *arg)
 	if (!s->stopping)
 		evconnlistener_enable(s->listener);
 	notify("READY=1\nSTATUS=serving");
+}
+
+static void artifact_config_of(const struct server *s, struct artifact_config *ac)
+{
+	const struct server_config *cfg = s->cfg;
+
+	*ac = (struct artifact_config){
+		.max_value = cfg->artifact_max_value,
+		.lease_timeout_s = cfg->artifact_lease_timeout_s,
+		.wait_s = cfg->artifact_wait_s,
+		.max_leases = cfg->artifact_max_leases,
+		.groups = cfg->artifact_groups,
+		.trust = s->sharing == SHARING_TRUST,
+	};
+	store_set_artifact_share(s->store, cfg->max_size / 100 * cfg->artifact_share);
 }
 
 /* The Redis tier's settings, as l2.c takes them. */
@@ -706,6 +740,9 @@ static void on_reload(evutil_socket_t sig, short what, void *arg)
 		store_set_max_size(s->store, s->cfg->max_size);
 		pool_reconfigure(s->pool, &s->cfg->pool);
 		reload_l2(s);
+		struct artifact_config ac;
+		artifact_config_of(s, &ac);
+		artifacts_configure(s->arts, &ac);
 		log_info("configuration reloaded");
 	}
 	buf_free(&err);
@@ -901,6 +938,12 @@ int server_run(struct server_config *cfg)
 		if (!s.l2)
 			goto out;
 	}
+	struct artifact_config ac;
+	artifact_config_of(&s, &ac);
+	if (!(s.arts = artifacts_new(s.base, s.store, &s.l2, &ac))) {
+		buf_puts(&err, "out of memory");
+		goto out;
+	}
 	if ((lfd = systemd_socket()) >= 0)
 		s.socket_from_systemd = 1;
 	else if ((lfd = listen_socket(cfg->socket_path, &err)) < 0)
@@ -948,6 +991,7 @@ out:
 	while (s.conns)
 		conn_close(s.conns);
 	flight_abandon_all(&s);
+	artifacts_free(s.arts);
 	if (s.flush_timer)
 		event_free(s.flush_timer);
 	if (s.sigterm)

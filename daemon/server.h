@@ -28,6 +28,13 @@ struct server_config {
 	const char *sharing;    /* confirm, trust or separate (confirm.h) */
 	int lineinfo_loose;     /* a -lineinfo cubin naming other source paths
 	                           or stamps is an acceptable answer (live) */
+	int64_t artifact_max_value;  /* largest artifact value (live) */
+	int artifact_share;     /* percent of max_size one scope's artifacts
+	                           may take (live) */
+	int artifact_lease_timeout_s; /* (live) */
+	int artifact_wait_s;    /* the longest an artifact get waits (live) */
+	int artifact_max_leases;/* leases one scope may hold (live) */
+	const char *artifact_groups; /* groups sharing one scope (live) */
 	const char *l2_url;     /* the Redis tier ("" = off) */
 	const char *l2_secret_file;
 	const char *l2_prefix;

@@ -75,7 +75,7 @@
 #include "daemon/log.h"
 #include "schema.h"
 
-#define STORE_SCHEMA_VERSION "2"
+#define STORE_SCHEMA_VERSION "3"
 #define ZSTD_LEVEL 3
 #define BUSY_TIMEOUT_MS 2000
 /* Per-row bytes beyond the blobs and texts: record header, integers, key,
@@ -95,6 +95,8 @@ enum {
 	ST_TRUST,
 	ST_LRU,
 	ST_DEL_ROWID,
+	ST_SCOPE_BYTES,
+	ST_SCOPE_LRU,
 	ST_BEGIN,
 	ST_COMMIT,
 	ST_ROLLBACK,
@@ -108,9 +110,10 @@ static const char *const stmt_sql[ST_N] = {
 	[ST_OLD_SIZE] = "SELECT size FROM entries WHERE key = ?1",
 	[ST_PUT] = "INSERT INTO entries (key, kind, status, arch, created, last_used, "
 		   "hits, compile_us, size, data_len, log_len, checksum, components, "
-		   "data, log, producer, trust) VALUES (?1, ?2, ?3, ?4, ?5, ?5, 0, ?6, ?7, ?8, "
-		   "?9, ?10, ?11, ?12, ?13, ?14, ?15) ON CONFLICT (key) DO UPDATE SET "
-		   "kind = excluded.kind, producer = excluded.producer, trust = excluded.trust, "
+		   "data, log, producer, trust, scope, ns) VALUES (?1, ?2, ?3, ?4, ?5, ?5, 0, ?6, "
+		   "?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17) ON CONFLICT (key) DO "
+		   "UPDATE SET kind = excluded.kind, producer = excluded.producer, "
+		   "trust = excluded.trust, scope = excluded.scope, ns = excluded.ns, "
 		   "status = excluded.status, arch = excluded.arch, "
 		   "created = excluded.created, last_used = excluded.last_used, "
 		   "compile_us = excluded.compile_us, size = excluded.size, "
@@ -123,6 +126,12 @@ static const char *const stmt_sql[ST_N] = {
 	/* LIMIT is EVICT_BATCH. last_used values are unique (store_clock()). */
 	[ST_LRU] = "SELECT rowid, size FROM entries ORDER BY last_used LIMIT 256",
 	[ST_DEL_ROWID] = "DELETE FROM entries WHERE rowid = ?1",
+	/* Both walk the partial index entries_scope; ?2 is the key being
+	 * replaced, which counts as gone. */
+	[ST_SCOPE_BYTES] = "SELECT total(size) FROM entries WHERE kind = 3 AND scope = ?1 "
+			   "AND key != ?2",
+	[ST_SCOPE_LRU] = "SELECT rowid, size FROM entries WHERE kind = 3 AND scope = ?1 "
+			 "AND key != ?2 ORDER BY last_used LIMIT 256",
 	[ST_BEGIN] = "BEGIN IMMEDIATE",
 	[ST_COMMIT] = "COMMIT",
 	[ST_ROLLBACK] = "ROLLBACK",
@@ -142,6 +151,7 @@ struct store {
 	char *dir;
 	char *path;             /* <dir>/cache.db */
 	int64_t max_bytes;
+	int64_t artifact_share; /* bytes per artifact scope; 0: none */
 	int64_t entries;
 	int64_t bytes;
 	int64_t clock_us;       /* last time handed out; strictly increasing */
@@ -477,7 +487,7 @@ static int check_row(struct store *s, sqlite3_stmt *st, int c_kind, int c_dlen,
 		     struct buf *log, const char **why)
 {
 	int64_t kind = sqlite3_column_int64(st, c_kind);
-	if (kind != STORE_PTX && kind != STORE_CUBIN) {
+	if (kind != STORE_PTX && kind != STORE_CUBIN && kind != STORE_ARTIFACT) {
 		*why = "unknown kind";
 		return 1;
 	}
@@ -939,6 +949,8 @@ void store_warm_up(struct store *s)
 			sqlite3_bind_blob(put, 13, "", 0, SQLITE_STATIC);
 			sqlite3_bind_int64(put, 14, -1);
 			sqlite3_bind_int(put, 15, 0);
+			sqlite3_bind_int64(put, 16, -1);
+			sqlite3_bind_text(put, 17, "", 0, SQLITE_STATIC);
 			sqlite3_step(put);
 			sqlite3_reset(put);
 			sqlite3_clear_bindings(put);
@@ -1022,6 +1034,56 @@ int store_set_trust(struct store *s, const unsigned char key[32], int trust)
 	return 0;
 }
 
+/*
+ * Inside store_put()'s transaction: delete the least recently used
+ * artifacts of scope (never key itself, which the put replaces) until
+ * size more bytes fit in its share. What was deleted is returned in
+ * *removed and *removed_bytes, applied to the totals once committed.
+ */
+static int make_room_in_scope(struct store *s, const unsigned char key[32], int64_t scope,
+			      int64_t size, int64_t *removed, int64_t *removed_bytes)
+{
+	sqlite3_stmt *st = s->st[ST_SCOPE_BYTES];
+	int64_t have = 0;
+	int rc;
+
+	sqlite3_bind_int64(st, 1, scope);
+	sqlite3_bind_blob(st, 2, key, 32, SQLITE_STATIC);
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		have = (int64_t)sqlite3_column_double(st, 0);
+		rc = SQLITE_DONE;
+	}
+	sqlite3_reset(st);
+	while (rc == SQLITE_DONE && have + size > s->artifact_share) {
+		int64_t rowid[EVICT_BATCH], sz[EVICT_BATCH];
+		int n = 0;
+		st = s->st[ST_SCOPE_LRU];
+		sqlite3_bind_int64(st, 1, scope);
+		sqlite3_bind_blob(st, 2, key, 32, SQLITE_STATIC);
+		while (n < EVICT_BATCH && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+			rowid[n] = sqlite3_column_int64(st, 0);
+			sz[n] = sqlite3_column_int64(st, 1);
+			n++;
+		}
+		sqlite3_reset(st);
+		if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+			return rc;
+		rc = SQLITE_DONE;
+		if (!n)
+			break;
+		for (int i = 0; i < n && have + size > s->artifact_share; i++) {
+			sqlite3_bind_int64(s->st[ST_DEL_ROWID], 1, rowid[i]);
+			if ((rc = run_st(s, ST_DEL_ROWID)) != SQLITE_DONE)
+				return rc;
+			have -= sz[i];
+			*removed += 1;
+			*removed_bytes += sz[i];
+		}
+	}
+	return rc;
+}
+
 int store_put(struct store *s, const unsigned char key[32], const struct store_entry *e,
 	      struct buf *err)
 {
@@ -1032,7 +1094,7 @@ int store_put(struct store *s, const unsigned char key[32], const struct store_e
 	char msg[512];
 	int rc;
 
-	if (e->kind != STORE_PTX && e->kind != STORE_CUBIN) {
+	if (e->kind != STORE_PTX && e->kind != STORE_CUBIN && e->kind != STORE_ARTIFACT) {
 		snprintf(msg, sizeof msg, "unknown entry kind %d", (int)e->kind);
 		goto fail_nodb;
 	}
@@ -1049,12 +1111,23 @@ int store_put(struct store *s, const unsigned char key[32], const struct store_e
 	int64_t size = (int64_t)(s->zdata.len + s->zlog.len + strlen(components) +
 				 strlen(arch)) + ROW_OVERHEAD;
 	int64_t now = store_clock(s);
-	int64_t old_size = 0;
+	int64_t old_size = 0, shared_out = 0, shared_out_bytes = 0;
 	int existed = 0;
 
+	if (e->kind == STORE_ARTIFACT && s->artifact_share && size > s->artifact_share) {
+		snprintf(msg, sizeof msg, "a %zu-byte value takes more than a scope's "
+			 "share of the cache (artifact-share, %lld bytes)", e->data_len,
+			 (long long)s->artifact_share);
+		goto fail_nodb;
+	}
 	rc = run_st(s, ST_BEGIN);
 	if (rc != SQLITE_DONE)
 		goto fail;
+	if (e->kind == STORE_ARTIFACT && s->artifact_share) {
+		rc = make_room_in_scope(s, key, e->scope, size, &shared_out, &shared_out_bytes);
+		if (rc != SQLITE_DONE)
+			goto fail;
+	}
 
 	sqlite3_stmt *st = s->st[ST_OLD_SIZE];
 	sqlite3_bind_blob(st, 1, key, 32, SQLITE_STATIC);
@@ -1087,6 +1160,8 @@ int store_put(struct store *s, const unsigned char key[32], const struct store_e
 			  SQLITE_STATIC);
 	sqlite3_bind_int64(st, 14, e->producer);
 	sqlite3_bind_int(st, 15, e->trust);
+	sqlite3_bind_int64(st, 16, e->kind == STORE_ARTIFACT ? e->scope : -1);
+	sqlite3_bind_text(st, 17, e->ns ? e->ns : "", -1, SQLITE_STATIC);
 	rc = sqlite3_step(st);
 	if (rc != SQLITE_DONE) {
 		snprintf(msg, sizeof msg, "%s", sqlite3_errmsg(s->db));
@@ -1105,6 +1180,9 @@ int store_put(struct store *s, const unsigned char key[32], const struct store_e
 		s->entries++;
 		s->bytes += size;
 	}
+	s->entries -= shared_out;
+	s->bytes -= shared_out_bytes;
+	s->ctr.share_evictions += shared_out;
 	if (s->max_bytes && s->bytes > s->max_bytes)
 		store_evict_lru(s, s->max_bytes - s->max_bytes / 10);
 	return 0;
@@ -1157,6 +1235,28 @@ void store_totals(struct store *s, int64_t *entries, int64_t *bytes)
 		*entries = s->entries;
 	if (bytes)
 		*bytes = s->bytes;
+}
+
+void store_kind_totals(struct store *s, enum store_kind kind, int64_t *entries,
+		       int64_t *bytes)
+{
+	sqlite3_stmt *st;
+
+	*entries = *bytes = 0;
+	if (sqlite3_prepare_v2(s->db, "SELECT count(*), total(size) FROM entries WHERE kind = ?1",
+			       -1, &st, NULL) != SQLITE_OK)
+		return;
+	sqlite3_bind_int(st, 1, (int)kind);
+	if (sqlite3_step(st) == SQLITE_ROW) {
+		*entries = sqlite3_column_int64(st, 0);
+		*bytes = (int64_t)sqlite3_column_double(st, 1);
+	}
+	sqlite3_finalize(st);
+}
+
+void store_set_artifact_share(struct store *s, int64_t bytes)
+{
+	s->artifact_share = bytes > 0 ? bytes : 0;
 }
 
 void store_counters(struct store *s, struct store_counters *c)
@@ -1228,7 +1328,8 @@ int store_evict_lru(struct store *s, int64_t target_bytes)
 
 static const char *kind_name(int64_t kind)
 {
-	return kind == STORE_PTX ? "ptx" : kind == STORE_CUBIN ? "cubin" : "unknown";
+	return kind == STORE_PTX ? "ptx" : kind == STORE_CUBIN ? "cubin" :
+	       kind == STORE_ARTIFACT ? "artifact" : "unknown";
 }
 
 /* Columns shared by show and list, in this order. */
@@ -1316,9 +1417,31 @@ out:
 	return ret;
 }
 
+int store_artifact_scope(struct store *s, const unsigned char key[32], int64_t *scope)
+{
+	sqlite3_stmt *st;
+	int ret = -1;
+
+	if (sqlite3_prepare_v2(s->db, "SELECT scope FROM entries WHERE key = ?1 AND kind = 3",
+			       -1, &st, NULL) != SQLITE_OK)
+		return -1;
+	sqlite3_bind_blob(st, 1, key, 32, SQLITE_STATIC);
+	int rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		*scope = sqlite3_column_int64(st, 0);
+		ret = 1;
+	} else if (rc == SQLITE_DONE) {
+		ret = 0;
+	}
+	sqlite3_finalize(st);
+	return ret;
+}
+
 /* The WHERE clause of a filter, with ?1..?4 bound by bind_filter(). */
 #define FILTER_WHERE " WHERE (?1 = 0 OR kind = ?1) AND (?2 IS NULL OR arch = ?2)" \
-		     " AND (?3 = 0 OR last_used < ?3) AND (?4 = 0 OR data_len >= ?4)"
+		     " AND (?3 = 0 OR last_used < ?3) AND (?4 = 0 OR data_len >= ?4)" \
+		     " AND (?6 IS NULL OR (kind = 3 AND ns = ?6))" \
+		     " AND (?7 IS NULL OR kind != 3 OR scope = ?7)"
 
 static void bind_filter(struct store *s, sqlite3_stmt *st, const struct store_filter *f)
 {
@@ -1334,6 +1457,14 @@ static void bind_filter(struct store *s, sqlite3_stmt *st, const struct store_fi
 	sqlite3_bind_int64(st, 3, f->older_than_s > 0 ?
 			   store_clock(s) - f->older_than_s * 1000000 : 0);
 	sqlite3_bind_int64(st, 4, f->min_bytes);
+	if (f->ns && *f->ns)
+		sqlite3_bind_text(st, 6, f->ns, -1, SQLITE_TRANSIENT);
+	else
+		sqlite3_bind_null(st, 6);
+	if (f->scoped)
+		sqlite3_bind_int64(st, 7, f->scope);
+	else
+		sqlite3_bind_null(st, 7);
 }
 
 int store_list(struct store *s, const struct store_filter *f, int limit,

@@ -23,7 +23,9 @@
 
 struct store;
 
-enum store_kind { STORE_PTX = 1, STORE_CUBIN = 2 };
+/* STORE_ARTIFACT: bytes a client produced itself (artifact.c), readable
+ * only within the scope that stored them. */
+enum store_kind { STORE_PTX = 1, STORE_CUBIN = 2, STORE_ARTIFACT = 3 };
 
 /* An entry to store. status 0 is a compiled result; any other value is a
  * negative entry (a deterministic compile error, code chosen by the caller),
@@ -42,6 +44,8 @@ struct store_entry {
 	                           none in particular (a confirmed value from
 	                           the Redis tier, or sharing = trust) */
 	int trust;              /* enum store_trust */
+	int64_t scope;          /* artifacts: the scope that may read it */
+	const char *ns;         /* artifacts: the client's namespace */
 };
 
 /* Whether an entry may be served to users other than its producer
@@ -100,11 +104,22 @@ void store_flush(struct store *s);
 /* Entries and the bytes they take (compressed blobs plus row overhead). */
 void store_totals(struct store *s, int64_t *entries, int64_t *bytes);
 
+/* The same for one kind of entry (a query: not for the hit path). */
+void store_kind_totals(struct store *s, enum store_kind kind, int64_t *entries,
+		       int64_t *bytes);
+
+/* The most bytes the artifacts of one scope may take (0: no share but the
+ * cap). A put over it evicts that scope's own least recently used
+ * artifacts first, so one user's artifacts never push out another's; a
+ * value larger than the share alone is refused. */
+void store_set_artifact_share(struct store *s, int64_t bytes);
+
 /* Counters since open. */
 struct store_counters {
 	int64_t corrupt_blobs;  /* blobs that failed their checksum */
 	int64_t write_errors;   /* puts that failed */
 	int64_t evictions;      /* entries removed by the size cap */
+	int64_t share_evictions;/* artifacts removed by their scope's share */
 };
 void store_counters(struct store *s, struct store_counters *c);
 
@@ -132,21 +147,28 @@ void store_warm_up(struct store *s);
  *  - Times ("created", "last_used") are unix seconds in the JSON below.
  */
 
-/* Append key's metadata to json as one object: "key" (hex), "kind" ("ptx"
- * or "cubin"), "status", "arch", "data_len" (raw bytes), "stored_bytes",
+/* Append key's metadata to json as one object: "key" (hex), "kind" ("ptx",
+ * "cubin" or "artifact"; an artifact adds "scope" and "namespace"), "status", "arch", "data_len" (raw bytes), "stored_bytes",
  * "hits", "created", "last_used", "compile_us", "components" (the key's
  * components, as an embedded object), and for a negative entry "log" (its
  * error text, only if its checksum verifies). Returns 1 if found, 0 if not,
  * -1 on a database error or when memory runs out. */
 int store_show(struct store *s, const unsigned char key[32], struct buf *json);
 
+/* Whether key is an artifact, and of which scope: 1 with *scope set, 0 if
+ * it is no artifact (or absent), -1 on a database error. */
+int store_artifact_scope(struct store *s, const unsigned char key[32], int64_t *scope);
+
 /* Which entries store_list() and store_remove() take; zero fields match
  * everything, a NULL filter matches every entry. */
 struct store_filter {
-	enum store_kind kind;   /* 0: both */
+	enum store_kind kind;   /* 0: any */
 	const char *arch;       /* NULL or "": any */
 	int64_t older_than_s;   /* > 0: last used longer ago than this */
 	int64_t min_bytes;      /* > 0: raw size at least this */
+	const char *ns;         /* NULL or "": any; else artifacts of it */
+	int scoped;             /* 1: of the artifacts, only scope's */
+	int64_t scope;
 };
 
 /* Append a JSON array of up to limit matching entries (limit <= 0: all),

@@ -69,7 +69,10 @@ const char *frame_type_name(uint8_t type)
 	case FRAME_EXPLAIN: return "explain";
 	case FRAME_VERIFY: return "verify";
 	case FRAME_EVICT: return "evict";
+	case FRAME_ARTIFACT_GET: return "artifact_get";
+	case FRAME_ARTIFACT_PUT: return "artifact_put";
+	case FRAME_ARTIFACT_RELEASE: return "artifact_release";
 	case FRAME_JOB: return "job";
 	}
-	return type == FRAME_ERROR ? "error" : "unknown";
+	return type == FRAME_ERROR ? "error" : type == FRAME_PROGRESS ? "progress" : "unknown";
 }

@@ -39,9 +39,13 @@ enum frame_type {
 	FRAME_EXPLAIN = 7,
 	FRAME_VERIFY = 8,
 	FRAME_EVICT = 9,
+	FRAME_ARTIFACT_GET = 10,
+	FRAME_ARTIFACT_PUT = 11,
+	FRAME_ARTIFACT_RELEASE = 12,
 	/* master <-> worker only */
 	FRAME_JOB = 0x40,
 	FRAME_REPLY = 0x80,
+	FRAME_PROGRESS = 0xfe,  /* daemon to client: a request still waits */
 	FRAME_ERROR = 0xff,
 };
 

@@ -1,0 +1,837 @@
+/*
+ * artifact: the JIT's own cache entries, per scope, produced once across
+ * processes; see artifact.h for the interface and proto/PROTOCOL.md for the
+ * requests.
+ *
+ * Design:
+ *  - An artifact is stored like any entry (store.c: zstd, checksum on
+ *    every read, commit before the reply, LRU under the cap) with kind
+ *    STORE_ARTIFACT, under key = key_derive(kind, scope, namespace, key):
+ *    a scope's entry has a key no other scope can ask for, so the store
+ *    and the Redis tier need no access check of their own. The daemon
+ *    cannot recompute these bytes (they are the client's), which is why
+ *    they never cross a scope: the scope is chosen here, from the
+ *    connection's SO_PEERCRED uid and groups, never by the client.
+ *
+ *  - One compile across processes: a get that misses with `lease` makes
+ *    its caller the producer of that key (a slot: struct slot, found by
+ *    key). Gets of the same key wait on the slot until the producer's put
+ *    (they get its value), or the lease ends without one: the producer
+ *    released it, its connection closed, or lease_timeout passed. Then the
+ *    oldest waiter that asked for a lease becomes the producer; waiters that
+ *    did not ask are answered with a miss. Every waiter has its own
+ *    deadline (wait_ms, capped by wait_s), so nothing waits forever, and a
+ *    progress frame a second, so its client can tell a wait from silence.
+ *
+ *  - With the Redis tier on, a local miss first asks Redis (the slot then
+ *    has no producer yet; gets of the same key wait on it as on a lease).
+ *    A value from Redis is sealed like every other (l2.c) and stored
+ *    locally before anyone is answered. Puts publish in the background,
+ *    under a Redis key that names the scope.
+ *
+ *  - Bounds: a scope holds at most max_leases slots; a connection waits on
+ *    at most MAX_WAITS_PER_CONN gets; values are at most max_value bytes
+ *    (and the store refuses one over a scope's share of the cache).
+ */
+#include "daemon/artifact.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <grp.h>
+
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include "daemon/key.h"
+#include "daemon/l2.h"
+#include "daemon/log.h"
+#include "daemon/master.h"
+#include "daemon/store.h"
+#include "proto/frame.h"
+#include "proto/msg.h"
+
+#define NS_MAX 32
+#define KEY_MAX 1024
+#define SLOT_BUCKETS 1024
+#define MAX_WAITS_PER_CONN 256
+#define MAX_GROUPS 64
+
+struct waiter {
+	struct conn *conn;
+	uint64_t id;
+	int want_lease;
+	struct event *deadline;
+	struct slot *slot;
+	struct waiter *next;
+};
+
+/* A key being produced (a lease) or looked up in Redis, and its waiters. */
+struct slot {
+	unsigned char key[32];
+	int64_t scope;
+	char ns[NS_MAX + 1];
+	struct conn *holder;    /* the producer; NULL while Redis is asked */
+	uint64_t token;         /* the holder's lease */
+	struct event *expiry;   /* the lease's bound */
+	int fetching;           /* an l2 lookup is in flight */
+	int gone;               /* unlinked while the lookup is in flight */
+	struct waiter *waiters; /* oldest first */
+	struct artifacts *a;
+	struct slot *next;      /* bucket chain */
+	struct slot *prev_all, *next_all;
+};
+
+/* Slots per scope, for max_leases. Few scopes are active at once. */
+struct scope_count {
+	int64_t scope;
+	int slots;
+	struct scope_count *next;
+};
+
+struct artifacts {
+	struct event_base *base;
+	struct store *store;
+	struct l2 **l2;
+	struct artifact_config cfg;
+	gid_t groups[MAX_GROUPS];       /* cfg.groups, resolved */
+	int ngroups;
+	struct slot *buckets[SLOT_BUCKETS];
+	struct slot *all;               /* every slot, for connection close */
+	struct slot *limbo;             /* unlinked, awaiting their l2 answer */
+	struct scope_count *scopes;
+	struct event *progress;         /* a frame a second to each waiter */
+	uint64_t next_token;
+	struct artifact_counters n;
+};
+
+/* ---- scopes and names ------------------------------------------------- */
+
+void artifact_scope_name(int64_t scope, char *out, size_t n)
+{
+	if (scope == ARTIFACT_SCOPE_ALL)
+		snprintf(out, n, "all");
+	else if (scope < 0)
+		snprintf(out, n, "g%lld", (long long)(-2 - scope));
+	else
+		snprintf(out, n, "u%lld", (long long)scope);
+}
+
+int artifact_ns_valid(const char *ns, size_t n)
+{
+	if (n < 1 || n > NS_MAX)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char ch = ns[i];
+		int alnum = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9');
+		if (!alnum && (i == 0 || (ch != '.' && ch != '_' && ch != '-')))
+			return 0;
+	}
+	return 1;
+}
+
+/* Keys are printable ASCII: they appear in logs, listings and JSON. */
+static int key_valid(const char *k, size_t n)
+{
+	if (n < 1 || n > KEY_MAX)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (k[i] < 0x20 || k[i] > 0x7e)
+			return 0;
+	return 1;
+}
+
+/* The first configured group the peer belongs to (its primary group or
+ * one of SO_PEERGROUPS), else its uid; everyone under sharing = trust. */
+int64_t artifact_scope(struct artifacts *a, struct conn *c)
+{
+	if (a->cfg.trust)
+		return ARTIFACT_SCOPE_ALL;
+	if (a->ngroups) {
+		gid_t groups[256];
+		socklen_t len = sizeof groups;
+		int fd = c->bev ? bufferevent_getfd(c->bev) : -1, n = 0;
+		if (fd >= 0 && getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0)
+			n = (int)(len / sizeof groups[0]);
+		for (int g = 0; g < a->ngroups; g++)
+			for (int i = 0; i < n; i++)
+				if (groups[i] == a->groups[g])
+					return ARTIFACT_SCOPE_GROUP(a->groups[g]);
+	}
+	return (int64_t)c->uid;
+}
+
+static void resolve_groups(struct artifacts *a)
+{
+	char item[256];
+
+	a->ngroups = 0;
+	for (const char *p = a->cfg.groups; p && *p && a->ngroups < MAX_GROUPS;) {
+		size_t n = strcspn(p, ", ");
+		if (n && n < sizeof item) {
+			memcpy(item, p, n);
+			item[n] = '\0';
+			char *end;
+			unsigned long v = strtoul(item, &end, 10);
+			struct group *g = *end ? getgrnam(item) : NULL;
+			if (!*end)
+				a->groups[a->ngroups++] = (gid_t)v;
+			else if (g)
+				a->groups[a->ngroups++] = g->gr_gid;
+			else
+				log_warn("artifact-groups: no group '%s'", item);
+		}
+		p += n;
+		p += strspn(p, ", ");
+	}
+}
+
+/* The entry's key, its components, and the Redis space of its scope. */
+static int derive(int64_t scope, const char *ns, const char *key, struct key *k,
+		  struct buf *components)
+{
+	char sc[24];
+
+	artifact_scope_name(scope, sc, sizeof sc);
+	const struct key_part parts[] = {
+		{ "kind", "artifact" }, { "scope", sc }, { "namespace", ns }, { "key", key },
+	};
+	return key_derive(parts, sizeof parts / sizeof parts[0], k, components);
+}
+
+static void l2_space(int64_t scope, char *out, size_t n)
+{
+	char sc[24];
+
+	artifact_scope_name(scope, sc, sizeof sc);
+	snprintf(out, n, "artifact:%s:", sc);
+}
+
+/* ---- replies ---------------------------------------------------------- */
+
+static void reply_get(struct conn *c, uint64_t id, const struct buf *value, uint64_t lease)
+{
+	struct buf out = BUF_INIT;
+	struct msg_writer w;
+
+	msg_begin(&w, &out, FRAME_ARTIFACT_GET | FRAME_REPLY);
+	msg_put_int(&w, "id", (int64_t)id);
+	msg_put_bool(&w, "found", value != NULL);
+	if (value)
+		msg_put_bin(&w, "value", value->data ? value->data : "", value->len);
+	if (lease)
+		msg_put_int(&w, "lease", (int64_t)lease);
+	if (msg_end(&w) == 0)
+		conn_send(c, &out);
+	else
+		conn_send_error(c, id, "internal", "out of memory");
+	buf_free(&out);
+}
+
+static void reply_simple(struct conn *c, uint8_t type, uint64_t id, const char *flag)
+{
+	struct buf out = BUF_INIT;
+	struct msg_writer w;
+
+	msg_begin(&w, &out, type | FRAME_REPLY);
+	msg_put_int(&w, "id", (int64_t)id);
+	if (flag)
+		msg_put_bool(&w, flag, 1);
+	if (msg_end(&w) == 0)
+		conn_send(c, &out);
+	buf_free(&out);
+}
+
+/* ---- slots ------------------------------------------------------------ */
+
+static unsigned bucket_of(const unsigned char key[32])
+{
+	return ((unsigned)key[0] | (unsigned)key[1] << 8) % SLOT_BUCKETS;
+}
+
+static struct slot *slot_find(struct artifacts *a, const unsigned char key[32])
+{
+	for (struct slot *s = a->buckets[bucket_of(key)]; s; s = s->next)
+		if (!memcmp(s->key, key, 32))
+			return s;
+	return NULL;
+}
+
+static struct scope_count *scope_count(struct artifacts *a, int64_t scope, int create)
+{
+	struct scope_count *sc;
+
+	for (sc = a->scopes; sc; sc = sc->next)
+		if (sc->scope == scope)
+			return sc;
+	if (!create || !(sc = calloc(1, sizeof *sc)))
+		return NULL;
+	sc->scope = scope;
+	sc->next = a->scopes;
+	a->scopes = sc;
+	return sc;
+}
+
+static void on_expiry(evutil_socket_t fd, short what, void *arg);
+
+static struct slot *slot_new(struct artifacts *a, const struct key *k, int64_t scope,
+			     const char *ns)
+{
+	struct scope_count *sc = scope_count(a, scope, 1);
+	struct slot *s = sc ? calloc(1, sizeof *s) : NULL;
+
+	if (!s || !(s->expiry = evtimer_new(a->base, on_expiry, s))) {
+		free(s);
+		return NULL;
+	}
+	memcpy(s->key, k->hash, 32);
+	s->scope = scope;
+	snprintf(s->ns, sizeof s->ns, "%s", ns);
+	s->a = a;
+	unsigned b = bucket_of(s->key);
+	s->next = a->buckets[b];
+	a->buckets[b] = s;
+	s->next_all = a->all;
+	if (a->all)
+		a->all->prev_all = s;
+	a->all = s;
+	sc->slots++;
+	return s;
+}
+
+/* Take s out of the tables; freed now, or by the l2 callback it awaits. */
+static void slot_unlink(struct slot *s)
+{
+	struct artifacts *a = s->a;
+	struct slot **pp = &a->buckets[bucket_of(s->key)];
+
+	while (*pp != s)
+		pp = &(*pp)->next;
+	*pp = s->next;
+	if (s->prev_all)
+		s->prev_all->next_all = s->next_all;
+	else
+		a->all = s->next_all;
+	if (s->next_all)
+		s->next_all->prev_all = s->prev_all;
+	struct scope_count *sc = scope_count(a, s->scope, 0);
+	if (sc && --sc->slots == 0) {
+		struct scope_count **sp = &a->scopes;
+		while (*sp != sc)
+			sp = &(*sp)->next;
+		*sp = sc->next;
+		free(sc);
+	}
+	if (s->holder)
+		a->n.leases_held--;
+	event_free(s->expiry);
+	if (s->fetching) {
+		s->gone = 1;
+		s->next = a->limbo;
+		a->limbo = s;
+	} else {
+		free(s);
+	}
+}
+
+/* Give c the lease on s. */
+static void lease_grant(struct slot *s, struct conn *c)
+{
+	struct artifacts *a = s->a;
+	struct timeval tv = { a->cfg.lease_timeout_s, 0 };
+
+	s->holder = c;
+	s->token = ++a->next_token;
+	a->n.leases++;
+	a->n.leases_held++;
+	evtimer_add(s->expiry, &tv);
+}
+
+static struct waiter *waiter_add(struct slot *s, struct conn *c, uint64_t id,
+				 int want_lease, int64_t wait_ms);
+
+/* A waiting request holds its connection, and keeps it from idling out. */
+static void conn_hold(struct conn *c)
+{
+	c->refs++;
+	c->waiting++;
+	conn_arm(c);
+}
+
+static void conn_unhold(struct conn *c)
+{
+	c->waiting--;
+	conn_arm(c);
+	conn_unref(c);
+}
+
+static void waiter_free(struct waiter *w)
+{
+	w->slot->a->n.waiting--;
+	event_free(w->deadline);
+	conn_unhold(w->conn);
+	free(w);
+}
+
+/* Unhook w from its slot's list. */
+static void waiter_unlink(struct waiter *w)
+{
+	struct waiter **pp = &w->slot->waiters;
+
+	while (*pp != w)
+		pp = &(*pp)->next;
+	*pp = w->next;
+}
+
+/* Answer every waiter of s with value (NULL: a miss) and drop the slot. */
+static void slot_finish(struct slot *s, const struct buf *value)
+{
+	struct waiter *w, *next;
+
+	for (w = s->waiters; w; w = next) {
+		next = w->next;
+		if (value)
+			s->a->n.wait_hits++;
+		reply_get(w->conn, w->id, value, 0);
+		waiter_free(w);
+	}
+	s->waiters = NULL;
+	slot_unlink(s);
+}
+
+/*
+ * The lease on s ended without a value (released, its holder gone, or
+ * expired), or Redis did not have it: the oldest waiter that asked for a
+ * lease becomes the producer and the others wait on; if none asked, every
+ * waiter is answered with a miss.
+ */
+static void lease_pass_on(struct slot *s)
+{
+	struct waiter **pp;
+
+	if (s->holder) {
+		s->holder = NULL;
+		s->a->n.leases_held--;
+	}
+	evtimer_del(s->expiry);
+	for (pp = &s->waiters; *pp && !(*pp)->want_lease; pp = &(*pp)->next)
+		;
+	if (!*pp) {
+		slot_finish(s, NULL);
+		return;
+	}
+	struct waiter *w = *pp;
+	*pp = w->next;
+	lease_grant(s, w->conn);
+	s->a->n.lease_handoffs++;
+	reply_get(w->conn, w->id, NULL, s->token);
+	waiter_free(w);
+}
+
+static void on_expiry(evutil_socket_t fd, short what, void *arg)
+{
+	struct slot *s = arg;
+	char sc[24];
+
+	artifact_scope_name(s->scope, sc, sizeof sc);
+	s->a->n.lease_expiries++;
+	log_info("artifact lease in %s/%s not filled within %d s; passing it on", sc, s->ns,
+		 s->a->cfg.lease_timeout_s);
+	lease_pass_on(s);
+}
+
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+	struct waiter *w = arg;
+
+	w->slot->a->n.wait_timeouts++;
+	waiter_unlink(w);
+	reply_get(w->conn, w->id, NULL, 0);
+	waiter_free(w);
+}
+
+static struct waiter *waiter_add(struct slot *s, struct conn *c, uint64_t id,
+				 int want_lease, int64_t wait_ms)
+{
+	struct waiter *w = calloc(1, sizeof *w), **pp;
+
+	if (!w || !(w->deadline = evtimer_new(s->a->base, on_deadline, w))) {
+		free(w);
+		return NULL;
+	}
+	w->conn = c;
+	w->id = id;
+	w->want_lease = want_lease;
+	w->slot = s;
+	for (pp = &s->waiters; *pp; pp = &(*pp)->next)
+		;
+	*pp = w;
+	conn_hold(c);
+	s->a->n.waiting++;
+	struct timeval tv = { wait_ms / 1000, (wait_ms % 1000) * 1000 };
+	evtimer_add(w->deadline, &tv);
+	return w;
+}
+
+static void send_progress(struct conn *c, uint64_t id)
+{
+	struct buf out = BUF_INIT;
+	struct msg_writer w;
+
+	msg_begin(&w, &out, FRAME_PROGRESS);
+	msg_put_int(&w, "id", (int64_t)id);
+	msg_put_str(&w, "state", "waiting");
+	if (msg_end(&w) == 0)
+		conn_send(c, &out);
+	buf_free(&out);
+}
+
+static void on_progress(evutil_socket_t fd, short what, void *arg)
+{
+	struct artifacts *a = arg;
+
+	for (struct slot *s = a->all; s; s = s->next_all)
+		for (struct waiter *w = s->waiters; w; w = w->next)
+			send_progress(w->conn, w->id);
+}
+
+/* ---- the Redis tier --------------------------------------------------- */
+
+static void on_l2(void *arg, int found, const struct l2_value *v)
+{
+	struct slot *s = arg;
+	struct artifacts *a = s->a;
+
+	s->fetching = 0;
+	if (s->gone) {
+		struct slot **pp = &a->limbo;
+		while (*pp != s)
+			pp = &(*pp)->next;
+		*pp = s->next;
+		free(s);
+		return;
+	}
+	if (found && v->kind == STORE_ARTIFACT && v->status == 0) {
+		struct buf value = BUF_INIT, comp = BUF_INIT;
+		struct store_entry e = {
+			.kind = STORE_ARTIFACT, .data = v->data, .data_len = v->data_len,
+			.producer = -1, .scope = s->scope, .ns = s->ns,
+		};
+		a->n.l2_hits++;
+		/* Its components are not in the envelope: say where it came from. */
+		buf_puts(&comp, "{\"kind\":\"artifact\",\"from\":\"l2\"}");
+		e.components = comp.data;
+		store_put(a->store, s->key, &e, NULL);
+		if (buf_append(&value, v->data, v->data_len) == 0) {
+			slot_finish(s, &value);
+		} else {
+			slot_finish(s, NULL);
+		}
+		buf_free(&value);
+		buf_free(&comp);
+		return;
+	}
+	lease_pass_on(s);
+}
+
+/* ---- requests --------------------------------------------------------- */
+
+/* The namespace and key fields of m, checked; NULL-terminated copies. */
+static int parse_name(const struct msg *m, char ns[NS_MAX + 1], char **key, const char **why)
+{
+	const char *p;
+	size_t n;
+
+	*key = NULL;
+	if (msg_bytes(m, "ns", &p, &n) != 1 || !artifact_ns_valid(p, n)) {
+		*why = "'ns' must be 1 to 32 bytes of [a-z0-9._-], starting with a letter or digit";
+		return -1;
+	}
+	memcpy(ns, p, n);
+	ns[n] = '\0';
+	if (msg_bytes(m, "key", &p, &n) != 1 || !key_valid(p, n)) {
+		*why = "'key' must be 1 to 1024 bytes of printable ASCII";
+		return -1;
+	}
+	if (!(*key = strndup(p, n))) {
+		*why = "out of memory";
+		return -1;
+	}
+	return 0;
+}
+
+static void artifact_get(struct conn *c, uint64_t id, const struct msg *m)
+{
+	struct artifacts *a = c->srv->arts;
+	char ns[NS_MAX + 1], *ukey = NULL;
+	const char *why = NULL;
+	int want_lease = 0;
+	int64_t wait_ms = (int64_t)a->cfg.wait_s * 1000;
+	struct store_result r;
+	struct key k;
+
+	if (parse_name(m, ns, &ukey, &why) < 0 || msg_bool(m, "lease", &want_lease) < 0 ||
+	    msg_int(m, "wait_ms", &wait_ms) < 0 || wait_ms < 0) {
+		conn_send_error(c, id, "invalid", why ? why : "'lease' must be a bool and "
+			   "'wait_ms' a non-negative integer");
+		goto out;
+	}
+	if (wait_ms > (int64_t)a->cfg.wait_s * 1000)
+		wait_ms = (int64_t)a->cfg.wait_s * 1000;
+	int64_t scope = artifact_scope(a, c);
+	if (derive(scope, ns, ukey, &k, NULL) < 0) {
+		conn_send_error(c, id, "internal", "out of memory");
+		goto out;
+	}
+	if (store_get(a->store, k.hash, &r) == 1 && r.kind == STORE_ARTIFACT) {
+		a->n.hits++;
+		reply_get(c, id, &r.data, 0);
+		store_result_free(&r);
+		goto out;
+	}
+	store_result_free(&r);
+
+	struct slot *s = slot_find(a, k.hash);
+	if (s && s->holder == c) {
+		/* Its own lease: nothing to wait for. */
+		a->n.misses++;
+		reply_get(c, id, NULL, s->token);
+		goto out;
+	}
+	if (s) {
+		if (wait_ms == 0) {
+			a->n.misses++;
+			reply_get(c, id, NULL, 0);
+		} else if (c->waiting >= MAX_WAITS_PER_CONN) {
+			conn_send_error(c, id, "busy", "this connection already waits on 256 requests");
+		} else if (!waiter_add(s, c, id, want_lease, wait_ms)) {
+			conn_send_error(c, id, "internal", "out of memory");
+		} else {
+			a->n.waits++;
+			send_progress(c, id);
+		}
+		goto out;
+	}
+	a->n.misses++;
+	struct l2 *l2 = a->l2 ? *a->l2 : NULL;
+	if (!want_lease && !l2) {
+		reply_get(c, id, NULL, 0);
+		goto out;
+	}
+	struct scope_count *sc = scope_count(a, scope, 0);
+	if (sc && sc->slots >= a->cfg.max_leases) {
+		char msg[160];
+		snprintf(msg, sizeof msg, "this scope already produces %d artifacts "
+			 "(artifact-max-leases)", sc->slots);
+		conn_send_error(c, id, "busy", msg);
+		goto out;
+	}
+	if (!(s = slot_new(a, &k, scope, ns))) {
+		conn_send_error(c, id, "internal", "out of memory");
+		goto out;
+	}
+	if (l2) {
+		char space[L2_SPACE_MAX];
+		/* Redis answers within its own timeout: wait for it at least. */
+		if (!waiter_add(s, c, id, want_lease, wait_ms > 1000 ? wait_ms : 1000)) {
+			slot_unlink(s);
+			conn_send_error(c, id, "internal", "out of memory");
+			goto out;
+		}
+		l2_space(scope, space, sizeof space);
+		s->fetching = 1;
+		l2_get_in(l2, space, s->key, on_l2, s);
+		goto out;
+	}
+	lease_grant(s, c);
+	reply_get(c, id, NULL, s->token);
+out:
+	free(ukey);
+}
+
+static void artifact_put(struct conn *c, uint64_t id, const struct msg *m)
+{
+	struct artifacts *a = c->srv->arts;
+	char ns[NS_MAX + 1], *ukey = NULL;
+	const char *why = NULL, *val;
+	size_t len;
+	int64_t token = 0;
+	struct key k;
+	struct buf comp = BUF_INIT, err = BUF_INIT;
+
+	if (parse_name(m, ns, &ukey, &why) < 0) {
+		conn_send_error(c, id, "invalid", why);
+		goto out;
+	}
+	const msgpack_object *v = msg_get(m, "value");
+	if (!v || v->type != MSGPACK_OBJECT_BIN || msg_int(m, "lease", &token) < 0) {
+		conn_send_error(c, id, "invalid", "'value' must be bin and 'lease' an integer");
+		goto out;
+	}
+	val = v->via.bin.ptr;
+	len = v->via.bin.size;
+	if ((int64_t)len > a->cfg.max_value) {
+		char msg[160];
+		snprintf(msg, sizeof msg, "value of %zu bytes is over the limit of %lld "
+			 "(artifact-max-value)", len, (long long)a->cfg.max_value);
+		conn_send_error(c, id, "invalid", msg);
+		goto out;
+	}
+	int64_t scope = artifact_scope(a, c);
+	if (derive(scope, ns, ukey, &k, &comp) < 0) {
+		conn_send_error(c, id, "internal", "out of memory");
+		goto out;
+	}
+	struct slot *s = slot_find(a, k.hash);
+	if (s && s->holder && s->holder != c) {
+		if (token && (uint64_t)token == s->token) {
+			conn_send_error(c, id, "denied", "that lease is held by another connection");
+		} else {
+			a->n.conflicts++;
+			conn_send_error(c, id, "conflict", "another client holds the lease on this "
+				   "key and is producing its value");
+		}
+		goto out;
+	}
+	struct store_entry e = {
+		.kind = STORE_ARTIFACT, .data = val, .data_len = len, .components = comp.data,
+		.producer = (int64_t)c->uid, .scope = scope, .ns = ns,
+	};
+	int stored = store_put(a->store, k.hash, &e, &err) == 0;
+	a->n.puts++;
+	a->n.put_bytes += (int64_t)len;
+	struct l2 *l2 = a->l2 ? *a->l2 : NULL;
+	if (stored && l2) {
+		char space[L2_SPACE_MAX];
+		struct l2_value lv = { .kind = STORE_ARTIFACT, .data = val, .data_len = len };
+		l2_space(scope, space, sizeof space);
+		l2_put_in(l2, space, k.hash, &lv);
+	}
+	/* Waiters get the value whether or not it could be stored. */
+	if (s) {
+		struct buf value = { .data = (char *)val, .len = len };
+		slot_finish(s, &value);
+	}
+	if (stored)
+		reply_simple(c, FRAME_ARTIFACT_PUT, id, "stored");
+	else
+		conn_send_error(c, id, "internal", err.data ? err.data : "cannot store the value");
+out:
+	free(ukey);
+	buf_free(&comp);
+	buf_free(&err);
+}
+
+static void artifact_release(struct conn *c, uint64_t id, const struct msg *m)
+{
+	struct artifacts *a = c->srv->arts;
+	int64_t token = 0;
+
+	if (msg_int(m, "lease", &token) != 1) {
+		conn_send_error(c, id, "invalid", "'lease' must be an integer");
+		return;
+	}
+	for (struct slot *s = a->all; s; s = s->next_all) {
+		if (s->holder == c && s->token == (uint64_t)token) {
+			a->n.lease_releases++;
+			lease_pass_on(s);
+			reply_simple(c, FRAME_ARTIFACT_RELEASE, id, NULL);
+			return;
+		}
+	}
+	conn_send_error(c, id, "invalid", "this connection holds no such lease");
+}
+
+static const struct request_kind artifact_kinds[] = {
+	{ .type = FRAME_ARTIFACT_GET, .handler = artifact_get },
+	{ .type = FRAME_ARTIFACT_PUT, .handler = artifact_put },
+	{ .type = FRAME_ARTIFACT_RELEASE, .handler = artifact_release },
+};
+
+const struct request_table artifact_requests = {
+	.kinds = artifact_kinds,
+	.n = sizeof artifact_kinds / sizeof artifact_kinds[0],
+};
+
+void artifacts_conn_closed(struct artifacts *a, struct conn *c)
+{
+	struct slot *s, *next;
+
+	if (!a)
+		return;
+	for (s = a->all; s; s = next) {
+		/* Passing a lease on may free s, never a slot after it. */
+		next = s->next_all;
+		for (struct waiter **pp = &s->waiters; *pp;) {
+			struct waiter *w = *pp;
+			if (w->conn == c) {
+				*pp = w->next;
+				waiter_free(w);
+			} else {
+				pp = &w->next;
+			}
+		}
+		if (s->holder == c) {
+			a->n.lease_closes++;
+			lease_pass_on(s);
+		}
+	}
+}
+
+/* ---- life ------------------------------------------------------------- */
+
+struct artifacts *artifacts_new(struct event_base *base, struct store *store,
+				struct l2 **l2, const struct artifact_config *cfg)
+{
+	struct artifacts *a = calloc(1, sizeof *a);
+	struct timeval sec = { 1, 0 };
+
+	if (!a)
+		return NULL;
+	a->base = base;
+	a->store = store;
+	a->l2 = l2;
+	a->progress = event_new(base, -1, EV_PERSIST, on_progress, a);
+	if (!a->progress) {
+		free(a);
+		return NULL;
+	}
+	evtimer_add(a->progress, &sec);
+	artifacts_configure(a, cfg);
+	return a;
+}
+
+void artifacts_configure(struct artifacts *a, const struct artifact_config *cfg)
+{
+	a->cfg = *cfg;
+	resolve_groups(a);
+	a->cfg.groups = NULL;   /* not kept: resolved into a->groups */
+}
+
+void artifacts_stop(struct artifacts *a)
+{
+	while (a->all)
+		slot_finish(a->all, NULL);
+}
+
+void artifacts_free(struct artifacts *a)
+{
+	if (!a)
+		return;
+	artifacts_stop(a);
+	/* The loop has stopped: their l2 callbacks will never run. */
+	while (a->limbo) {
+		struct slot *s = a->limbo;
+		a->limbo = s->next;
+		free(s);
+	}
+	event_free(a->progress);
+	free(a);
+}
+
+void artifacts_counters(struct artifacts *a, struct artifact_counters *out)
+{
+	*out = a->n;
+}

@@ -1,0 +1,426 @@
+"""Artifact entries (daemon/artifact.c): the JIT's own cache entries, per
+scope, produced once across processes, through the real daemon, the real
+CLI, real SQLite files and a real redis-server."""
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+from harness import CLI, Daemon, Raw, Skip, frame, mp_pack, mp_unpack
+from redis_fixture import RedisServer
+from sysutil import cli_as, make_reachable
+
+GET, PUT, RELEASE, PROGRESS, ERROR = 10, 11, 12, 0xfe, 0xff
+B = 65534   # nobody: the second user
+
+
+class Client:
+    """One connection speaking the artifact requests; progress frames are
+    collected, not answered."""
+
+    def __init__(self, path, timeout=30):
+        self.raw = Raw(path, timeout=timeout)
+        self.next_id = 0
+        self.progress = 0
+
+    def send(self, ftype, **fields):
+        self.next_id += 1
+        self.raw.send(frame(ftype, mp_pack(dict(id=self.next_id, **fields))))
+        return self.next_id
+
+    def reply(self, want_id=None):
+        while True:
+            f = self.raw.recv_frame()
+            assert f is not None, "the daemon closed the connection"
+            ftype, body = f[0], mp_unpack(f[1])
+            if ftype == PROGRESS:
+                self.progress += 1
+                continue
+            if want_id is None or body.get("id") == want_id:
+                return ftype, body
+
+    def call(self, ftype, **fields):
+        return self.reply(self.send(ftype, **fields))
+
+    def get(self, ns, key, **kw):
+        ftype, body = self.call(GET, ns=ns, key=key, **kw)
+        assert ftype in (GET | 0x80, ERROR), ftype
+        return body
+
+    def put(self, ns, key, value, **kw):
+        return self.call(PUT, ns=ns, key=key, value=value, **kw)[1]
+
+    def close(self):
+        self.raw.close()
+
+
+def cli(d, *args, input=None):
+    return subprocess.run([CLI, "--socket", d.socket] + list(args), input=input,
+                          capture_output=True, timeout=120)
+
+
+def reachable_daemon(extra=()):
+    if os.geteuid() != 0:
+        raise Skip("needs root to run clients as other users")
+    d = Daemon(workers=1, extra=["--allow-users", str(B)] + list(extra))
+    make_reachable(d.socket)
+    return d
+
+
+def test_cli_put_get_exit_codes_and_bytes():
+    value = os.urandom(300000)
+    with Daemon(workers=1) as d:
+        r = cli(d, "artifact", "get", "triton", "k1")
+        assert r.returncode == 1 and r.stdout == b"", r
+        with tempfile.NamedTemporaryFile() as f:
+            f.write(value)
+            f.flush()
+            assert cli(d, "artifact", "put", "triton", "k1", f.name).returncode == 0
+        r = cli(d, "artifact", "get", "triton", "k1")
+        assert r.returncode == 0 and r.stdout == value
+        out = os.path.join(d.tmp, "got")
+        assert cli(d, "artifact", "get", "triton", "k1", "-o", out).returncode == 0
+        assert open(out, "rb").read() == value
+        # Another namespace, another key: misses.
+        assert cli(d, "artifact", "get", "inductor-fx", "k1").returncode == 1
+        assert cli(d, "artifact", "get", "triton", "k2").returncode == 1
+        r = cli(d, "artifact", "get", "Triton!", "k1")
+        assert r.returncode == 2 and b"'ns'" in r.stderr, r
+        s = d.stats()
+        assert (s["artifact_hits"], s["artifact_misses"], s["artifact_puts"]) == (2, 3, 1), s
+        assert s["artifact_entries"] == 1 and s["artifact_bytes"] > 0, s
+        prom = cli(d, "stats", "--prometheus").stdout.decode()
+        assert "ptxcache_artifact_hits_total 2" in prom, prom
+        assert "ptxcache_artifact_entries 1" in prom, prom
+
+
+def test_artifacts_survive_restart_and_kill_9():
+    with Daemon(workers=1) as d:
+        c = Client(d.socket)
+        for i in range(20):
+            assert c.put("triton", "key%d" % i, b"v%d" % i * 1000)["stored"]
+        c.close()
+        d.stop(signal.SIGKILL)      # right after the replies
+        d.start()
+        for i in range(20):
+            r = cli(d, "artifact", "get", "triton", "key%d" % i)
+            assert r.returncode == 0 and r.stdout == b"v%d" % i * 1000
+        assert cli(d, "verify").returncode == 0
+
+
+def test_a_second_uid_never_sees_the_first_uids_artifact():
+    with reachable_daemon() as d:
+        c = Client(d.socket)
+        assert c.put("inductor-fx", "graph", b"def f(): return 'root'\n")["stored"]
+        c.close()
+        r = cli_as(d.socket, B, B, "artifact", "get", "inductor-fx", "graph")
+        assert r.returncode == 1 and r.stdout == b"", r
+        # B's own entry under the same name is B's, and root's stays root's.
+        r = cli_as(d.socket, B, B, "artifact", "put", "inductor-fx", "graph", "-",
+                   input=b"def f(): return 'nobody'\n")
+        assert r.returncode == 0, r.stderr
+        assert cli_as(d.socket, B, B, "artifact", "get", "inductor-fx",
+                      "graph").stdout == b"def f(): return 'nobody'\n"
+        assert cli(d, "artifact", "get", "inductor-fx", "graph").stdout == \
+            b"def f(): return 'root'\n"
+        # B's listing shows B's artifact alone; show of root's says no such entry.
+        ls = cli_as(d.socket, B, B, "ls", "--kind", "artifact", "--json")
+        import json
+        mine = json.loads(ls.stdout)
+        assert len(mine) == 1 and mine[0]["components"]["scope"] == "u%d" % B, mine
+        every = json.loads(cli(d, "ls", "--kind", "artifact", "--json").stdout)
+        assert len(every) == 2
+        roots = [e["key"] for e in every if e["components"]["scope"] == "u0"]
+        r = cli_as(d.socket, B, B, "show", roots[0])
+        assert r.returncode != 0 and b"no such entry" in r.stderr, r
+        # After a restart, the same.
+        d.stop()
+        d.start()
+        make_reachable(d.socket)
+        assert cli_as(d.socket, B, B, "artifact", "get", "inductor-fx",
+                      "graph").stdout == b"def f(): return 'nobody'\n"
+        assert cli(d, "artifact", "get", "inductor-fx", "graph").stdout == \
+            b"def f(): return 'root'\n"
+
+
+def test_a_group_shares_one_scope():
+    gid = 4242
+    with reachable_daemon(extra=["--artifact-groups", str(gid), "--allow-users",
+                                 "%d,54321" % B]) as d:
+        r = cli_as(d.socket, B, B, "artifact", "put", "triton", "k", "-", groups=(gid,),
+                   input=b"shared")
+        assert r.returncode == 0, r.stderr
+        r = cli_as(d.socket, 54321, 54321, "artifact", "get", "triton", "k", groups=(gid,))
+        assert r.returncode == 0 and r.stdout == b"shared", r
+        # Outside the group: a miss, for the same uid too.
+        assert cli_as(d.socket, 54321, 54321, "artifact", "get", "triton", "k").returncode == 1
+        assert cli_as(d.socket, B, B, "artifact", "get", "triton", "k").returncode == 1
+
+
+def test_sharing_trust_is_one_scope():
+    with reachable_daemon(extra=["--sharing", "trust"]) as d:
+        assert cli(d, "artifact", "put", "triton", "k", "-", input=b"x").returncode == 0
+        r = cli_as(d.socket, B, B, "artifact", "get", "triton", "k")
+        assert r.returncode == 0 and r.stdout == b"x", r
+
+
+def _racer(path, n, go_r, out_w):
+    """A child: wait for the pipe, get with a lease, produce if leased."""
+    os.read(go_r, 1)
+    c = Client(path, timeout=60)
+    body = c.get("inductor-fx", "the-graph", lease=True)
+    if body.get("found"):
+        res = b"hit"
+    else:
+        assert "lease" in body, body
+        time.sleep(0.5)     # the compile
+        assert c.put("inductor-fx", "the-graph", b"G" * 5000, lease=body["lease"])["stored"]
+        res = b"put"
+    os.write(out_w, res + b"\n")
+    c.close()
+
+
+def test_n_processes_one_missing_key_one_put_n_minus_1_hits():
+    n = 12
+    with Daemon(workers=1) as d:
+        go_r, go_w = os.pipe()
+        out_r, out_w = os.pipe()
+        pids = []
+        for i in range(n):
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    _racer(d.socket, n, go_r, out_w)
+                    os._exit(0)
+                except BaseException:
+                    import traceback
+                    traceback.print_exc()
+                    os._exit(1)
+            pids.append(pid)
+        os.write(go_w, b"x" * n)
+        codes = [os.waitpid(p, 0)[1] for p in pids]
+        assert codes == [0] * n, codes
+        os.close(out_w)
+        lines = os.read(out_r, 4096).split()
+        assert sorted(lines) == [b"hit"] * (n - 1) + [b"put"], lines
+        s = d.stats()
+        assert s["artifact_puts"] == 1 and s["artifact_leases"] == 1, s
+        assert s["artifact_wait_hits"] + s["artifact_hits"] == n - 1, s
+
+
+def test_a_producer_killed_hands_the_lease_on_at_once():
+    with Daemon(workers=1, extra=["--artifact-lease-timeout", "600"]) as d:
+        child = subprocess.Popen(["python3", "-c", """
+import sys, time
+sys.path.insert(0, %r)
+from test_artifact import Client
+c = Client(%r)
+b = c.get("triton", "k", lease=True)
+assert "lease" in b, b
+print("leased", flush=True)
+time.sleep(600)
+""" % (os.path.dirname(os.path.abspath(__file__)), d.socket)], stdout=subprocess.PIPE)
+        assert child.stdout.readline() == b"leased\n"
+        w = Client(d.socket)
+        wid = w.send(GET, ns="triton", key="k", lease=True)
+        time.sleep(1.5)
+        t0 = time.time()
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        ftype, body = w.reply(wid)
+        handed = time.time() - t0
+        assert not body["found"] and body["lease"], body
+        assert w.progress >= 1, "no progress frame while waiting"
+        assert handed < 10, handed  # the bound is 600 s: it was the close
+        assert w.put("triton", "k", b"v", lease=body["lease"])["stored"]
+        s = d.stats()
+        assert s["artifact_lease_closes"] == 1 and s["artifact_lease_handoffs"] == 1, s
+
+
+def test_release_and_expiry_end_a_lease_early_or_at_its_bound():
+    with Daemon(workers=1, extra=["--artifact-lease-timeout", "2"]) as d:
+        p, w = Client(d.socket), Client(d.socket)
+        lease = p.get("triton", "r", lease=True)["lease"]
+        wid = w.send(GET, ns="triton", key="r")        # no lease asked: a miss at release
+        t0 = time.time()
+        ftype, body = p.call(RELEASE, lease=lease)
+        assert ftype == RELEASE | 0x80, body
+        assert not w.reply(wid)[1]["found"]
+        assert time.time() - t0 < 1.5
+        # A lease not filled ends at its bound; the waiter takes over.
+        p.get("triton", "e", lease=True)
+        wid = w.send(GET, ns="triton", key="e", lease=True)
+        t0 = time.time()
+        body = w.reply(wid)[1]
+        assert body.get("lease") and 1.5 < time.time() - t0 < 10, (body, time.time() - t0)
+        # The expired producer's late put is refused: its lease passed on.
+        assert p.put("triton", "e", b"late")["code"] == "conflict"
+        s = d.stats()
+        assert s["artifact_lease_releases"] == 1 and s["artifact_lease_expiries"] == 1, s
+
+
+def test_a_waiters_own_timeout_is_a_miss():
+    with Daemon(workers=1) as d:
+        p, w = Client(d.socket), Client(d.socket)
+        p.get("triton", "slow", lease=True)
+        t0 = time.time()
+        body = w.get("triton", "slow", wait_ms=700)
+        assert not body["found"] and "lease" not in body and time.time() - t0 >= 0.6, body
+        assert not w.get("triton", "slow", wait_ms=0)["found"]
+        assert d.stats()["artifact_wait_timeouts"] == 1
+
+
+def test_bad_input_gets_clear_errors_and_the_daemon_serves_on():
+    with Daemon(workers=1, extra=["--artifact-max-value", "4096",
+                                  "--artifact-max-leases", "50"]) as d:
+        c = Client(d.socket)
+        cases = [
+            (dict(ns="", key="k"), "'ns'"),
+            (dict(ns="a" * 33, key="k"), "'ns'"),
+            (dict(ns="-x", key="k"), "'ns'"),
+            (dict(ns="x/y", key="k"), "'ns'"),
+            (dict(ns="x", key=""), "'key'"),
+            (dict(ns="x", key="k" * 1025), "'key'"),
+            (dict(ns="x", key="a\nb"), "'key'"),
+            (dict(ns=7, key="k"), "'ns'"),
+        ]
+        for fields, word in cases:
+            ftype, body = c.call(GET, **fields)
+            assert ftype == ERROR and body["code"] == "invalid" and word in body["message"], \
+                (fields, body)
+        body = c.put("x", "big", b"v" * 5000)
+        assert body["code"] == "invalid" and "artifact-max-value" in body["message"], body
+        body = c.call(PUT, ns="x", key="k", value="a str, not bin")[1]
+        assert body["code"] == "invalid", body
+        # Another client's lease: a put without it conflicts, with its token is denied.
+        o = Client(d.socket)
+        tok = o.get("x", "held", lease=True)["lease"]
+        assert c.put("x", "held", b"v")["code"] == "conflict"
+        assert c.put("x", "held", b"v", lease=tok)["code"] == "denied"
+        assert c.call(RELEASE, lease=tok)[1]["code"] == "invalid"
+        assert c.call(RELEASE, lease=123456789)[1]["code"] == "invalid"
+        # A flood of distinct keys: leases past the scope's bound are busy.
+        codes = []
+        for i in range(60):
+            b = c.get("x", "flood%d" % i, lease=True)
+            codes.append("lease" if "lease" in b else b.get("code"))
+        assert codes.count("lease") == 49 and codes.count("busy") == 11, codes
+        c.close()   # its 49 leases end with it
+        # Thousands of waiters on one key: all answered by one put.
+        waiters = [Client(d.socket) for _ in range(8)]
+        ids = [[w.send(GET, ns="x", key="held") for _ in range(250)] for w in waiters]
+        time.sleep(0.5)
+        assert o.put("x", "held", b"V" * 1000, lease=tok)["stored"]
+        for w, wids in zip(waiters, ids):
+            for i in wids:
+                assert w.reply(i)[1] == {"id": i, "found": True, "value": b"V" * 1000}
+        # One connection may not wait on more than 256 requests.
+        p = Client(d.socket)
+        p.get("x", "again", lease=True)
+        w = waiters[0]
+        wids = [w.send(GET, ns="x", key="again") for _ in range(257)]
+        assert w.reply(wids[-1])[1]["code"] == "busy"
+        assert d.cli("ping").returncode == 0
+        s = d.stats()
+        assert s["artifact_waiting"] == 256 and s["artifact_leases_held"] == 1, s
+        p.close()
+        for i in wids[:-1]:
+            assert not w.reply(i)[1]["found"]
+        assert d.stats()["artifact_waiting"] == 0
+
+
+def test_the_cap_evicts_artifacts_and_a_users_share_holds():
+    with reachable_daemon(extra=["--max-size", "2M", "--artifact-share", "25"]) as d:
+        r = cli_as(d.socket, B, B, "artifact", "put", "triton", "kept", "-",
+                   input=os.urandom(100000))
+        assert r.returncode == 0, r.stderr
+        c = Client(d.socket)
+        for i in range(40):     # 4 MB of incompressible bytes from root
+            assert c.put("triton", "a%d" % i, os.urandom(100000))["stored"]
+        s = d.stats()
+        assert s["artifact_bytes"] <= 2 << 20, s
+        assert s["artifact_share_evictions"] > 0, s
+        # root's artifacts stayed within its share; nobody's survived it.
+        assert cli_as(d.socket, B, B, "artifact", "get", "triton", "kept").returncode == 0
+        assert cli(d, "artifact", "get", "triton", "a39").returncode == 0
+        assert cli(d, "artifact", "get", "triton", "a0").returncode == 1
+        # A value over the share alone is refused, saying why.
+        body = c.put("triton", "huge", os.urandom(600000))
+        assert body["code"] == "internal" and "artifact-share" in body["message"], body
+
+
+def test_the_size_cap_evicts_artifacts_oldest_first():
+    with reachable_daemon(extra=["--max-size", "1M", "--artifact-share", "60"]) as d:
+        c = Client(d.socket)
+        for i in range(5):      # root: within its share
+            assert c.put("triton", "c%d" % i, os.urandom(100000))["stored"]
+        for i in range(6):      # and nobody's: together over the cap
+            r = cli_as(d.socket, B, B, "artifact", "put", "triton", "b%d" % i, "-",
+                       input=os.urandom(100000))
+            assert r.returncode == 0, r.stderr
+        s = d.stats()
+        assert s["artifact_bytes"] <= 1 << 20 and s["evictions"] > 0, s
+        assert s["artifact_share_evictions"] == 0, s
+        assert cli(d, "artifact", "get", "triton", "c0").returncode == 1
+        assert cli_as(d.socket, B, B, "artifact", "get", "triton", "b5").returncode == 0
+
+
+def test_ls_evict_purge_know_artifacts():
+    with Daemon(workers=1) as d:
+        c = Client(d.socket)
+        c.put("triton", "t1", b"1")
+        c.put("inductor-fx", "f1", b"2")
+        import json
+        ls = json.loads(cli(d, "ls", "--namespace", "triton", "--json").stdout)
+        assert [e["components"]["key"] for e in ls] == ["t1"], ls
+        assert json.loads(cli(d, "ls", "--kind", "artifact", "--json").stdout).__len__() == 2
+        r = cli(d, "evict", "--namespace", "inductor-fx", "--json")
+        assert json.loads(r.stdout)["removed"] == 1, r
+        r = cli(d, "purge", "--kind", "artifact", "--json")
+        assert json.loads(r.stdout)["removed"] == 1, r
+        assert cli(d, "artifact", "get", "triton", "t1").returncode == 1
+
+
+def _node(redis, tmp, name):
+    secret = os.path.join(tmp, "secret")
+    with open(secret, "wb") as f:
+        f.write(b"artifact test secret\n")
+    d = Daemon(workers=1, extra=["--l2", redis.url, "--l2-secret-file", secret,
+                                 "--l2-timeout-ms", "2000", "--allow-users", "%d,54321" % B])
+    make_reachable(d.socket)
+    return d
+
+
+def test_redis_carries_artifacts_within_their_scope():
+    if os.geteuid() != 0:
+        raise Skip("needs root to run clients as other users")
+    r = RedisServer()
+    tmp = tempfile.mkdtemp()
+    try:
+        with _node(r, tmp, "a") as a, _node(r, tmp, "b") as b:
+            assert cli(a, "artifact", "put", "triton", "k", "-", input=b"root's").returncode == 0
+            rb = cli_as(a.socket, B, B, "artifact", "put", "triton", "k", "-", input=b"B's")
+            assert rb.returncode == 0, rb.stderr
+            deadline = time.time() + 10
+            while len(r.command("KEYS", "ptxcache:artifact:*")) < 2:
+                assert time.time() < deadline, "nothing published"
+                time.sleep(0.05)
+            keys = sorted(k.decode() if isinstance(k, bytes) else k
+                          for k in r.command("KEYS", "ptxcache:artifact:*"))
+            assert keys[0].startswith("ptxcache:artifact:u0:"), keys
+            assert keys[1].startswith("ptxcache:artifact:u%d:" % B), keys
+            # Node b has neither locally: each user gets their own from Redis.
+            assert cli(b, "artifact", "get", "triton", "k").stdout == b"root's"
+            assert cli_as(b.socket, B, B, "artifact", "get", "triton", "k").stdout == b"B's"
+            assert b.stats()["artifact_l2_hits"] == 2
+            # A uid with nothing of its own finds nothing.
+            assert cli_as(b.socket, 54321, 54321, "artifact", "get", "triton",
+                          "k").returncode == 1
+            # After a restart of node b, its local copies answer.
+            b.stop()
+            b.start()
+            assert cli(b, "artifact", "get", "triton", "k").stdout == b"root's"
+    finally:
+        r.cleanup()
