@@ -19,7 +19,9 @@
  *            warm), and the first request after that versus steady state,
  *            each the median over several fresh daemons;
  *   size     bytes stored versus raw bytes, daemon memory, and hit
- *            throughput with 16 client processes.
+ *            throughput with 16 client processes;
+ *   artifact a JIT cache artifact's hit (ptxcache_artifact_get) of 4 KiB
+ *            and of 4 MiB, against the floor for the same frame sizes.
  *
  * Results go to OUT/results.json (the key names are the contract of
  * `make bench`; null where a figure cannot be measured, with a note) and a
@@ -648,6 +650,8 @@ struct figures {
 	double miss_sandbox_ms, miss_nosandbox_ms, exec_worker_ms, fork_exit_ms;
 	double worker_start_ms;
 	long long user1_compiles, user2_compiles, user2_confirmations, user2_mismatches;
+	/* Artifact hits of 4 KiB and 4 MiB, and the floor of their sizes. */
+	double art_hit_us[2], art_floor_us[2];
 };
 
 static void cold_runs(struct figures *f)
@@ -806,6 +810,83 @@ static void frame_sizes(struct kernel *k)
 	msg_end(&w);
 	k->rep_frame = b.len + k->ptx_len;
 	buf_free(&b);
+}
+
+/*
+ * An artifact hit's round trip against the floor, for a small value (an
+ * Inductor graph's entry) and a large one (a bundle of kernels): the get
+ * and the echo alternate, with the frame sizes the get moves.
+ */
+static void artifact_runs(struct figures *f, const struct daemon *d)
+{
+	static const size_t sizes[2] = { 4 << 10, 4 << 20 };
+	int n = g.quick ? 50 : 200;
+	double *hit = calloc((size_t)n, sizeof *hit), *flo = calloc((size_t)n, sizeof *flo);
+	char path[400];
+
+	snprintf(path, sizeof path, "%s/floor-artifact.sock", g.tmp);
+	pid_t fpid = floor_start(path, sizes[1] + 4096);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	set_path(&sa, path);
+	int ffd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	char *req = calloc(1, sizes[1] + 4096 + 8), *rep = malloc(sizes[1] + 4096);
+	if (!hit || !flo || !req || !rep)
+		die("out of memory");
+	if (ffd < 0 || connect(ffd, (struct sockaddr *)&sa, sizeof sa) < 0)
+		die("cannot connect to the floor server: %s", strerror(errno));
+	ptxcache *pc = connect_or_die(d->sock);
+	for (int z = 0; z < 2; z++) {
+		char key[64];
+		char *value = malloc(sizes[z]);
+		if (!value)
+			die("out of memory");
+		for (size_t i = 0; i < sizes[z]; i++)
+			value[i] = (char)(i * 2654435761u >> 13);
+		snprintf(key, sizeof key, "bench-%zu", sizes[z]);
+		if (ptxcache_artifact_put(pc, "bench", key, value, sizes[z], 0) < 0)
+			die("artifact put: %s", ptxcache_errmsg(pc));
+		/* The frames a get moves: the request, and the reply with the value. */
+		struct buf b = BUF_INIT;
+		struct msg_writer w;
+		msg_begin(&w, &b, FRAME_ARTIFACT_GET);
+		msg_put_int(&w, "id", 1000);
+		msg_put_str(&w, "ns", "bench");
+		msg_put_str(&w, "key", key);
+		msg_end(&w);
+		uint32_t hdr[2] = { (uint32_t)b.len, 0 };
+		buf_reset(&b);
+		msg_begin(&w, &b, FRAME_ARTIFACT_GET | FRAME_REPLY);
+		msg_put_int(&w, "id", 1000);
+		msg_put_bool(&w, "found", 1);
+		msg_put_bin(&w, "value", value, sizes[z]);
+		msg_end(&w);
+		hdr[1] = (uint32_t)b.len;
+		buf_free(&b);
+		memcpy(req, hdr, sizeof hdr);
+		for (int i = 0; i < n; i++) {
+			double t0 = now_ms();
+			if (write_full(ffd, req, 8 + hdr[0]) < 0 || read_full(ffd, rep, hdr[1]) < 0)
+				die("floor server failed");
+			flo[i] = (now_ms() - t0) * 1e3;
+			struct ptxcache_artifact a;
+			t0 = now_ms();
+			if (ptxcache_artifact_get(pc, "bench", key, 0, 0, &a) < 0 || !a.found ||
+			    a.len != sizes[z] || memcmp(a.value, value, sizes[z]))
+				die("artifact get: not the value put (%s)", ptxcache_errmsg(pc));
+			hit[i] = (now_ms() - t0) * 1e3;
+			ptxcache_artifact_free(&a);
+		}
+		f->art_hit_us[z] = quantile(hit, (size_t)n, 0.5);
+		f->art_floor_us[z] = quantile(flo, (size_t)n, 0.5);
+		free(value);
+	}
+	ptxcache_close(pc);
+	close(ffd);
+	waitpid(fpid, NULL, 0);
+	free(hit);
+	free(flo);
+	free(req);
+	free(rep);
 }
 
 static void hit_runs(struct figures *f, const struct daemon *d, int cubin)
@@ -1230,6 +1311,10 @@ static void write_json(const struct figures *x, const char *path)
 	jnum(f, "repeat_speedup_vs_cold", (x->cold_llc_ms + (isnan(x->cold_ptxas_ms) ? 0 :
 		x->cold_ptxas_ms)) / repeat_ms(x), 0);
 	jnum(f, "hit_p50_over_floor", x->hit_p50_us / x->floor_p50_us, 0);
+	jnum(f, "artifact_hit_4k_p50_us", x->art_hit_us[0], 0);
+	jnum(f, "artifact_floor_4k_p50_us", x->art_floor_us[0], 0);
+	jnum(f, "artifact_hit_4m_p50_us", x->art_hit_us[1], 0);
+	jnum(f, "artifact_floor_4m_p50_us", x->art_floor_us[1], 0);
 	jnum(f, "l2_node1_first_pass_ms", x->l2_node1_pass_ms, 0);
 	jnum(f, "l2_node2_first_pass_ms", x->l2_node2_pass_ms, 0);
 	jnum(f, "l2_node2_compiles", x->l2_node2_compiles < 0 ? NAN : (double)x->l2_node2_compiles, 0);
@@ -1312,6 +1397,10 @@ static void print_table(const struct figures *x)
 	row("hit p99 per request", x->hit_p99_us, "us", "/ floor p99",
 	    x->hit_p99_us / x->floor_p99_us);
 	row("floor p50 (echo + SHA-256)", x->floor_p50_us, "us", NULL, 0);
+	row("artifact hit p50, 4 KiB", x->art_hit_us[0], "us", "/ floor", x->art_hit_us[0] /
+	    x->art_floor_us[0]);
+	row("artifact hit p50, 4 MiB", x->art_hit_us[1], "us", "/ floor", x->art_hit_us[1] /
+	    x->art_floor_us[1]);
 	row("8 ranks, empty cache, wall", x->ranks8_wall_ms, "ms", "/ 1 rank",
 	    x->ranks8_wall_ms / x->ranks1_wall_ms);
 	row("1 rank, empty cache, wall", x->ranks1_wall_ms, "ms", NULL, 0);
@@ -1565,6 +1654,8 @@ int main(int argc, char **argv)
 
 	fprintf(stderr, "bench: hits and the floor\n");
 	hit_runs(&f, &d, cubin);
+	fprintf(stderr, "bench: artifact hits and the floor\n");
+	artifact_runs(&f, &d);
 	long long made;
 	double t = clients(d.sock, 16, g.quick ? 1000 : 3000, &made);
 	f.hits_per_s = (double)made / (t / 1e3);
