@@ -6,7 +6,7 @@ LLVM_CONFIG ?= $(shell command -v llvm-config-22 || echo /usr/lib/llvm-22/bin/ll
 LLVM_BIN    := $(shell $(LLVM_CONFIG) --bindir 2>/dev/null)
 PKGS        := sqlite3 libevent msgpack libzstd libcrypto hiredis libxxhash libseccomp
 B           := build
-VERSION     := 0.1.0
+VERSION     := 0.2.0
 
 CC      ?= cc
 CXX     ?= c++

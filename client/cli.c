@@ -912,7 +912,7 @@ int main(int argc, char **argv)
 			usage(stdout);
 			return 0;
 		} else if (!strcmp(argv[i], "--version")) {
-			puts("ptxcache 0.1.0");
+			puts("ptxcache 0.2.0");
 			return 0;
 		} else {
 			die("unknown option '%s' (see 'ptxcache --help')", argv[i]);

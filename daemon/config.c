@@ -424,7 +424,7 @@ int config_load(struct server_config *cfg, int argc, char **argv,
 		} else if (c == O_VERIFY) {
 			*mode = "verify";
 		} else if (c == O_VERSION) {
-			printf("ptxcached 0.1.0 (%s)\n", codegen_identity());
+			printf("ptxcached 0.2.0 (%s)\n", codegen_identity());
 			return 1;
 		} else if (c == O_HELP || c == 'h') {
 			usage(stdout);

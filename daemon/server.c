@@ -62,7 +62,7 @@
 #include "proto/frame.h"
 #include "proto/msg.h"
 
-#define SERVER_NAME "ptxcached 0.1.0"
+#define SERVER_NAME "ptxcached 0.2.0"
 
 /* ---- connections: state, peers, replies ----------------------------- */
 
