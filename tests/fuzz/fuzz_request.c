@@ -27,12 +27,12 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* Every field a request handler of the master reads (daemon/compile.c,
- * cubin_req.c, manage.c). */
+ * cubin_req.c, manage.c, artifact.c). */
 static const char *const fields[] = {
 	"id", "input", "kind", "input_kind", "triple", "march", "cpu",
 	"features", "pipeline", "opt", "emit", "strict", "options", "backend",
 	"asm_args", "arch", "older_than", "min_bytes", "limit", "key",
-	"max_size", "all",
+	"max_size", "all", "ns", "value", "lease", "wait_ms", "namespace",
 };
 
 #define NFIELDS (sizeof fields / sizeof fields[0])

@@ -96,7 +96,11 @@ def requests():
            {"id": 5, "kind": "ptx", "arch": "sm_90a", "older_than": 3600, "min_bytes": 0,
             "limit": 10},
            {"id": 6, "key": "ab" * 32}, {"id": 7, "max_size": 1 << 40, "all": True},
-           {"id": -1}, {"id": (1 << 64) - 1}, {"id": 1.5}, {"id": None, "input": None}]
+           {"id": -1}, {"id": (1 << 64) - 1}, {"id": 1.5}, {"id": None, "input": None},
+           {"id": 8, "ns": "triton", "key": "k" * 64, "lease": True, "wait_ms": 1000},
+           {"id": 9, "ns": "inductor-fx", "key": "k", "value": b"v" * 100, "lease": 3},
+           {"id": 10, "lease": 7}, {"id": 11, "kind": "artifact", "namespace": "triton"},
+           {"id": 12, "ns": "x" * 33, "key": "k" * 1025, "value": "not bin", "wait_ms": -1}]
     wrong = [None, True, 0, -1, (1 << 63), -(1 << 63), 1.0, "", "x\ny", "a\0b", b"\0",
              [], ["-a"], ["x"] * 33, {}, {"a": 1}]
     for field in ("id", "input", "kind", "triple", "march", "cpu", "features", "opt", "emit",
@@ -141,7 +145,10 @@ def frames():
            frame(3, b"\x81" * 200 + b"\x00"), frame(3, pack({"id": 1}), length=2),
            frame(2, pack({"id": 1})) + b"PX\x01\x02\x00\x00\x00\x09" + b"\x81",
            frame(3, b""), frame(3, b"\x80"), frame(3, b"\xc0"),
-           frame(2, pack({"id": 1})) + b"XX" + b"\x00" * 6]
+           frame(2, pack({"id": 1})) + b"XX" + b"\x00" * 6,
+           frame(10, pack({"id": 1, "ns": "triton", "key": "k", "lease": True})) +
+           frame(11, pack({"id": 2, "ns": "triton", "key": "k", "value": b"v", "lease": 1})) +
+           frame(12, pack({"id": 3, "lease": 1}))]
     for i in range(1, 8):
         out.append(frame(3, c)[:len(frame(3, c)) * i // 8])
     return out
