@@ -60,6 +60,7 @@
 #define MAX_GROUPS 64
 
 struct waiter {
+	struct artifacts *a;
 	struct conn *conn;
 	uint64_t id;
 	int want_lease;
@@ -367,9 +368,10 @@ static void conn_unhold(struct conn *c)
 	conn_unref(c);
 }
 
+/* Free a waiter already off its slot's list (its slot may be gone). */
 static void waiter_free(struct waiter *w)
 {
-	w->slot->a->n.waiting--;
+	w->a->n.waiting--;
 	event_free(w->deadline);
 	conn_unhold(w->conn);
 	free(w);
@@ -388,17 +390,21 @@ static void waiter_unlink(struct waiter *w)
 /* Answer every waiter of s with value (NULL: a miss) and drop the slot. */
 static void slot_finish(struct slot *s, const struct buf *value)
 {
-	struct waiter *w, *next;
+	struct artifacts *a = s->a;
+	struct waiter *w = s->waiters, *next;
 
-	for (w = s->waiters; w; w = next) {
+	/* Off the tables first: a reply may close a connection (a reader too
+	 * slow, conn_send()), whose artifacts_conn_closed() must find
+	 * neither this slot nor these waiters. */
+	s->waiters = NULL;
+	slot_unlink(s);
+	for (; w; w = next) {
 		next = w->next;
 		if (value)
-			s->a->n.wait_hits++;
+			a->n.wait_hits++;
 		reply_get(w->conn, w->id, value, 0);
 		waiter_free(w);
 	}
-	s->waiters = NULL;
-	slot_unlink(s);
 }
 
 /*
@@ -426,6 +432,8 @@ static void lease_pass_on(struct slot *s)
 	*pp = w->next;
 	lease_grant(s, w->conn);
 	s->a->n.lease_handoffs++;
+	/* Last: the reply may close w's connection, and so end this lease
+	 * and free s. */
 	reply_get(w->conn, w->id, NULL, s->token);
 	waiter_free(w);
 }
@@ -461,6 +469,7 @@ static struct waiter *waiter_add(struct slot *s, struct conn *c, uint64_t id,
 		free(w);
 		return NULL;
 	}
+	w->a = s->a;
 	w->conn = c;
 	w->id = id;
 	w->want_lease = want_lease;
@@ -488,13 +497,29 @@ static void send_progress(struct conn *c, uint64_t id)
 	buf_free(&out);
 }
 
+/* A progress frame to every waiter. Sending may close a connection and so
+ * change the lists: the (connection, id) pairs are taken first, each
+ * connection held meanwhile. */
 static void on_progress(evutil_socket_t fd, short what, void *arg)
 {
 	struct artifacts *a = arg;
+	struct { struct conn *c; uint64_t id; } *to;
+	size_t n = 0;
 
-	for (struct slot *s = a->all; s; s = s->next_all)
-		for (struct waiter *w = s->waiters; w; w = w->next)
-			send_progress(w->conn, w->id);
+	if (!a->n.waiting || !(to = calloc((size_t)a->n.waiting, sizeof *to)))
+		return;
+	for (struct slot *s = a->all; s; s = s->next_all) {
+		for (struct waiter *w = s->waiters; w && n < (size_t)a->n.waiting; w = w->next) {
+			w->conn->refs++;
+			to[n].c = w->conn;
+			to[n++].id = w->id;
+		}
+	}
+	for (size_t i = 0; i < n; i++) {
+		send_progress(to[i].c, to[i].id);
+		conn_unref(to[i].c);
+	}
+	free(to);
 }
 
 /* ---- the Redis tier --------------------------------------------------- */
@@ -757,13 +782,10 @@ const struct request_table artifact_requests = {
 
 void artifacts_conn_closed(struct artifacts *a, struct conn *c)
 {
-	struct slot *s, *next;
-
 	if (!a)
 		return;
-	for (s = a->all; s; s = next) {
-		/* Passing a lease on may free s, never a slot after it. */
-		next = s->next_all;
+again:
+	for (struct slot *s = a->all; s; s = s->next_all) {
 		for (struct waiter **pp = &s->waiters; *pp;) {
 			struct waiter *w = *pp;
 			if (w->conn == c) {
@@ -774,8 +796,11 @@ void artifacts_conn_closed(struct artifacts *a, struct conn *c)
 			}
 		}
 		if (s->holder == c) {
+			/* Passing the lease on answers others, which may close
+			 * connections and change any slot: walk again. */
 			a->n.lease_closes++;
 			lease_pass_on(s);
+			goto again;
 		}
 	}
 }
