@@ -1,0 +1,173 @@
+"""python3 -m ptxcache: what is wired and what is not.
+
+    python3 -m ptxcache status [--json] [--no-import]
+    python3 -m ptxcache env            # the variables enable() would set, as shell exports
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from . import __version__, front, inductor, torch as ptorch, triton as ptriton, wire
+from .client import Client, socket_and_source
+from .errors import PtxcacheError, Unsupported
+
+
+def _version(dist: str) -> str | None:
+    """The installed version of dist (without importing it), or None if it
+    cannot be imported."""
+    try:
+        import importlib.util
+        if importlib.util.find_spec(dist) is None:
+            return None
+    except (ImportError, ValueError):
+        return None
+    try:
+        from importlib import metadata
+        return metadata.version(dist)
+    except Exception:
+        return "unknown version"
+
+
+def _daemon(path: str) -> dict[str, Any]:
+    d: dict[str, Any] = {"socket": path}
+    try:
+        with Client(path) as c:
+            h = c.hello()
+            d.update(reachable=True, server=h.get("server"), pid=h.get("pid"),
+                     assembler=(h.get("assembler") or "").strip().splitlines()[-1:] or None)
+            try:
+                c.artifact_get("ptxcache", "status-probe", lease=False, wait_ms=0)
+                d["artifacts"] = True
+            except Unsupported:
+                d["artifacts"] = False
+            try:
+                s = c.stats()
+                d["stats"] = {k: v for k, v in s.items() if k.startswith("artifact")}
+            except PtxcacheError:
+                pass
+    except PtxcacheError as e:
+        d.update(reachable=False, error=str(e))
+    return d
+
+
+def status(do_import: bool) -> dict[str, Any]:
+    path, src = socket_and_source()
+    out: dict[str, Any] = {"package": {"version": __version__, "file": os.path.dirname(__file__),
+                                       "msgpack": wire.codec_name(),
+                                       "pth_installed": ptorch.pth_installed()},
+                           "switch": {ptorch.ENV_SWITCH: os.environ.get(ptorch.ENV_SWITCH)},
+                           "daemon": dict(_daemon(path), socket_from=src)}
+    fr, how = front.find_front(make_link=False)
+    out["ptxas"] = {"front": fr, "found": how, "TRITON_PTXAS_PATH": os.environ.get("TRITON_PTXAS_PATH"),
+                    "triton_ptxas": front.triton_ptxas(),
+                    "PTXCACHE_PTXAS": os.environ.get("PTXCACHE_PTXAS")}
+    out["ptxas"]["wired"] = bool(out["ptxas"]["TRITON_PTXAS_PATH"]) and \
+        os.path.realpath(out["ptxas"]["TRITON_PTXAS_PATH"] or "") == os.path.realpath(fr or "-")
+    tm, tb = os.environ.get("TRITON_CACHE_MANAGER"), os.environ.get("TRITON_REMOTE_CACHE_BACKEND")
+    out["triton"] = {"version": _version("triton"), "TRITON_CACHE_MANAGER": tm,
+                     "TRITON_REMOTE_CACHE_BACKEND": tb,
+                     "wired": tm == ptriton.MANAGER_SPEC and tb == ptriton.BACKEND_SPEC}
+    ind: dict[str, Any] = {"version": _version("torch"), "tested": list(inductor.TESTED_TORCH),
+                           "caches": {}}
+    for cache, (var, mod, attr) in inductor.SWITCHES.items():
+        ind["caches"][cache] = {"namespace": inductor.CACHES[cache][0],
+                                "lease": inductor.CACHES[cache][1], var: os.environ.get(var)}
+    if do_import and ind["version"]:
+        try:
+            import importlib
+            rc = importlib.import_module(inductor.MODULE)
+            inst = inductor.installed(rc)
+            for cache, (var, mod, attr) in inductor.SWITCHES.items():
+                e = ind["caches"][cache]
+                e["backend"] = inst[cache]
+                try:
+                    e[mod + "." + attr] = getattr(importlib.import_module(mod), attr, "absent")
+                except Exception as ex:
+                    e[mod + "." + attr] = "cannot import: %s" % ex
+                e["wired"] = inst[cache] == "ptxcache" and e[mod + "." + attr] is True
+        except Exception as ex:
+            ind["import_error"] = str(ex)
+    else:
+        for cache, (var, mod, attr) in inductor.SWITCHES.items():
+            e = ind["caches"][cache]
+            e["wired"] = None if ind["version"] else False
+    pgo = ind["caches"]["RemoteDynamoPGOCache"]
+    if not (os.environ.get("TORCH_COMPILE_JOB_ID") or os.environ.get("TORCH_COMPILE_STICKY_PGO_KEY")):
+        pgo["note"] = "PyTorch keeps no PGO profile without a job id (TORCH_COMPILE_JOB_ID)"
+    out["inductor"] = ind
+    out["jax"] = {"version": _version("jax"), "wired": False,
+                  "note": "JAX's persistent cache takes no backend without patching its private "
+                          "names; use the ptxas front (README: Pointing a tool at it)"}
+    return out
+
+
+def _yn(v: Any) -> str:
+    return {True: "yes", False: "no", None: "?"}.get(v, str(v)) if isinstance(v, (bool, type(None))) else str(v)
+
+
+def print_status(s: dict[str, Any]) -> None:
+    p, d = s["package"], s["daemon"]
+    print("ptxcache %s (%s), msgpack: %s, ptxcache.pth installed: %s"
+          % (p["version"], p["file"], p["msgpack"], _yn(p["pth_installed"])))
+    print("%s: %s" % (ptorch.ENV_SWITCH, s["switch"][ptorch.ENV_SWITCH] or "unset"))
+    if d.get("reachable"):
+        print("daemon: %s (from %s): %s, pid %s, artifacts: %s"
+              % (d["socket"], d["socket_from"], d.get("server"), d.get("pid"), _yn(d.get("artifacts"))))
+    else:
+        print("daemon: %s (from %s): NOT reachable: %s" % (d["socket"], d["socket_from"], d.get("error")))
+    x = s["ptxas"]
+    print("ptxas front: %s: %s (%s); TRITON_PTXAS_PATH=%s"
+          % ("wired" if x["wired"] else "NOT wired", x["front"] or "none", x["found"],
+             x["TRITON_PTXAS_PATH"] or "unset"))
+    t = s["triton"]
+    print("triton %s: remote cache %s (TRITON_CACHE_MANAGER=%s, TRITON_REMOTE_CACHE_BACKEND=%s)"
+          % (t["version"] or "not installed", "wired" if t["wired"] else "NOT wired",
+             t["TRITON_CACHE_MANAGER"] or "unset", t["TRITON_REMOTE_CACHE_BACKEND"] or "unset"))
+    i = s["inductor"]
+    print("torch %s (checked against %s)%s" % (i["version"] or "not installed", ", ".join(i["tested"]),
+                                                "; " + i["import_error"] if "import_error" in i else ""))
+    for cache, e in i["caches"].items():
+        var = inductor.SWITCHES[cache][0]
+        w = e.get("wired")
+        extra = "" if "backend" not in e else ", backend: %s" % e["backend"]
+        print("  %-28s %-10s %s=%s%s%s" % (cache, {True: "wired", False: "NOT wired", None: "?"}[w],
+                                          var, e.get(var) or "unset", extra,
+                                          ("; " + e["note"]) if "note" in e else ""))
+    j = s["jax"]
+    print("jax %s: NOT wired: %s" % (j["version"] or "not installed", j["note"]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m ptxcache",
+                                 description="ptxcached from Python: what is wired and what is not.")
+    sub = ap.add_subparsers(dest="cmd")
+    st = sub.add_parser("status", help="the daemon, the ptxas front, Triton's and Inductor's caches")
+    st.add_argument("--json", action="store_true", help="print JSON")
+    st.add_argument("--no-import", action="store_true",
+                    help="do not import PyTorch to check its remote caches")
+    sub.add_parser("env", help="the variables ptxcache.torch.enable() would set, as shell exports")
+    a = ap.parse_args(argv)
+    if a.cmd == "status":
+        s = status(not a.no_import)
+        if a.json:
+            json.dump(s, sys.stdout, indent=2, default=str)
+            print()
+        else:
+            print_status(s)
+        return 0 if s["daemon"].get("reachable") else 1
+    if a.cmd == "env":
+        import shlex
+        for var, (value, why) in ptorch.planned_environment().items():
+            print("export %s=%s   # %s" % (var, shlex.quote(value), why))
+        print("export %s=1" % ptorch.ENV_SWITCH)
+        return 0
+    ap.print_help()
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

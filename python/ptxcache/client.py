@@ -1,0 +1,398 @@
+"""A client of ptxcached's protocol (proto/PROTOCOL.md): hello, ping, stats
+and the artifact requests (get, put, release, with leases).
+
+The socket is found as the C clients find it (client/lib.c):
+``$PTXCACHE_SOCKET``, else ``$XDG_RUNTIME_DIR/ptxcache/ptxcached.sock`` (or
+``/tmp/ptxcache-$UID/ptxcached.sock`` without XDG_RUNTIME_DIR), else, when
+that does not exist, the node's service socket
+``/run/ptxcache/ptxcached.sock``.
+
+Timeouts: the daemon must say something within the silence bound
+(``timeout``, 10 s by default, ``$PTXCACHE_TIMEOUT_MS``) while a request is
+outstanding: a reply, or a ``progress`` frame, which it sends about once a
+second while a request waits for a producer. A get that waits is also
+bounded overall by its own ``wait_ms`` plus the silence bound.
+
+A Client is one connection. It is a context manager, may be used from
+several threads (requests are serialised by ``lock``), and reconnects by
+itself in a child after fork() and when the daemon closed an idle
+connection. Errors are exceptions from ptxcache.errors.
+"""
+from __future__ import annotations
+
+import dataclasses
+import errno
+import json
+import os
+import select
+import socket
+import threading
+import time
+from typing import Any, Iterable
+
+from . import wire
+from .errors import ConnectError, DaemonTimeout, ProtocolError, PtxcacheError, ServerError, server_error
+
+__all__ = ["Client", "ArtifactReply", "default_socket", "socket_and_source", "SYSTEM_SOCKET",
+           "DEFAULT_TIMEOUT"]
+
+# Where the node's systemd service listens (systemd/ptxcached.socket).
+SYSTEM_SOCKET = "/run/ptxcache/ptxcached.sock"
+# The silence bound, as the C library's default (ptxcache_connect).
+DEFAULT_TIMEOUT = 10.0
+# Replies carry artifacts of up to artifact-max-value (256 MiB by default).
+REPLY_MAX = 1 << 30
+
+
+def socket_and_source(env: dict | None = None) -> tuple[str, str]:
+    """The socket path a client uses, and where it came from (for status)."""
+    env = os.environ if env is None else env
+    p = env.get("PTXCACHE_SOCKET")
+    if p:
+        return p, "PTXCACHE_SOCKET"
+    x = env.get("XDG_RUNTIME_DIR")
+    if x:
+        own, src = os.path.join(x, "ptxcache", "ptxcached.sock"), "XDG_RUNTIME_DIR"
+    else:
+        own, src = "/tmp/ptxcache-%d/ptxcached.sock" % os.getuid(), "default"
+    if not os.path.exists(own) and os.path.exists(SYSTEM_SOCKET):
+        return SYSTEM_SOCKET, "the node's service"
+    return own, src
+
+
+def default_socket() -> str:
+    """The socket path a client uses (see the module's comment)."""
+    return socket_and_source()[0]
+
+
+def _env_timeout() -> float:
+    v = os.environ.get("PTXCACHE_TIMEOUT_MS")
+    try:
+        return int(v) / 1000.0 if v and int(v) > 0 else DEFAULT_TIMEOUT
+    except ValueError:
+        return DEFAULT_TIMEOUT
+
+
+@dataclasses.dataclass
+class ArtifactReply:
+    """An artifact_get's answer: the value when found; lease is the token
+    when the caller became the key's producer."""
+    found: bool
+    value: bytes | None = None
+    lease: int | None = None
+
+
+_NAMES = {wire.T_HELLO: "hello", wire.T_PING: "ping", wire.T_STATS: "stats",
+          wire.T_ARTIFACT_GET: "artifact_get", wire.T_ARTIFACT_PUT: "artifact_put",
+          wire.T_ARTIFACT_RELEASE: "artifact_release"}
+
+
+class Client:
+    """One connection to ptxcached. Connects on first use."""
+
+    def __init__(self, path: str | None = None, timeout: float | None = None) -> None:
+        self.path = path or default_socket()
+        self.timeout = timeout if timeout and timeout > 0 else _env_timeout()
+        self.lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._pid = 0
+        self._next_id = 0
+        self._used = False      # a request went over this connection
+
+    # ---- connection ---------------------------------------------------
+
+    def connect(self) -> None:
+        """Open the connection if it is not open (again, after a fork or a
+        close by the daemon). ConnectError if the socket cannot be reached."""
+        if self._sock is not None and self._pid == os.getpid():
+            return
+        self._drop()
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        try:
+            s.connect(self.path)
+        except socket.timeout:
+            s.close()
+            raise DaemonTimeout("timed out after %.0f ms connecting to ptxcached at '%s'"
+                                % (self.timeout * 1000, self.path)) from None
+        except OSError as e:
+            s.close()
+            raise ConnectError("cannot connect to ptxcached at '%s': %s"
+                               % (self.path, e.strerror or e)) from None
+        self._sock, self._pid, self._used = s, os.getpid(), False
+
+    def close(self) -> None:
+        """Close the connection; leases it held end with it."""
+        with self.lock:
+            self._drop()
+
+    def _drop(self) -> None:
+        s, self._sock = self._sock, None
+        if s is not None and self._pid == os.getpid():
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    @property
+    def connected(self) -> bool:
+        return self._sock is not None and self._pid == os.getpid()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _stale(self) -> bool:
+        """True if the daemon has written to or closed a connection on which
+        nothing is outstanding (an idle close, a shutdown): it is of no use."""
+        try:
+            r, _, _ = select.select([self._sock], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(r)
+
+    # ---- requests ------------------------------------------------------
+
+    def call(self, requests: list[tuple[int, dict]], wait_s: float = 0.0) -> list[dict | ServerError]:
+        """Send requests [(type, fields)] together and return their replies
+        in the same order: each a reply body, or the ServerError the daemon
+        answered that request with. wait_s: how long any of them may wait on
+        the daemon's side beyond the silence bound. Raises for what ends the
+        connection (ConnectError, DaemonTimeout, ProtocolError, or a
+        ServerError sent with id 0)."""
+        with self.lock:
+            for attempt in (0, 1):
+                fresh = not self.connected
+                if not fresh and self._used and self._stale():
+                    self._drop()
+                    fresh = True
+                self.connect()
+                try:
+                    return self._exchange(requests, wait_s)
+                except _Retry:
+                    # The daemon had closed this idle connection before it
+                    # saw our request: once more on a new one.
+                    self._drop()
+                    if fresh or attempt:
+                        raise ConnectError("ptxcached at '%s' closed the connection" % self.path) from None
+                except PtxcacheError:
+                    self._drop()
+                    raise
+                except BaseException:
+                    self._drop()    # interrupted mid-frame: the stream is unusable
+                    raise
+            raise AssertionError("unreachable")
+
+    def _exchange(self, requests: list[tuple[int, dict]], wait_s: float) -> list[dict | ServerError]:
+        assert self._sock is not None
+        ids: dict[int, int] = {}
+        types: list[int] = []
+        out = []
+        for i, (t, fields) in enumerate(requests):
+            self._next_id += 1
+            rid = self._next_id
+            ids[rid] = i
+            types.append(t)
+            out.append(wire.frame(t, dict(fields, id=rid)))
+        reused = self._used
+        self._used = True
+        deadline = time.monotonic() + self.timeout + wait_s
+        results: list[dict | ServerError | None] = [None] * len(requests)
+        try:
+            self._send_all(b"".join(out), deadline)
+        except _Closed as e:
+            # A daemon that refuses the connection sends its reason and
+            # closes: read it. A reused connection closed while idle is
+            # retried by call().
+            got = self._reason(deadline)
+            if got is not None:
+                raise got from None
+            if reused:
+                raise _Retry() from None
+            raise ConnectError("cannot send to ptxcached at '%s': %s" % (self.path, e)) from None
+        heard = False
+        left = len(requests)
+        while left:
+            try:
+                ftype, body = self._read_frame(deadline)
+            except _Closed:
+                if reused and not heard:
+                    raise _Retry() from None
+                raise ConnectError("ptxcached at '%s' closed the connection" % self.path) from None
+            heard = True
+            rid = body.get("id")
+            if ftype == wire.T_PROGRESS:
+                continue        # the silence bound restarts with every frame
+            if ftype == wire.T_ERROR:
+                err = server_error(str(body.get("code", "")), str(body.get("message", "")),
+                                   _NAMES.get(types[ids[rid]], "") if rid in ids else "")
+                if rid in ids and results[ids[rid]] is None:
+                    results[ids[rid]] = err
+                    left -= 1
+                    continue
+                if rid == 0 or rid is None:
+                    raise err
+                continue        # an error for a request we gave up on
+            if rid not in ids or results[ids[rid]] is not None:
+                continue        # a stray reply to an abandoned request
+            i = ids[rid]
+            if ftype != types[i] | wire.REPLY:
+                raise ProtocolError("ptxcached answered %s with frame type 0x%02x"
+                                    % (_NAMES.get(types[i], types[i]), ftype))
+            results[i] = body
+            left -= 1
+        return results  # type: ignore[return-value]
+
+    def _reason(self, deadline: float) -> ServerError | None:
+        """After a failed send: the error frame the daemon sent, if any."""
+        try:
+            ftype, body = self._read_frame(min(deadline, time.monotonic() + 1.0))
+        except (PtxcacheError, _Closed):
+            return None
+        if ftype == wire.T_ERROR:
+            return server_error(str(body.get("code", "")), str(body.get("message", "")))
+        return None
+
+    def _send_all(self, data: bytes, deadline: float) -> None:
+        sock = self._sock
+        assert sock is not None
+        view = memoryview(data)
+        while view:
+            sock.settimeout(self._wait_left(deadline))
+            try:
+                n = sock.send(view)
+            except socket.timeout:
+                raise DaemonTimeout("timed out after %.0f ms sending to ptxcached at '%s'"
+                                    % (self.timeout * 1000, self.path)) from None
+            except OSError as e:
+                if e.errno in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN):
+                    raise _Closed(e.strerror) from None
+                raise ConnectError("cannot send to ptxcached at '%s': %s" % (self.path, e)) from None
+            view = view[n:]
+
+    def _wait_left(self, deadline: float) -> float:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise DaemonTimeout("ptxcached at '%s' did not answer in time" % self.path)
+        return min(left, self.timeout)
+
+    def _read_exact(self, n: int, deadline: float) -> bytearray:
+        sock = self._sock
+        assert sock is not None
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            sock.settimeout(self._wait_left(deadline))
+            try:
+                r = sock.recv_into(view[got:])
+            except socket.timeout:
+                raise DaemonTimeout("no answer from ptxcached at '%s' for %.0f ms"
+                                    % (self.path, self.timeout * 1000)) from None
+            except OSError as e:
+                if e.errno in (errno.ECONNRESET, errno.EPIPE):
+                    raise _Closed(e.strerror) from None
+                raise ConnectError("cannot read from ptxcached at '%s': %s" % (self.path, e)) from None
+            if r == 0:
+                raise _Closed("end of stream")
+            got += r
+        return buf
+
+    def _read_frame(self, deadline: float) -> tuple[int, dict]:
+        hdr = self._read_exact(wire.HEADER, deadline)
+        try:
+            ftype, n = wire.parse_header(bytes(hdr), REPLY_MAX)
+            body = wire.unpack(bytes(self._read_exact(n, deadline)))
+        except wire.WireError as e:
+            raise ProtocolError("malformed reply from ptxcached at '%s': %s" % (self.path, e)) from None
+        if not isinstance(body, dict):
+            raise ProtocolError("malformed reply from ptxcached at '%s': not a map" % self.path)
+        return ftype, body
+
+    def _one(self, t: int, fields: dict, wait_s: float = 0.0) -> dict:
+        r = self.call([(t, fields)], wait_s)[0]
+        if isinstance(r, ServerError):
+            raise r
+        return r
+
+    # ---- the requests ----------------------------------------------------
+
+    def hello(self) -> dict:
+        """The daemon's identity: proto, server, compiler, pid, assembler."""
+        return self._one(wire.T_HELLO, {})
+
+    def ping(self) -> None:
+        self._one(wire.T_PING, {})
+
+    def stats(self) -> dict:
+        """The daemon's counters (``ptxcache stats --json``)."""
+        r = self._one(wire.T_STATS, {})
+        try:
+            return json.loads(r["json"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ProtocolError("malformed stats reply from ptxcached at '%s': %s" % (self.path, e)) from None
+
+    @staticmethod
+    def _get_fields(ns: str, key: str | bytes, lease: bool, wait_ms: int | None) -> dict:
+        f: dict = {"ns": ns, "key": key, "lease": bool(lease)}
+        if wait_ms is not None:
+            f["wait_ms"] = max(0, int(wait_ms))
+        return f
+
+    @staticmethod
+    def _artifact_reply(r: dict) -> ArtifactReply:
+        found = r.get("found")
+        if not isinstance(found, bool):
+            raise ProtocolError("malformed artifact_get reply: no 'found'")
+        value = r.get("value")
+        if found and not isinstance(value, (bytes, bytearray)):
+            raise ProtocolError("malformed artifact_get reply: found without a value")
+        lease = r.get("lease")
+        return ArtifactReply(found, bytes(value) if found else None,
+                             lease if isinstance(lease, int) and not isinstance(lease, bool) else None)
+
+    def artifact_get(self, ns: str, key: str | bytes, lease: bool = False,
+                     wait_ms: int | None = None) -> ArtifactReply:
+        """Look up ns/key in the caller's scope. lease: on a miss with no
+        producer, become the producer (reply.lease). While another client
+        produces the key, wait up to wait_ms (the daemon's artifact-wait by
+        default and at most) for its put."""
+        r = self._one(wire.T_ARTIFACT_GET, self._get_fields(ns, key, lease, wait_ms),
+                      (wait_ms if wait_ms is not None else 300000) / 1000.0)
+        return self._artifact_reply(r)
+
+    def artifact_get_many(self, ns: str, keys: Iterable[str | bytes], lease: bool = False,
+                          wait_ms: int | None = None) -> list[ArtifactReply | ServerError]:
+        """artifact_get of several keys at once (sent together, answered in
+        any order); one answer or ServerError per key, in order."""
+        reqs = [(wire.T_ARTIFACT_GET, self._get_fields(ns, k, lease, wait_ms)) for k in keys]
+        if not reqs:
+            return []
+        out: list[ArtifactReply | ServerError] = []
+        for r in self.call(reqs, (wait_ms if wait_ms is not None else 300000) / 1000.0):
+            out.append(r if isinstance(r, ServerError) else self._artifact_reply(r))
+        return out
+
+    def artifact_put(self, ns: str, key: str | bytes, value: bytes, lease: int | None = None) -> bool:
+        """Store value under ns/key in the caller's scope (committed before
+        the reply); with lease, as that key's producer. Conflict if another
+        client holds the key's lease and this one did not pass its own."""
+        f: dict = {"ns": ns, "key": key, "value": bytes(value)}
+        if lease is not None:
+            f["lease"] = lease
+        return bool(self._one(wire.T_ARTIFACT_PUT, f).get("stored"))
+
+    def artifact_release(self, lease: int) -> None:
+        """Give up a lease without a put: the next waiter may produce."""
+        self._one(wire.T_ARTIFACT_RELEASE, {"lease": lease})
+
+
+class _Closed(Exception):
+    """The stream ended (internal)."""
+
+
+class _Retry(Exception):
+    """A reused connection turned out closed before the daemon saw the
+    request (internal)."""

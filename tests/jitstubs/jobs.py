@@ -1,0 +1,128 @@
+"""Jobs for tests/test_python.py, each run as its own process with
+tests/jitstubs and python/ on PYTHONPATH: what Triton's compile() and
+Inductor's FX graph cache do with their remote caches, step by step.
+
+    jobs.py triton KEY NAME MARKDIR [--sleep S] [--fail]
+    jobs.py fx KEY MARKDIR [--sleep S] [--bypass]
+    jobs.py gets NS N GOFILE         N artifact gets, pausing for GOFILE after the first
+
+Each prints one JSON line: what it got and how long it took.
+"""
+import argparse
+import base64
+import hashlib
+import json
+import logging
+import os
+import sys
+import time
+
+
+def mark(markdir, what):
+    os.makedirs(markdir, exist_ok=True)
+    with open(os.path.join(markdir, "%s.%d" % (what, os.getpid())), "w"):
+        pass
+
+
+def triton(a):
+    # Triton's compile(): the group first; on a miss each stage's file,
+    # the metadata, then the group.
+    from triton.runtime.cache import get_cache_manager
+    t0 = time.time()
+    m = get_cache_manager(a.key)
+    meta = a.name + ".json"
+    group = m.get_group(meta)
+    if group is not None and meta in group:
+        files = {os.path.basename(p): hashlib.sha256(open(p, "rb").read()).hexdigest()
+                 for p in group.values()}
+        return {"result": "hit", "files": files, "s": time.time() - t0}
+    mark(a.markdir, "compile")
+    time.sleep(a.sleep)
+    if a.fail:
+        del m
+        raise RuntimeError("the compile failed")
+    paths = {}
+    for ext in ("ttir", "ptx", "cubin"):
+        data = ("%s %s %s" % (a.key, a.name, ext)).encode() * 100
+        paths["%s.%s" % (a.name, ext)] = m.put(data, "%s.%s" % (a.name, ext), binary=True)
+    paths[meta] = m.put(json.dumps({"name": a.name}), meta, binary=False)
+    m.put_group(meta, paths)
+    files = {os.path.basename(p): hashlib.sha256(open(p, "rb").read()).hexdigest()
+             for p in paths.values()}
+    return {"result": "compiled", "files": files, "s": time.time() - t0}
+
+
+def fx(a):
+    # FxGraphCache: remote get of the graph's key; on a miss compile, then
+    # (unless the graph cannot be stored) a put of {"data": b64, ...}.
+    from torch._inductor.remote_cache import create_cache
+    t0 = time.time()
+    rc = create_cache("fx-graph-v1", False, "FbRemoteFxGraphCache", "RemoteFxGraphCache")
+    if rc is None:
+        return {"result": "no cache", "s": time.time() - t0}
+    got = rc.get(a.key)
+    if got is not None:
+        return {"result": "hit", "data": base64.b64decode(got["data"]).decode(), "s": time.time() - t0}
+    mark(a.markdir, "compile")
+    time.sleep(a.sleep)
+    if not a.bypass:
+        rc.put(a.key, {"data": base64.b64encode(b"graph " + a.key.encode()).decode(),
+                       "time_taken_ms": int(a.sleep * 1000)})
+    out = {"result": "compiled", "s": time.time() - t0}
+    if a.then:
+        # The same thread's next graph: the unfilled lease is let go.
+        out["next"] = rc.get(a.then)
+        time.sleep(a.hold)
+    return out
+
+
+def gets(a):
+    from ptxcache.artifacts import store
+    st = store()
+    out = []
+    st.put(a.ns, "present", b"value")
+    for i in range(a.n):
+        t0 = time.time()
+        v = st.get(a.ns, "present")
+        out.append([v is not None, round(time.time() - t0, 3)])
+        if i == 0:
+            print("first", flush=True)
+            while not os.path.exists(a.gofile):
+                time.sleep(0.02)
+    return {"gets": out, "counts": st.counts}
+
+
+def main():
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd")
+    t = sub.add_parser("triton")
+    t.add_argument("key")
+    t.add_argument("name")
+    t.add_argument("markdir")
+    t.add_argument("--sleep", type=float, default=0.0)
+    t.add_argument("--fail", action="store_true")
+    t.add_argument("--hold", type=float, default=0.0)
+    f = sub.add_parser("fx")
+    f.add_argument("key")
+    f.add_argument("markdir")
+    f.add_argument("--sleep", type=float, default=0.0)
+    f.add_argument("--bypass", action="store_true")
+    f.add_argument("--then")
+    f.add_argument("--hold", type=float, default=0.0)
+    g = sub.add_parser("gets")
+    g.add_argument("ns")
+    g.add_argument("n", type=int)
+    g.add_argument("gofile")
+    a = ap.parse_args()
+    try:
+        r = {"triton": triton, "fx": fx, "gets": gets}[a.cmd](a)
+    except RuntimeError as e:
+        r = {"result": "failed", "error": str(e)}
+        if getattr(a, "hold", 0):
+            time.sleep(a.hold)
+    print(json.dumps(r), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

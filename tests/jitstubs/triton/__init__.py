@@ -1,0 +1,2 @@
+"""Test stand-in for Triton (see tests/jitstubs/README.md)."""
+__version__ = "3.6.0"
