@@ -1,0 +1,583 @@
+"""The Python package (python/ptxcache) against the real daemon: its client,
+the Triton and Inductor adapters through the interfaces they implement
+(called as Triton's RemoteCacheManager and Inductor's RemoteCache call
+them: tests/jitstubs/ stands in for both, which this machine does not
+have), the one switch, scopes of two uids, concurrent processes, and a
+daemon that is down, slow or refusing.
+"""
+import io
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from harness import BUILD, CLI, ROOT, Daemon, Skip
+from sysutil import make_reachable, setpriv
+
+PKG = os.path.join(ROOT, "python")
+STUBS = os.path.join(ROOT, "tests", "jitstubs")
+JOBS = os.path.join(STUBS, "jobs.py")
+NOBODY = 65534
+if PKG not in sys.path:
+    sys.path.insert(0, PKG)
+
+import ptxcache  # noqa: E402
+from ptxcache import artifacts, client, errors, wire  # noqa: E402
+
+
+def clean_env(tmp, sock=None, **extra):
+    """The environment of a job: nothing of ptxcache's, Triton's or
+    PyTorch's from ours; the package and the stand-ins importable."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PTXCACHE_", "TRITON_", "TORCH", "PYTHON", "XDG_"))}
+    env.update(PYTHONPATH=PKG + os.pathsep + STUBS, HOME=tmp, XDG_CACHE_HOME=os.path.join(tmp, "xdg"),
+               TRITON_CACHE_DIR=os.path.join(tmp, "triton"), PYTHONDONTWRITEBYTECODE="1")
+    if sock:
+        env["PTXCACHE_SOCKET"] = sock
+    env.update(extra)
+    return env
+
+
+TRITON_ENV = {"TRITON_CACHE_MANAGER": "triton.runtime.cache:RemoteCacheManager",
+              "TRITON_REMOTE_CACHE_BACKEND": "ptxcache.triton:Backend"}
+
+
+def pth_site(tmp):
+    """A user site directory holding ptxcache.pth, as an install has it:
+    PYTHONUSERBASE=<returned> makes Python read it at start-up."""
+    base = os.path.join(tmp, "userbase")
+    r = subprocess.run([sys.executable, "-c", "import site; print(site.getusersitepackages())"],
+                       env=dict(os.environ, PYTHONUSERBASE=base), capture_output=True, text=True)
+    d = r.stdout.strip()
+    os.makedirs(d, exist_ok=True)
+    shutil.copy(os.path.join(PKG, "ptxcache.pth"), d)
+    return base
+
+
+def job(env, *args, timeout=120, python=None):
+    return subprocess.Popen([python or sys.executable, JOBS] + list(args), env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def result(p, timeout=120):
+    out, err = p.communicate(timeout=timeout)
+    assert p.returncode == 0, (p.returncode, out, err)
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    assert lines, (out, err)
+    return json.loads(lines[-1]), err
+
+
+def need_artifacts(d):
+    try:
+        with client.Client(d.socket) as c:
+            c.artifact_get("ptxcache", "probe", wait_ms=0)
+    except errors.Unsupported:
+        raise Skip("this daemon does not serve artifact requests")
+
+
+def warnings_in(err):
+    return [line for line in err.splitlines() if line.startswith("WARNING") and "ptxcache" in line]
+
+
+# ---- the package on its own -------------------------------------------------
+
+def test_python_imports_from_a_lone_clone_without_side_effects():
+    tmp = tempfile.mkdtemp(prefix="ptxcache-py-")
+    try:
+        env = clean_env(tmp)
+        env["PYTHONPATH"] = PKG     # no stand-ins: nothing of PyTorch's or Triton's
+        code = ("import os, sys; before = dict(os.environ); import ptxcache, ptxcache.torch, "
+                "ptxcache.triton, ptxcache.inductor, ptxcache.__main__; "
+                "assert dict(os.environ) == before; "
+                "assert not [m for m in sys.modules if m.split('.')[0] in ('torch', 'triton', 'msgpack_x')]; "
+                "import socket; print(ptxcache.__version__, ptxcache.Client.__name__)")
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                           timeout=60, cwd=tmp)
+        assert r.returncode == 0 and r.stdout.startswith("0."), r.stderr
+        assert not os.listdir(tmp), os.listdir(tmp)    # no file written
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_python_codec_agrees_with_msgpack():
+    sample = {"id": 7, "ns": "triton", "key": "k" * 300, "value": b"\x00\xff" * 40000, "lease": True,
+              "neg": -3, "big": 1 << 40, "small": -(1 << 40), "f": 0.5, "none": None,
+              "list": [1, "two", b"3", {"x": False}], "e": "", "b": b""}
+    assert wire.unpack(wire.pack(sample)) == sample
+    pythons = [p for p in (sys.executable, "/usr/bin/python3") if os.path.exists(p)]
+    with_msgpack = [p for p in pythons
+                    if subprocess.run([p, "-c", "import msgpack"], capture_output=True).returncode == 0]
+    if not with_msgpack:
+        raise Skip("no interpreter here has the msgpack module (python3-msgpack)")
+    code = ("import sys; sys.path.insert(0, %r); from ptxcache import wire; import msgpack; "
+            "assert wire.codec_name().startswith('msgpack'); "
+            "d = sys.stdin.buffer.read(); o = msgpack.unpackb(d, raw=False); "
+            "sys.stdout.buffer.write(msgpack.packb(o, use_bin_type=True))" % PKG)
+    r = subprocess.run([with_msgpack[0], "-c", code], input=wire.pack(sample), capture_output=True)
+    assert r.returncode == 0, r.stderr
+    assert wire.unpack(r.stdout) == sample
+
+
+def test_python_socket_is_found_as_the_c_clients_find_it():
+    assert client.socket_and_source({"PTXCACHE_SOCKET": "/x/s.sock", "XDG_RUNTIME_DIR": "/r"}) == \
+        ("/x/s.sock", "PTXCACHE_SOCKET")
+    tmp = tempfile.mkdtemp(prefix="ptxcache-py-")
+    try:
+        own = os.path.join(tmp, "ptxcache", "ptxcached.sock")
+        os.makedirs(os.path.dirname(own))
+        open(own, "w").close()
+        assert client.socket_and_source({"XDG_RUNTIME_DIR": tmp}) == (own, "XDG_RUNTIME_DIR")
+        p, _ = client.socket_and_source({})
+        if not os.path.exists(client.SYSTEM_SOCKET):
+            assert p == "/tmp/ptxcache-%d/ptxcached.sock" % os.getuid(), p
+        # The C client agrees (ptxcache ping names the socket it tried).
+        r = subprocess.run([CLI, "ping"], env={"PATH": "/usr/bin:/bin", "XDG_RUNTIME_DIR": tmp},
+                           capture_output=True, text=True, timeout=30)
+        assert own in r.stderr, r.stderr
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---- the client ------------------------------------------------------------------
+
+def test_python_client_speaks_the_protocol():
+    with Daemon(workers=1) as d:
+        need_artifacts(d)
+        with ptxcache.Client(d.socket) as a, ptxcache.Client(d.socket) as b:
+            h = a.hello()
+            assert h["proto"] == 1 and h["pid"] == d.proc.pid, h
+            a.ping()
+            assert "workers" in a.stats()
+            r = a.artifact_get("triton", "k1", lease=True)
+            assert not r.found and r.lease is not None, r
+            # Another client: the key is being produced; no wait, no lease.
+            r2 = b.artifact_get("triton", "k1", lease=True, wait_ms=0)
+            assert not r2.found and r2.lease is None, r2
+            try:
+                b.artifact_put("triton", "k1", b"theirs")
+                raise AssertionError("a put over another's lease was stored")
+            except errors.Conflict as e:
+                assert "conflict" in str(e), e
+            assert a.artifact_put("triton", "k1", b"v1" * 1000, lease=r.lease)
+            got = b.artifact_get("triton", "k1")
+            assert got.found and got.value == b"v1" * 1000, got
+            # Several keys at once, in order, with leases for the missing.
+            many = b.artifact_get_many("triton", ["k1", "k2", "k3"], lease=True)
+            assert [m.found for m in many] == [True, False, False], many
+            assert many[1].lease and many[2].lease and many[1].lease != many[2].lease
+            b.artifact_release(many[1].lease)
+            r3 = a.artifact_get("triton", "k2", lease=True, wait_ms=0)
+            assert r3.lease is not None, r3       # released: a may produce it
+            try:
+                a.artifact_get("Not A Namespace", "k")
+                raise AssertionError("a bad namespace was accepted")
+            except errors.Invalid as e:
+                assert "invalid" in str(e)
+            a.ping()    # the connection is still good after an error reply
+
+
+def test_python_client_errors_name_what_failed():
+    tmp = tempfile.mkdtemp(prefix="ptxcache-py-")
+    try:
+        missing = os.path.join(tmp, "none.sock")
+        try:
+            ptxcache.Client(missing).ping()
+            raise AssertionError("connected to nothing")
+        except errors.ConnectError as e:
+            assert str(e).startswith("cannot connect to ptxcached at '%s'" % missing), e
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    with Daemon(workers=1) as d:
+        c = ptxcache.Client(d.socket, timeout=1.0)
+        c.ping()
+        os.kill(d.proc.pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            try:
+                c.ping()
+                raise AssertionError("a stopped daemon answered")
+            except errors.DaemonTimeout as e:
+                assert d.socket in str(e), e
+            assert 0.9 < time.monotonic() - t0 < 5
+        finally:
+            os.kill(d.proc.pid, signal.SIGCONT)
+        c.ping()    # a new connection once it answers again
+        c.close()
+
+
+def test_python_progress_frames_keep_a_waiting_get_alive():
+    """A get waiting for a producer longer than the silence bound is kept
+    alive by the daemon's progress frames, and gets the producer's value."""
+    with Daemon(workers=1) as d:
+        need_artifacts(d)
+        with ptxcache.Client(d.socket) as a, ptxcache.Client(d.socket, timeout=1.5) as b:
+            lease = a.artifact_get("inductor-fx", "slow", lease=True).lease
+            assert lease is not None
+            import threading
+            threading.Timer(3.5, lambda: a.artifact_put("inductor-fx", "slow", b"done",
+                                                        lease=lease)).start()
+            t0 = time.monotonic()
+            r = b.artifact_get("inductor-fx", "slow", lease=True, wait_ms=20000)
+            waited = time.monotonic() - t0
+            assert r.found and r.value == b"done", r
+            assert waited > 3.0, waited     # twice the silence bound, alive throughout
+
+
+def test_python_a_forked_child_gets_its_own_connection():
+    with Daemon(workers=1) as d:
+        need_artifacts(d)
+        st = artifacts.ArtifactStore(d.socket)
+        assert st.put("triton", "fork", b"parent")
+        pid = os.fork()
+        if pid == 0:
+            try:
+                ok = artifacts.store() is not st and \
+                    artifacts.ArtifactStore(d.socket).get("triton", "fork") == b"parent"
+                c = st._client()
+                c.ping()    # the parent's handle, in the child: reconnects
+                os._exit(0 if ok else 1)
+            except BaseException:
+                os._exit(2)
+        _, status = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(status) == 0, status
+        assert st.get("triton", "fork") == b"parent"   # the parent's connection is intact
+
+
+# ---- Triton ------------------------------------------------------------------------
+
+def test_python_triton_processes_compile_a_kernel_once():
+    """Four processes compiling the same kernel through Triton's
+    RemoteCacheManager: one compiles, the others wait for its files."""
+    tmp = tempfile.mkdtemp(prefix="ptxcache-py-")
+    try:
+        with Daemon(workers=1) as d:
+            need_artifacts(d)
+            marks = os.path.join(tmp, "marks")
+            procs = [job(clean_env(tmp, d.socket, TRITON_CACHE_DIR=os.path.join(tmp, "t%d" % i),
+                                   **TRITON_ENV), "triton", "KERNELKEY", "add_kernel", marks,
+                         "--sleep", "2") for i in range(4)]
+            res = [result(p) for p in procs]
+            assert sorted(r["result"] for r, _ in res) == ["compiled", "hit", "hit", "hit"], res
+            assert len(os.listdir(marks)) == 1
+            assert all(r["files"] == res[0][0]["files"] for r, _ in res), res
+            assert len(res[0][0]["files"]) == 4
+            s = d.stats()
+            assert s["artifact_waits"] >= 1 and s["artifact_wait_hits"] >= 1, s
+            assert not any(warnings_in(err) for _, err in res), res
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_python_triton_failed_compile_hands_its_lease_on():
+    """A compile that raises drops Triton's cache manager; the backend
+    releases its lease then, not when the process ends."""
+    tmp = tempfile.mkdtemp(prefix="ptxcache-py-")
+    try:
+        with Daemon(workers=1) as d:
+            need_artifacts(d)
+            marks = os.path.join(tmp, "marks")
+            env = clean_env(tmp, d.socket, **TRITON_ENV)
+            a = job(dict(env, TRITON_CACHE_DIR=os.path.join(tmp, "a")), "triton", "FAILKEY", "k",
+                    marks, "--sleep", "1", "--fail", "--hold", "20")
+            deadline = time.time() + 30
+            while not (os.path.isdir(marks) and os.listdir(marks)):
+                assert time.time() < deadline and a.poll() is None, a.communicate()
+                time.sleep(0.05)
+            t0 = time.time()
+            r, _ = result(job(dict(env, TRITON_CACHE_DIR=os.path.join(tmp, "b")), "triton",
+                              "FAILKEY", "k", marks))
+            assert r["result"] == "compiled" and time.time() - t0 < 10, r
+            assert a.poll() is None     # the failed producer is still alive
+            assert d.stats()["artifact_lease_releases"] >= 1
+            a.kill()
+            a.communicate()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_python_triton_keeps_its_local_cache_when_the_daemon_is_down():
+    tmp = tempfile.mkdtemp(prefix="ptxcache-py-")
+    try:
+        d = Daemon(workers=1)
+        try:
+            need_artifacts(d)
+            env = clean_env(tmp, d.socket, PTXCACHE_TIMEOUT_MS="2000", **TRITON_ENV)
+            d.stop(signal.SIGKILL)
+            marks = os.path.join(tmp, "marks")
+            r1, err1 = result(job(env, "triton", "DOWNKEY", "k", marks))
+            assert r1["result"] == "compiled" and len(warnings_in(err1)) == 1, (r1, err1)
+            # Down still: Triton's own local copy serves, as without ptxcache.
+            r2, err2 = result(job(env, "triton", "DOWNKEY", "k", marks))
+            assert r2["result"] == "hit" and r2["files"] == r1["files"], r2
+            assert len(os.listdir(marks)) == 1
+            # A fresh daemon learns the kernel from that local copy...
+            d.start()
+            r3, err3 = result(job(env, "triton", "DOWNKEY", "k", marks))
+            assert r3["result"] == "hit" and not warnings_in(err3), (r3, err3)
+            # ... and serves it to a process with an empty Triton cache.
+            r4, _ = result(job(dict(env, TRITON_CACHE_DIR=os.path.join(tmp, "fresh")), "triton",
+                               "DOWNKEY", "k", marks))
+            assert r4["result"] == "hit" and r4["files"] == r1["files"], r4
+            assert len(os.listdir(marks)) == 1
+        finally:
+            d.cleanup()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---- Inductor ----------------------------------------------------------------------
+
+_EVERY_CACHE = r"""
+import json, os, sys
+import torch._inductor.config as ic           # imported before enable()
+import ptxcache.torch
+r = ptxcache.torch.enable()
+from torch._inductor import remote_cache as rc
+import torch._functorch.config as fc, torch._dynamo.config as dc
+out = {"set": sorted(r["set"]), "kept": r["kept"],
+       "config": [ic.fx_graph_remote_cache, ic.autotune_remote_cache, ic.bundled_autotune_remote_cache,
+                  fc.enable_remote_autograd_cache, dc.automatic_dynamic_remote_pgo]}
+ids = {"RemoteFxGraphCache": "fx-graph-v1", "RemoteAOTAutogradCache": "autograd-experimental",
+       "RemoteAutotuneCache": "0123abcd", "RemoteBundledAutotuneCache": "bundled-autotune-v1",
+       "RemoteDynamoPGOCache": "dynamo-pgo"}
+for cls, cid in ids.items():
+    c = rc.create_cache(cid, False, "Fb" + cls, cls)
+    miss = c.get("key-" + cls)
+    c.put("key-" + cls, {"data": "value of " + cls, "time_taken_ms": 1})
+    out[cls] = [type(c.backend).__name__, isinstance(c.backend, rc.RemoteCacheBackend), miss,
+                c.get("key-" + cls)]
+out["stats"] = rc.cache_stats.stats
+print(json.dumps(out))
+"""
+
+
+def test_python_inductor_backends_serve_every_remote_cache():
+    tmp = tempfile.mkdtemp(prefix="ptxcache-py-")
+    try:
+        with Daemon(workers=1) as d:
+            need_artifacts(d)
+            env = clean_env(tmp, d.socket, TORCHINDUCTOR_BUNDLED_AUTOTUNE_REMOTE_CACHE="0")
+            r = subprocess.run([sys.executable, "-c", _EVERY_CACHE], env=env, capture_output=True,
+                               text=True, timeout=120)
+            assert r.returncode == 0, r.stderr
+            out = json.loads(r.stdout)
+            # Config modules imported before enable() got the switches; the
+            # one set to 0 stayed off; the autotune cache, which compile
+            # workers read too, stays off where they would not run the hook
+            # (no ptxcache.pth installed).
+            assert out["config"] == [True, None, False, True, True], out
+            assert out["kept"] == {"TORCHINDUCTOR_BUNDLED_AUTOTUNE_REMOTE_CACHE": "0"}, out
+            assert "TRITON_CACHE_MANAGER" in out["set"] and "TRITON_PTXAS_PATH" in out["set"], out
+            for cls in ("RemoteFxGraphCache", "RemoteAOTAutogradCache", "RemoteAutotuneCache",
+                        "RemoteBundledAutotuneCache", "RemoteDynamoPGOCache"):
+                name, is_backend, miss, hit = out[cls]
+                assert name.startswith("Ptxcache") and is_backend and miss is None, out[cls]
+                assert hit == {"data": "value of " + cls, "time_taken_ms": 1}, out[cls]
+            # PyTorch's own stats saw our backends.
+            assert out["stats"]["backend:PtxcacheFxGraphCacheBackend"]["hit"] == 1, out["stats"]
+            # Each in its own namespace, under PyTorch's own key.
+            with ptxcache.Client(d.socket) as c:
+                v = c.artifact_get("inductor-aot", "pt2:autograd-experimental::key-RemoteAOTAutogradCache:c1")
+                assert v.found and json.loads(v.value)["data"] == "value of RemoteAOTAutogradCache"
+                assert c.artifact_get("dynamo-pgo", "pt2:dynamo-pgo::key-RemoteDynamoPGOCache:c1").found
+            assert d.stats()["artifact_leases"] == 1     # the FX graph's miss alone
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_python_inductor_graph_compiled_once_with_the_environment_alone():
+    """PTXCACHE_TORCH=1 and an installed ptxcache.pth, code unchanged: three
+    processes compile one FX graph once; a graph Inductor does not store
+    lets its waiters go when the producer moves to its next graph."""
+    tmp = tempfile.mkdtemp(prefix="ptxcache-py-")
+    try:
+        with Daemon(workers=1) as d:
+            need_artifacts(d)
+            env = clean_env(tmp, d.socket, PTXCACHE_TORCH="1", PYTHONUSERBASE=pth_site(tmp))
+            marks = os.path.join(tmp, "m1")
+            procs = [job(env, "fx", "fgraph1", marks, "--sleep", "2") for _ in range(3)]
+            res = [result(p) for p in procs]
+            assert sorted(r["result"] for r, _ in res) == ["compiled", "hit", "hit"], res
+            assert len(os.listdir(marks)) == 1
+            assert all(r.get("data", "graph fgraph1") == "graph fgraph1" for r, _ in res)
+            # Bypass: the producer never puts, and goes on to its next graph.
+            marks = os.path.join(tmp, "m2")
+            a = job(env, "fx", "fgraph2", marks, "--sleep", "1", "--bypass", "--then", "fgraph3",
+                    "--hold", "20")
+            deadline = time.time() + 30
+            while not (os.path.isdir(marks) and os.listdir(marks)):
+                assert time.time() < deadline and a.poll() is None, a.communicate()
+                time.sleep(0.05)
+            t0 = time.time()
+            r, _ = result(job(env, "fx", "fgraph2", marks, "--bypass"))
+            assert r["result"] == "compiled" and time.time() - t0 < 10, r
+            assert a.poll() is None
+            a.kill()
+            a.communicate()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---- scopes ------------------------------------------------------------------------
+
+def _copy_for_others(tmp):
+    """The package and stand-ins where another uid can read them (the tree
+    may sit in a 0700 directory)."""
+    d = os.path.join(tmp, "shared")
+    shutil.copytree(PKG, os.path.join(d, "python"), ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(STUBS, os.path.join(d, "stubs"), ignore=shutil.ignore_patterns("__pycache__"))
+    for root, dirs, files in os.walk(tmp):
+        os.chmod(root, 0o755)
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o644)
+    return os.path.join(d, "python"), os.path.join(d, "stubs")
+
+
+_AS_OTHER = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from ptxcache.artifacts import ArtifactStore
+st = ArtifactStore(sys.argv[2])
+seen = st.get("inductor-fx", "shared-key")
+stored = st.put("inductor-fx", "shared-key", b"nobody's value")
+print(json.dumps({"seen": seen and seen.decode(), "stored": stored,
+                  "again": (st.get("inductor-fx", "shared-key") or b"").decode(), "counts": st.counts}))
+"""
+
+
+def test_python_two_uids_never_see_each_others_artifacts():
+    if os.geteuid() != 0:
+        raise Skip("needs root to run a client as another uid")
+    tmp = tempfile.mkdtemp(prefix="ptxcache-py-")
+    try:
+        os.chmod(tmp, 0o755)
+        pkg, _ = _copy_for_others(tmp)
+        with Daemon(workers=1, extra=["--allow-users", str(NOBODY)]) as d:
+            need_artifacts(d)
+            make_reachable(d.socket)
+            mine = artifacts.ArtifactStore(d.socket)
+            assert mine.put("inductor-fx", "shared-key", b"root's value")
+            r = subprocess.run(setpriv(NOBODY, NOBODY) + [sys.executable, "-c", _AS_OTHER, pkg, d.socket],
+                               capture_output=True, text=True, timeout=60,
+                               env={"PATH": "/usr/bin:/bin", "HOME": "/"})
+            assert r.returncode == 0, r.stderr
+            other = json.loads(r.stdout)
+            assert other["seen"] is None and other["stored"], other
+            assert other["again"] == "nobody's value", other
+            assert mine.get("inductor-fx", "shared-key") == b"root's value"
+            assert not other["counts"]["errors"], other
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---- a daemon that is down, slow or refusing ---------------------------------------------
+
+def test_python_daemon_stopped_midway_is_a_miss_with_one_warning():
+    tmp = tempfile.mkdtemp(prefix="ptxcache-py-")
+    try:
+        with Daemon(workers=1) as d:
+            need_artifacts(d)
+            go = os.path.join(tmp, "go")
+            p = job(clean_env(tmp, d.socket), "gets", "triton", "6", go)
+            assert p.stdout.readline().strip() == "first"
+            d.stop(signal.SIGKILL)
+            open(go, "w").close()
+            r, err = result(p)
+            hits = [g[0] for g in r["gets"]]
+            assert hits == [True, False, False, False, False, False], r
+            assert all(g[1] < 2.0 for g in r["gets"][1:]), r      # no timeout waited out
+            assert len(warnings_in(err)) == 1, err
+            assert "cache miss" in warnings_in(err)[0] and d.socket in err, err
+            assert r["counts"]["skipped"] == 4, r
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_python_slow_daemon_is_a_miss_after_the_silence_bound():
+    with Daemon(workers=1) as d:
+        need_artifacts(d)
+        st = artifacts.ArtifactStore(d.socket, timeout=1.0)
+        assert st.put("triton", "slow", b"v")
+        logs = io.StringIO()
+        h = logging.StreamHandler(logs)
+        lg = logging.getLogger("ptxcache")
+        lg.addHandler(h)
+        os.kill(d.proc.pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            assert st.get("triton", "slow") is None
+            assert 0.9 < time.monotonic() - t0 < 5
+            t1 = time.monotonic()
+            assert st.get("triton", "slow") is None and not st.put("triton", "x", b"y")
+            assert time.monotonic() - t1 < 0.5
+        finally:
+            os.kill(d.proc.pid, signal.SIGCONT)
+            lg.removeHandler(h)
+        assert logs.getvalue().count("ptxcache:") == 1, logs.getvalue()
+        assert "did not answer" in logs.getvalue() or "no answer" in logs.getvalue(), logs.getvalue()
+        # After retry_s, asked again, silently.
+        st.retry_s = 0
+        st._down_until = 0.0
+        assert st.get("triton", "slow") == b"v"
+
+
+def test_python_refusing_daemon_is_a_miss_with_one_warning():
+    if os.geteuid() != 0:
+        raise Skip("needs root to run a client as another uid")
+    tmp = tempfile.mkdtemp(prefix="ptxcache-py-")
+    try:
+        os.chmod(tmp, 0o755)
+        pkg, _ = _copy_for_others(tmp)
+        with Daemon(workers=1) as d:     # serves root and its own user, not 65534
+            make_reachable(d.socket)
+            code = _AS_OTHER.replace("print(", "import logging; logging.basicConfig(); print(")
+            r = subprocess.run(setpriv(NOBODY, NOBODY) + [sys.executable, "-c", code, pkg, d.socket],
+                               capture_output=True, text=True, timeout=60,
+                               env={"PATH": "/usr/bin:/bin", "HOME": "/"})
+            assert r.returncode == 0, r.stderr
+            out = json.loads(r.stdout)
+            assert out["seen"] is None and not out["stored"] and out["again"] == "", out
+            w = [line for line in r.stderr.splitlines() if "ptxcache:" in line]
+            assert len(w) == 1 and "denied" in w[0], r.stderr
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---- status --------------------------------------------------------------------------------
+
+def test_python_status_says_what_is_wired():
+    tmp = tempfile.mkdtemp(prefix="ptxcache-py-")
+    try:
+        with Daemon(workers=1) as d:
+            need_artifacts(d)
+            env = clean_env(tmp, d.socket, PTXCACHE_TORCH="1", PYTHONUSERBASE=pth_site(tmp),
+                            PTXCACHE_BIN=os.path.join(BUILD, "ptxcache"))
+            r = subprocess.run([sys.executable, "-m", "ptxcache", "status", "--json"], env=env,
+                               capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+            s = json.loads(r.stdout)
+            assert s["daemon"]["reachable"] and s["daemon"]["artifacts"], s["daemon"]
+            assert s["package"]["pth_installed"] and s["triton"]["wired"], s
+            assert s["ptxas"]["wired"] and os.readlink(s["ptxas"]["front"]) == env["PTXCACHE_BIN"], s["ptxas"]
+            assert all(c["wired"] for c in s["inductor"]["caches"].values()), s["inductor"]
+            r = subprocess.run([sys.executable, "-m", "ptxcache", "status"], env=env,
+                               capture_output=True, text=True, timeout=60)
+            assert "RemoteFxGraphCache           wired" in r.stdout, r.stdout
+            # Switched off: says so.
+            off = clean_env(tmp, d.socket)
+            r = subprocess.run([sys.executable, "-m", "ptxcache", "status", "--json"], env=off,
+                               capture_output=True, text=True, timeout=60)
+            s = json.loads(r.stdout)
+            assert not s["triton"]["wired"] and not s["ptxas"]["wired"], s
+            assert not any(c["wired"] for c in s["inductor"]["caches"].values()), s["inductor"]
+            d.stop(signal.SIGKILL)
+            r = subprocess.run([sys.executable, "-m", "ptxcache", "status"], env=off,
+                               capture_output=True, text=True, timeout=60)
+            assert r.returncode == 1 and "NOT reachable" in r.stdout, r.stdout
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
