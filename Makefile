@@ -240,8 +240,8 @@ clean:
 	rm -rf $(B)
 
 # make install [PREFIX=/usr/local] [DESTDIR=]: binaries, library, header,
-# ptxcache.pc, systemd units, the sysusers.d snippet, the sample config and
-# the man pages. Units and ptxcache.pc get the install paths filled in. The
+# ptxcache.pc, systemd units, the sysusers.d snippet, the sample config,
+# the man pages, the Python package and the ptxas front's link. Units and ptxcache.pc get the install paths filled in. The
 # daemon always reads /etc/ptxcache/ptxcached.conf, so SYSCONFDIR stays /etc
 # whatever the PREFIX; an existing config file is never overwritten.
 PREFIX       ?= /usr/local
@@ -253,6 +253,17 @@ PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 SYSCONFDIR   ?= /etc
 UNITDIR      ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR  ?= $(PREFIX)/lib/sysusers.d
+# The Python package (python/ptxcache) and its start-up hook ptxcache.pth:
+# where Debian's python3 looks (/usr/lib/python3/dist-packages for
+# PREFIX=/usr, PREFIX/lib/python3.X/dist-packages elsewhere).
+PYTHON       ?= python3
+PYVER        := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+PYTHONDIR    ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PREFIX)/lib/python$(PYVER)/dist-packages)
+PY_SRC       := $(wildcard python/ptxcache/*.py)
+# The ptxas front under the name Triton runs (TRITON_PTXAS_PATH): a link
+# to the CLI, found by python/ptxcache/front.py.
+FRONTDIR     ?= $(PREFIX)/lib/ptxcache
+FRONT_TARGET := $(if $(filter $(PREFIX)/bin,$(BINDIR)),../../bin/ptxcache,$(BINDIR)/ptxcache)
 INSTALL      ?= install
 D            := $(DESTDIR)
 
@@ -278,6 +289,10 @@ install: all
 	$(INSTALL) -m 644 man/ptxcache.1 $(D)$(MANDIR)/man1/
 	$(INSTALL) -m 644 man/ptxcached.conf.5 $(D)$(MANDIR)/man5/
 	$(INSTALL) -m 644 man/ptxcached.8 $(D)$(MANDIR)/man8/
+	$(INSTALL) -d $(D)$(PYTHONDIR)/ptxcache $(D)$(FRONTDIR)
+	$(INSTALL) -m 644 $(PY_SRC) $(D)$(PYTHONDIR)/ptxcache/
+	$(INSTALL) -m 644 python/ptxcache.pth $(D)$(PYTHONDIR)/
+	ln -sf $(FRONT_TARGET) $(D)$(FRONTDIR)/ptxas
 
 # Leaves the config file, the cache and the ptxcache user alone.
 uninstall:
@@ -287,7 +302,9 @@ uninstall:
 	      $(D)$(PKGCONFIGDIR)/ptxcache.pc $(D)$(UNITDIR)/ptxcached.service \
 	      $(D)$(UNITDIR)/ptxcached.socket $(D)$(SYSUSERSDIR)/ptxcache.conf \
 	      $(D)$(MANDIR)/man1/ptxcache.1 $(D)$(MANDIR)/man5/ptxcached.conf.5 \
-	      $(D)$(MANDIR)/man8/ptxcached.8
+	      $(D)$(MANDIR)/man8/ptxcached.8 $(D)$(PYTHONDIR)/ptxcache.pth $(D)$(FRONTDIR)/ptxas
+	rm -rf $(D)$(PYTHONDIR)/ptxcache
+	-rmdir $(D)$(FRONTDIR) 2>/dev/null
 
 # make deb: the Debian packages ptxcache, libptxcache0 and libptxcache-dev
 # (debian/), built by dpkg-buildpackage from a copy of the tree in

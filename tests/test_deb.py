@@ -1,7 +1,8 @@
 """The Debian packages end to end, as an admin of a GPU node gets them:
 `make deb`, `dpkg -i` on this machine, the installed files, the installed
 daemon on a private socket compiling a kernel for the installed CLI and a
-program linked against the installed library, `systemd-analyze verify` on
+program linked against the installed library, the installed Python
+package (import, status, its .pth hook), `systemd-analyze verify` on
 the installed units (no systemd runs here), then `dpkg --purge` and
 nothing left behind but the ptxcache user and group, which Debian policy
 (9.2.2) keeps.
@@ -11,6 +12,7 @@ build would run is the very suite running this test. `make deb` without
 nocheck runs it (debian/rules), and this test skips itself there
 (PTXCACHE_PACKAGE_BUILD), as it would otherwise build the package again
 from inside its own build."""
+import json
 import os
 import re
 import shutil
@@ -21,7 +23,7 @@ import time
 from harness import ROOT, SANITIZED, Skip, small_ir
 from sysutil import tool
 
-PACKAGES = ["ptxcache", "libptxcache0", "libptxcache-dev"]
+PACKAGES = ["ptxcache", "libptxcache0", "libptxcache-dev", "python3-ptxcache"]
 # Where a package can leave files; searched for names with "ptxcache".
 SYSTEM_DIRS = ["/etc", "/usr", "/lib", "/var", "/run", "/opt"]
 
@@ -121,11 +123,16 @@ def test_deb_package_installs_serves_and_purges():
                      "/usr/share/man/man1/ptxcache.1.gz", "/usr/share/man/man5/ptxcached.conf.5.gz",
                      "/usr/include/ptxcache.h", libdir + "/libptxcache.a",
                      libdir + "/libptxcache.so", libdir + "/libptxcache.so.0",
-                     libdir + "/pkgconfig/ptxcache.pc"]:
+                     libdir + "/pkgconfig/ptxcache.pc", "/usr/lib/ptxcache/ptxas",
+                     "/usr/lib/python3/dist-packages/ptxcache/client.py",
+                     "/usr/lib/python3/dist-packages/ptxcache.pth"]:
             assert want in files and os.path.lexists(want), want
         # The library: a soname, and the links a loader and a linker use.
         assert os.readlink(libdir + "/libptxcache.so.0").startswith("libptxcache.so.0.")
         assert os.readlink(libdir + "/libptxcache.so") == "libptxcache.so.0"
+        assert os.readlink("/usr/lib/ptxcache/ptxas") == "../../bin/ptxcache"
+        fields = run(["dpkg-deb", "-f", debs["python3-ptxcache"], "Depends", "Architecture"]).stdout
+        assert "python3-msgpack" in fields and "Architecture: all" in fields, fields
         dyn = run(["readelf", "-d", libdir + "/libptxcache.so.0"]).stdout
         assert "Library soname: [libptxcache.so.0]" in dyn, dyn
         needed = run(["readelf", "-d", "/usr/bin/ptxcached"]).stdout
@@ -178,6 +185,24 @@ def test_deb_package_installs_serves_and_purges():
         assert m and os.path.realpath(m.group(1)) == os.path.realpath(libdir + "/libptxcache.so.0")
         r = run([exe, sock])
         assert r.returncode == 0 and r.stdout == "pong\n", (r.returncode, r.stdout)
+        # The Python package, from the installed files alone (no PYTHONPATH,
+        # another directory): it imports, talks to the daemon, and its .pth
+        # turns everything on for PTXCACHE_TORCH=1.
+        py = dict(env, PTXCACHE_SOCKET=sock, HOME=tmp)
+        py.pop("PYTHONPATH", None)
+        r = run(["/usr/bin/python3", "-c", "import ptxcache, sys; "
+                 "assert ptxcache.__file__.startswith('/usr/lib/python3/dist-packages/'); "
+                 "ptxcache.Client().ping(); print(ptxcache.__version__)"], env=py, cwd="/")
+        assert r.returncode == 0 and r.stdout.strip(), r.stderr
+        r = run(["/usr/bin/python3", "-m", "ptxcache", "status", "--json", "--no-import"], env=py, cwd="/")
+        assert r.returncode == 0, r.stdout + r.stderr
+        st = json.loads(r.stdout)
+        assert st["daemon"]["reachable"] and st["daemon"]["artifacts"], st["daemon"]
+        assert st["package"]["pth_installed"] and st["package"]["msgpack"].startswith("msgpack"), st
+        r = run(["/usr/bin/python3", "-c", "import os; print(os.environ.get('TRITON_CACHE_MANAGER'), "
+                 "os.environ.get('TRITON_PTXAS_PATH'))"], env=dict(py, PTXCACHE_TORCH="1"), cwd="/")
+        assert r.stdout.split() == ["triton.runtime.cache:RemoteCacheManager",
+                                    "/usr/lib/ptxcache/ptxas"], r.stdout + r.stderr
         daemon.terminate()
         assert daemon.wait(60) == 0, open(os.path.join(tmp, "daemon.log")).read()
         daemon = None
