@@ -1,0 +1,443 @@
+#!/usr/bin/env python3
+"""Proof of the Python package (python/ptxcache) on a real GPU: how long a
+fresh process's torch.compile takes with Triton's and Inductor's own caches
+on ptxcached, against the anchors. Not part of `make test` (CI has no GPU);
+see tests/gpu/README.md.
+
+    python3 tests/gpu/torch_cache.py --bundle gpu-carry-py/bundle.tar.xz --out $OUT \
+        [--models cnn,mixer] [--modes default,max-autotune-no-cudagraphs]
+
+Two models of this script's own: `cnn`, inference (a small convolutional
+net, eval, no_grad), and `mixer`, one training step (two MLP-Mixer blocks,
+forward, cross-entropy, backward; the gradients are the output). For each
+model and mode, every run a fresh process with fresh TORCHINDUCTOR_CACHE_DIR
+and TRITON_CACHE_DIR unless said otherwise, timed from the compiled
+module's first call to its results on the host:
+
+  cold      no package, every cache cold (Triton's own ptxas)
+  local     no package, the cold run's own cache directories again
+            (Triton's and Inductor's local caches warm): the anchor
+  pkg-cold  PTXCACHE_TORCH=1 (ptxcache.pth), a cold daemon (with Redis)
+  pkg-warm  the same, that daemon now warm
+  pkg-l2    the same, a second daemon with its own store, sharing Redis
+  four      four processes started together, PTXCACHE_TORCH=1, a cold
+            daemon: graph compiles (FX cache misses) and waits
+
+Outputs are compared bit for bit with the cold run's (in default mode they
+must be equal; max-autotune chooses kernels by benchmarking, so its last
+bits may differ). Writes results.json and results.md to OUT as it goes
+(a run that times out still leaves the others). `--report OUT...` merges
+the results.json of several calls into one table.
+
+The daemon is the static build (`tests/gpu/carry_torch.sh` makes the
+bundle: ptxcached, ptxcache, redis-server with its libraries, the package)
+and runs Triton's own ptxas, so every cubin is the one Triton would make.
+"""
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+CHILD = r'''
+import hashlib, json, os, sys, time
+t_start = time.time()
+if os.environ.get("TC_CALL_ENABLE") == "1":
+    import ptxcache.torch
+    ptxcache.torch.enable()
+import torch, torch.nn as nn, torch.nn.functional as F
+model_name, mode, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
+torch.manual_seed(0)
+dev = "cuda"
+
+class CNN(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.c1, s.b1 = nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32)
+        s.c2, s.b2 = nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.BatchNorm2d(64)
+        s.c3, s.b3 = nn.Conv2d(64, 128, 3, stride=2, padding=1), nn.BatchNorm2d(128)
+        s.fc = nn.Linear(128, 10)
+    def forward(s, x):
+        x = F.relu(s.b1(s.c1(x)))
+        x = F.relu(s.b2(s.c2(x)))
+        x = F.silu(s.b3(s.c3(x)))
+        return F.softmax(s.fc(x.mean((2, 3))), -1)
+
+class MixerBlock(nn.Module):
+    def __init__(s, tokens=64, ch=128):
+        super().__init__()
+        s.n1, s.n2 = nn.LayerNorm(ch), nn.LayerNorm(ch)
+        s.t1, s.t2 = nn.Linear(tokens, 2 * tokens), nn.Linear(2 * tokens, tokens)
+        s.h1, s.h2 = nn.Linear(ch, 4 * ch), nn.Linear(4 * ch, ch)
+    def forward(s, x):
+        y = s.n1(x).transpose(1, 2)
+        x = x + s.t2(F.gelu(s.t1(y))).transpose(1, 2)
+        return x + s.h2(F.gelu(s.h1(s.n2(x))))
+
+class Mixer(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.inp = nn.Linear(48, 128)
+        s.blocks = nn.Sequential(MixerBlock(), MixerBlock())
+        s.norm, s.head = nn.LayerNorm(128), nn.Linear(128, 10)
+    def forward(s, x):
+        return s.head(s.norm(s.blocks(s.inp(x))).mean(1))
+
+if model_name == "cnn":
+    model = CNN().to(dev).eval()
+    x = torch.randn(64, 3, 64, 64, device=dev)
+else:
+    model = Mixer().to(dev)
+    x = torch.randn(32, 64, 48, device=dev)
+    target = torch.randint(0, 10, (32,), device=dev)
+compiled = torch.compile(model, mode=None if mode == "default" else mode)
+torch.cuda.synchronize()
+t0 = time.time()
+if model_name == "cnn":
+    with torch.no_grad():
+        out = compiled(x)
+    outs = [out]
+else:
+    loss = F.cross_entropy(compiled(x), target)
+    loss.backward()
+    outs = [loss.detach()] + [p.grad for p in model.parameters()]
+torch.cuda.synchronize()
+t1 = time.time()
+h = hashlib.sha256()
+for o in outs:
+    h.update(o.detach().float().cpu().contiguous().numpy().tobytes())
+torch.save([o.detach().cpu() for o in outs], out_path + ".pt")
+from torch._dynamo.utils import counters
+res = {"compile_s": t1 - t0, "import_s": t0 - t_start, "sha256": h.hexdigest(),
+       "counters": {k: dict(v) for k, v in counters.items() if k in ("inductor", "aot_autograd")},
+       "torch": torch.__version__}
+try:
+    import triton
+    res["triton"] = triton.__version__
+except Exception:
+    pass
+if "ptxcache" in sys.modules:
+    import ptxcache.artifacts, ptxcache.torch, ptxcache.inductor
+    res["ptxcache"] = {"state": ptxcache.torch.state(), "counts": ptxcache.artifacts.store().counts,
+                       "installed": ptxcache.inductor.installed()}
+res["env"] = {k: os.environ.get(k) for k in ("TRITON_CACHE_MANAGER", "TRITON_PTXAS_PATH",
+              "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE", "TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE")}
+with open(out_path, "w") as f:
+    json.dump(res, f)
+'''
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+class Tools:
+    """The carried binaries: ptxcached, ptxcache, redis-server (+ libs)."""
+
+    def __init__(self, bundle, bindir, work):
+        if bundle:
+            d = os.path.join(work, "bundle")
+            with tarfile.open(bundle) as t:
+                t.extractall(d)
+            bindir = d
+        self.dir = os.path.abspath(bindir)
+        self.daemon = os.path.join(self.dir, "ptxcached")
+        self.cli = os.path.join(self.dir, "ptxcache")
+        self.redis = os.path.join(self.dir, "redis", "redis-server")
+        self.redis_libs = os.path.join(self.dir, "redis", "lib")
+        pkg = os.path.join(self.dir, "python")
+        self.python_dir = pkg if os.path.isdir(os.path.join(pkg, "ptxcache")) else os.path.join(ROOT, "python")
+        for p in (self.daemon, self.cli):
+            assert os.access(p, os.X_OK), "missing %s" % p
+
+
+def triton_ptxas():
+    import importlib.util
+    spec = importlib.util.find_spec("triton")
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        p = os.path.join(loc, "backends", "nvidia", "bin", "ptxas")
+        if os.access(p, os.X_OK):
+            return p
+    return shutil.which("ptxas")
+
+
+class Redis:
+    def __init__(self, tools, work):
+        self.sock = os.path.join(work, "redis.sock")
+        env = dict(os.environ, LD_LIBRARY_PATH=tools.redis_libs)
+        self.proc = subprocess.Popen([tools.redis, "--port", "0", "--unixsocket", self.sock,
+                                      "--save", "", "--appendonly", "no", "--dir", work],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        deadline = time.time() + 10
+        while not os.path.exists(self.sock):
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("redis-server did not start (exit %s)" % self.proc.poll())
+            time.sleep(0.05)
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+class Daemon:
+    def __init__(self, tools, work, name, redis=None, secret=None, workers=8):
+        self.tools = tools
+        self.dir = os.path.join(work, name)
+        os.makedirs(self.dir)
+        self.sock = os.path.join(self.dir, "s.sock")
+        args = [tools.daemon, "--socket", self.sock, "--cache-dir", os.path.join(self.dir, "cache"),
+                "--workers", str(workers), "--log-level", "warning"]
+        p = triton_ptxas()
+        if p:
+            args += ["--ptxas", p]
+        if redis:
+            args += ["--l2", "unix:" + redis.sock, "--l2-secret-file", secret, "--l2-timeout-ms", "2000"]
+        self.log = open(os.path.join(self.dir, "log"), "wb")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=self.log)
+        deadline = time.time() + 60
+        while subprocess.run([tools.cli, "--socket", self.sock, "ping"],
+                             capture_output=True).returncode != 0:
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("ptxcached did not start: %s" % open(self.log.name).read()[-2000:])
+            time.sleep(0.1)
+
+    def stats(self):
+        r = subprocess.run([self.tools.cli, "--socket", self.sock, "stats", "--json"],
+                           capture_output=True, text=True)
+        return json.loads(r.stdout) if r.returncode == 0 else {}
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def pth_base(work, tools):
+    """A user site holding ptxcache.pth (PYTHONUSERBASE), as an install has."""
+    base = os.path.join(work, "userbase")
+    r = subprocess.run([sys.executable, "-c", "import site; print(site.getusersitepackages(), "
+                        "site.ENABLE_USER_SITE)"], env=dict(os.environ, PYTHONUSERBASE=base),
+                       capture_output=True, text=True)
+    d, enabled = r.stdout.split()
+    os.makedirs(d, exist_ok=True)
+    shutil.copy(os.path.join(tools.python_dir, "ptxcache.pth"), d)
+    return base, enabled == "True"
+
+
+def child_env(work, tools, tag, dirs=None, daemon=None, pth=None):
+    cdir = dirs or tempfile.mkdtemp(prefix="tc-%s-" % tag, dir=work)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PTXCACHE_", "TRITON_", "TORCHINDUCTOR_", "TORCH_COMPILE"))}
+    env.update(TORCHINDUCTOR_CACHE_DIR=os.path.join(cdir, "inductor"),
+               TRITON_CACHE_DIR=os.path.join(cdir, "triton"), PYTHONUNBUFFERED="1")
+    if daemon is not None:
+        env.update(PTXCACHE_SOCKET=daemon.sock, PTXCACHE_BIN=tools.cli,
+                   XDG_CACHE_HOME=os.path.join(work, "xdg"),
+                   PYTHONPATH=tools.python_dir + (os.pathsep + env["PYTHONPATH"]
+                                                  if env.get("PYTHONPATH") else ""))
+        base, enabled = pth
+        if enabled:
+            env.update(PTXCACHE_TORCH="1", PYTHONUSERBASE=base)
+        else:       # a venv without user site: the one call instead
+            env["TC_CALL_ENABLE"] = "1"
+    return env, cdir
+
+
+def start_child(work, model, mode, env, tag):
+    out = os.path.join(work, "out-%s-%s-%s-%d.json" % (model, mode, tag, time.time_ns()))
+    script = os.path.join(work, "child.py")
+    if not os.path.exists(script):
+        with open(script, "w") as f:
+            f.write(CHILD)
+    t0 = time.time()
+    p = subprocess.Popen([sys.executable, script, model, mode, out], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return p, out, t0
+
+
+def finish_child(p, out, t0, timeout):
+    try:
+        text, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        text, _ = p.communicate()
+        return {"error": "timed out after %d s" % timeout, "tail": text[-3000:]}
+    wall = time.time() - t0
+    if p.returncode != 0 or not os.path.exists(out):
+        return {"error": "exit %s" % p.returncode, "tail": text[-3000:]}
+    with open(out) as f:
+        r = json.load(f)
+    r["process_s"] = wall
+    warns = [line for line in text.splitlines() if "ptxcache" in line and "WARNING" in line.upper()]
+    if warns:
+        r["warnings"] = warns[:5]
+    return r
+
+
+def run_one(work, model, mode, env, tag, timeout):
+    p, out, t0 = start_child(work, model, mode, env, tag)
+    r = finish_child(p, out, t0, timeout)
+    log("  %-9s %s" % (tag, ("%.1f s" % r["compile_s"]) if "compile_s" in r else r["error"]))
+    return r
+
+
+def fx_misses(r):
+    c = r.get("counters", {}).get("inductor", {})
+    return c.get("fxgraph_cache_miss", 0)
+
+
+def one_case(args, tools, work, model, mode, results):
+    key = "%s/%s" % (model, mode)
+    res = results.setdefault(key, {})
+    log("%s:" % key)
+    t = args.timeout
+    pth = pth_base(work, tools)
+    # Anchors: cold, then the cold run's own directories again.
+    env, dirs = child_env(work, tools, "cold")
+    res["cold"] = run_one(work, model, mode, env, "cold", t)
+    env, _ = child_env(work, tools, "local", dirs=dirs)
+    res["local"] = run_one(work, model, mode, env, "local", t)
+    save(args, results)
+    # The package: a daemon with Redis, then a second one on that Redis.
+    redis = secret = None
+    if os.access(tools.redis, os.X_OK):
+        try:
+            redis = Redis(tools, tempfile.mkdtemp(prefix="redis-", dir=work))
+            secret = os.path.join(work, "l2-secret")
+            with open(secret, "w") as f:
+                f.write(hashlib.sha256(os.urandom(32)).hexdigest())
+        except Exception as e:
+            res["redis_error"] = str(e)
+            redis = None
+    d1 = Daemon(tools, work, "d1-%s-%s" % (model, mode.replace("-", "")), redis, secret)
+    try:
+        env, _ = child_env(work, tools, "pkgcold", daemon=d1, pth=pth)
+        res["pkg-cold"] = run_one(work, model, mode, env, "pkg-cold", t)
+        env, _ = child_env(work, tools, "pkgwarm", daemon=d1, pth=pth)
+        res["pkg-warm"] = run_one(work, model, mode, env, "pkg-warm", t)
+        res["pkg-warm"]["daemon"] = {k: v for k, v in d1.stats().items() if k.startswith("artifact")}
+        save(args, results)
+        if redis:
+            time.sleep(1.0)     # the daemon publishes to Redis in the background
+            d2 = Daemon(tools, work, "d2-%s-%s" % (model, mode.replace("-", "")), redis, secret)
+            try:
+                env, _ = child_env(work, tools, "pkgl2", daemon=d2, pth=pth)
+                res["pkg-l2"] = run_one(work, model, mode, env, "pkg-l2", t)
+                res["pkg-l2"]["daemon"] = {k: v for k, v in d2.stats().items()
+                                           if k.startswith("artifact") or k.startswith("l2_")}
+            finally:
+                d2.stop()
+        else:
+            res["pkg-l2"] = {"error": "not run: no redis-server (%s)" % res.get("redis_error", "not carried")}
+    finally:
+        d1.stop()
+        if redis:
+            redis.stop()
+    save(args, results)
+    # Four processes together on a cold daemon.
+    d3 = Daemon(tools, work, "d3-%s-%s" % (model, mode.replace("-", "")))
+    try:
+        started = [start_child(work, model, mode, child_env(work, tools, "four%d" % i, daemon=d3,
+                                                                pth=pth)[0], "four%d" % i)
+                   for i in range(4)]
+        four = [finish_child(p, out, t0, t) for p, out, t0 in started]
+        s = d3.stats()
+        res["four"] = {"runs": four, "daemon": {k: v for k, v in s.items() if k.startswith("artifact")},
+                       "graph_compiles": sum(fx_misses(r) for r in four),
+                       "graphs": fx_misses(res["cold"]) or None}
+        log("  four      graph compiles %s (graphs %s), waits %s, wait hits %s, leases %s"
+            % (res["four"]["graph_compiles"], res["four"]["graphs"], s.get("artifact_waits"),
+               s.get("artifact_wait_hits"), s.get("artifact_leases")))
+    finally:
+        d3.stop()
+    save(args, results)
+
+
+def save(args, results):
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write(table(results))
+
+
+def fmt(r):
+    if not r:
+        return "-"
+    if "compile_s" not in r:
+        return r.get("error", "?")
+    return "%.1f s" % r["compile_s"]
+
+
+def table(results):
+    rows = ["| model / mode | cold | local caches warm | pkg, cold daemon | pkg, warm daemon | "
+            "pkg, 2nd daemon via Redis | warm daemon / local | outputs = cold's | four together: "
+            "graph compiles (graphs), waits, wait hits |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for key, res in results.items():
+        loc, warm = res.get("local", {}), res.get("pkg-warm", {})
+        ratio = ("%.2fx" % (warm["compile_s"] / loc["compile_s"])
+                 if "compile_s" in warm and "compile_s" in loc else "-")
+        ref = res.get("cold", {}).get("sha256")
+        same = []
+        for k in ("local", "pkg-cold", "pkg-warm", "pkg-l2"):
+            if res.get(k, {}).get("sha256"):
+                same.append("%s %s" % (k, "yes" if res[k]["sha256"] == ref else "no"))
+        f = res.get("four", {})
+        d = f.get("daemon", {})
+        four = ("%s (%s), %s, %s" % (f.get("graph_compiles"), f.get("graphs"), d.get("artifact_waits"),
+                                     d.get("artifact_wait_hits")) if f else "-")
+        rows.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            key, fmt(res.get("cold")), fmt(loc), fmt(res.get("pkg-cold")), fmt(warm),
+            fmt(res.get("pkg-l2")), ratio, ", ".join(same) or "-", four))
+    return "\n".join(rows) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bundle", help="the tar.xz tests/gpu/carry_torch.sh made")
+    ap.add_argument("--bin", help="a directory with ptxcached, ptxcache (and redis/) instead")
+    ap.add_argument("--out", required=False, default=os.environ.get("OUT", "."))
+    ap.add_argument("--models", default="cnn,mixer")
+    ap.add_argument("--modes", default="default,max-autotune-no-cudagraphs")
+    ap.add_argument("--timeout", type=int, default=400, help="seconds a run may take")
+    ap.add_argument("--report", nargs="*", help="merge these results.json into one table")
+    args = ap.parse_args()
+    if args.report:
+        merged = {}
+        for p in args.report:
+            with open(p if p.endswith(".json") else os.path.join(p, "results.json")) as f:
+                merged.update(json.load(f))
+        sys.stdout.write(table(merged))
+        return 0
+    os.makedirs(args.out, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="torch-cache-")
+    tools = Tools(args.bundle, args.bin or os.path.join(ROOT, "gpu-carry-py"), work)
+    results = {}
+    for model in args.models.split(","):
+        for mode in args.modes.split(","):
+            try:
+                one_case(args, tools, work, model, mode, results)
+            except Exception as e:
+                results.setdefault("%s/%s" % (model, mode), {})["error"] = repr(e)
+                save(args, results)
+                log("  failed: %r" % e)
+    save(args, results)
+    sys.stdout.write(table(results))
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
