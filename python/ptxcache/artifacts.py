@@ -144,9 +144,12 @@ class ArtifactStore:
         self._pending.pop(id(c), None)
 
     def _flush(self, c: Client) -> None:
-        """Send the releases queued for c (called with c's lock free)."""
+        """Send the releases queued for c (called with c's lock free). A
+        connection that has closed took its leases with it: nothing to send."""
         with self._lock:
             tokens = self._pending.pop(id(c), [])
+        if not c.connected or not self.available():
+            return
         for t in tokens:
             try:
                 c.artifact_release(t)
@@ -318,5 +321,12 @@ def reset_store() -> None:
         _store = None
 
 
+def _after_fork() -> None:
+    # The child has one thread, and maybe a copy of a lock another thread
+    # of the parent held: new ones, and a new store (new connections).
+    global _store, _store_lock
+    _store, _store_lock = None, threading.Lock()
+
+
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=reset_store)
+    os.register_at_fork(after_in_child=_after_fork)

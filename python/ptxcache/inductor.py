@@ -31,6 +31,20 @@ and otherwise ends with the process or the daemon's lease timeout.
 The backends never raise: a daemon that is down or refuses answers misses
 (one warning per process), and Inductor's local caches carry on.
 
+PyTorch's names this package touches (all in private modules; the
+version is checked against TESTED_TORCH and each name is looked up, never
+assumed):
+- torch._inductor.remote_cache: the classes RemoteFxGraphCache,
+  RemoteAOTAutogradCache, RemoteAutotuneCache, RemoteBundledAutotuneCache,
+  RemoteDynamoPGOCache and their class attribute backend_override_cls
+  (set); RemoteCacheBackend (a base class: its __init__, get, put and the
+  _get/_put they call);
+- the switches, set only where their module is already imported (else the
+  environment variables do it): torch._inductor.config.fx_graph_remote_cache,
+  .autotune_remote_cache, .bundled_autotune_remote_cache,
+  torch._functorch.config.enable_remote_autograd_cache,
+  torch._dynamo.config.automatic_dynamic_remote_pgo; torch.__version__.
+
 ``InductorArtifacts`` is the logic as a plain class; the classes handed to
 PyTorch add its ``RemoteCacheBackend`` as a base (for its cache_stats) and
 are made only when PyTorch is imported.

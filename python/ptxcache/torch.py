@@ -64,14 +64,31 @@ def pth_installed() -> bool:
     return any(os.path.isfile(os.path.join(d, "ptxcache.pth")) for d in dirs)
 
 
-def _importable_by_children() -> bool:
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+def _child_path() -> str | None:
+    """A directory holding this package and nothing else, for PYTHONPATH:
+    TRITON_REMOTE_CACHE_BACKEND names ptxcache.triton, and a child process
+    whose interpreter cannot import it (a venv without this site's
+    packages) would fail its compiles. The package's own parent where that
+    is all it holds (a source tree's python/), else a link to the package
+    in $XDG_CACHE_HOME/ptxcache/python/; None if neither can be had."""
+    pkg = os.path.join(_PACKAGE_PARENT, "ptxcache")
     try:
-        paths += site.getsitepackages()
-    except AttributeError:
-        pass
-    real = os.path.realpath(_PACKAGE_PARENT)
-    return any(os.path.realpath(p) == real for p in paths)
+        if set(os.listdir(_PACKAGE_PARENT)) <= {"ptxcache", "ptxcache.pth", "__pycache__"}:
+            return _PACKAGE_PARENT
+        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        d = os.path.join(cache, "ptxcache", "python")
+        link = os.path.join(d, "ptxcache")
+        if not (os.path.islink(link) and os.readlink(link) == pkg):
+            os.makedirs(d, mode=0o700, exist_ok=True)
+            tmp = "%s.%d" % (link, os.getpid())
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+            os.symlink(pkg, tmp)
+            os.replace(tmp, link)
+        return d
+    except OSError as e:
+        log.debug("ptxcache: no directory for PYTHONPATH: %s", e)
+        return None
 
 
 def planned_environment(ptxas: bool = True) -> dict[str, tuple[str, str]]:
@@ -111,11 +128,13 @@ def enable(ptxas: bool = True) -> dict[str, Any]:
         os.environ[var] = value
         set_now[var] = value
     # Children (Inductor's compile workers) run the hook too where the
-    # .pth is installed, and must be able to import this package.
+    # .pth is installed, and must be able to import this package whatever
+    # their interpreter.
     os.environ.setdefault(ENV_SWITCH, "1")
-    if not _importable_by_children():
-        pp = os.environ.get("PYTHONPATH", "")
-        os.environ["PYTHONPATH"] = _PACKAGE_PARENT + (os.pathsep + pp if pp else "")
+    d = _child_path()
+    pp = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if d and d not in pp:
+        os.environ["PYTHONPATH"] = os.pathsep.join([d] + pp)
         set_now["PYTHONPATH"] = os.environ["PYTHONPATH"]
     # PyTorch's config modules read their variables when first imported:
     # those imported already get the value directly (unless you set it).

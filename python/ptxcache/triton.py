@@ -24,6 +24,13 @@ file, then the group file last. So:
   puts it to the daemon, filling our lease), so a fresh daemon learns from
   warm local caches and a dead one costs no more than Triton's own cache.
 
+Triton's names this package touches: triton.runtime.cache.RemoteCacheManager
+(named in TRITON_CACHE_MANAGER, not imported), RemoteCacheBackend (a base
+class: Triton's knob checks a backend's bases for that name) and
+FileCacheManager(key).cache_dir (the local copy's directory); the
+variables TRITON_CACHE_MANAGER, TRITON_REMOTE_CACHE_BACKEND,
+TRITON_CACHE_DIR, TRITON_HOME, TRITON_PTXAS_PATH.
+
 ``TritonArtifacts`` is the whole logic, as a plain class: Backend is it
 with Triton's ``RemoteCacheBackend`` as a base (Triton checks for that base
 by name), made when first asked for, so importing this module never
