@@ -224,8 +224,25 @@ class Daemon:
             self.proc.wait()
 
 
+_PTH_MADE = []
+
+
 def pth_base(work, tools):
-    """A user site holding ptxcache.pth (PYTHONUSERBASE), as an install has."""
+    """A user site holding ptxcache.pth, as an install has: a PYTHONUSERBASE
+    of our own, or, where PyTorch itself lives in the user's own site (pip
+    install --user), that site, the file removed again at exit. Returns
+    (PYTHONUSERBASE or None, whether the interpreter reads a user site)."""
+    import importlib.util
+    import site
+    torch_at = (importlib.util.find_spec("torch") or importlib.util.find_spec("os")).origin or ""
+    own = site.getusersitepackages()
+    if torch_at.startswith(own + os.sep):
+        os.makedirs(own, exist_ok=True)
+        dst = os.path.join(own, "ptxcache.pth")
+        if not os.path.exists(dst):
+            shutil.copy(os.path.join(tools.python_dir, "ptxcache.pth"), dst)
+            _PTH_MADE.append(dst)
+        return None, bool(site.ENABLE_USER_SITE)
     base = os.path.join(work, "userbase")
     r = subprocess.run([sys.executable, "-c", "import site; print(site.getusersitepackages(), "
                         "site.ENABLE_USER_SITE)"], env=dict(os.environ, PYTHONUSERBASE=base),
@@ -249,7 +266,9 @@ def child_env(work, tools, tag, dirs=None, daemon=None, pth=None):
                                                   if env.get("PYTHONPATH") else ""))
         base, enabled = pth
         if enabled:
-            env.update(PTXCACHE_TORCH="1", PYTHONUSERBASE=base)
+            env["PTXCACHE_TORCH"] = "1"
+            if base:
+                env["PYTHONUSERBASE"] = base
         else:       # a venv without user site: the one call instead
             env["TC_CALL_ENABLE"] = "1"
     return env, cdir
@@ -330,7 +349,7 @@ def one_case(args, tools, work, model, mode, results):
         res["pkg-warm"]["daemon"] = {k: v for k, v in d1.stats().items() if k.startswith("artifact")}
         save(args, results)
         if redis:
-            time.sleep(1.0)     # the daemon publishes to Redis in the background
+            time.sleep(2.0)     # the daemon publishes to Redis in the background
             d2 = Daemon(tools, work, "d2-%s-%s" % (model, mode.replace("-", "")), redis, secret)
             try:
                 env, _ = child_env(work, tools, "pkgl2", daemon=d2, pth=pth)
@@ -435,6 +454,8 @@ def main():
                 log("  failed: %r" % e)
     save(args, results)
     sys.stdout.write(table(results))
+    for p in _PTH_MADE:
+        os.unlink(p)
     shutil.rmtree(work, ignore_errors=True)
     return 0
 
