@@ -241,9 +241,10 @@ clean:
 
 # make install [PREFIX=/usr/local] [DESTDIR=]: binaries, library, header,
 # ptxcache.pc, systemd units, the sysusers.d snippet, the sample config,
-# the man pages, the Python package and the ptxas front's link. Units and ptxcache.pc get the install paths filled in. The
-# daemon always reads /etc/ptxcache/ptxcached.conf, so SYSCONFDIR stays /etc
-# whatever the PREFIX; an existing config file is never overwritten.
+# the man pages, the Python package and the ptxas front's link. Units and
+# ptxcache.pc get the install paths filled in. The daemon always reads
+# /etc/ptxcache/ptxcached.conf, so SYSCONFDIR stays /etc whatever the
+# PREFIX; an existing config file is never overwritten.
 PREFIX       ?= /usr/local
 BINDIR       ?= $(PREFIX)/bin
 LIBDIR       ?= $(PREFIX)/lib

@@ -20,4 +20,4 @@ __all__ = ["Client", "ArtifactReply", "default_socket", "PtxcacheError", "Connec
            "DaemonTimeout", "ProtocolError", "ServerError", "Unsupported", "Denied", "Busy",
            "Conflict", "Invalid", "__version__"]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # the project's VERSION (Makefile)
