@@ -581,3 +581,25 @@ def test_python_status_says_what_is_wired():
             assert r.returncode == 1 and "NOT reachable" in r.stdout, r.stdout
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_python_a_value_the_daemon_refuses_is_not_stored_and_not_an_outage():
+    """Over artifact-max-value: that put is not stored, its lease is given
+    up for the waiters, and the daemon is still asked (no warning)."""
+    with Daemon(workers=1, extra=["--artifact-max-value", "4096"]) as d:
+        need_artifacts(d)
+        logs = io.StringIO()
+        h = logging.StreamHandler(logs)
+        logging.getLogger("ptxcache").addHandler(h)
+        try:
+            st = artifacts.ArtifactStore(d.socket)
+            assert st.get("inductor-fx", "huge", lease=True) is None and st.holds("inductor-fx", "huge")
+            assert not st.put("inductor-fx", "huge", b"x" * 10000)
+            other = artifacts.ArtifactStore(d.socket)
+            assert other.get("inductor-fx", "huge", lease=True) is None
+            assert other.holds("inductor-fx", "huge")      # handed on at once
+            assert st.available() and st.put("inductor-fx", "small", b"x" * 100)
+            assert st.get("inductor-fx", "small") == b"x" * 100
+        finally:
+            logging.getLogger("ptxcache").removeHandler(h)
+        assert "ptxcache:" not in logs.getvalue(), logs.getvalue()

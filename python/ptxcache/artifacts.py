@@ -34,7 +34,7 @@ import weakref
 from typing import Iterable
 
 from .client import Client
-from .errors import Busy, Conflict, Denied, Invalid, PtxcacheError, ServerError, Unsupported
+from .errors import Conflict, Denied, PtxcacheError, ServerError, Unsupported
 
 __all__ = ["ArtifactStore", "store", "reset_store", "artifact_key"]
 
@@ -236,7 +236,12 @@ class ArtifactStore:
         except Conflict as e:
             log.debug("ptxcache: artifact put '%s' %s: %s", ns, _short(key), e)
             return False
-        except (Invalid, Busy) as e:
+        except ServerError as e:
+            if e.connection or isinstance(e, Unsupported):
+                self._failed("artifact put '%s' %s" % (ns, _short(key)), e)
+                return False
+            # This value, not the daemon: too large, over the user's share,
+            # a store that could not take it. Not stored; waiters go on.
             log.debug("ptxcache: artifact put '%s' %s not stored: %s", ns, _short(key), e)
             if held is not None:
                 self._release_lease(held)

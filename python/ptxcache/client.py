@@ -233,6 +233,7 @@ class Client:
                     left -= 1
                     continue
                 if rid == 0 or rid is None:
+                    err.connection = True   # the daemon ends the connection
                     raise err
                 continue        # an error for a request we gave up on
             if rid not in ids or results[ids[rid]] is not None:
@@ -252,7 +253,9 @@ class Client:
         except (PtxcacheError, _Closed):
             return None
         if ftype == wire.T_ERROR:
-            return server_error(str(body.get("code", "")), str(body.get("message", "")))
+            err = server_error(str(body.get("code", "")), str(body.get("message", "")))
+            err.connection = True
+            return err
         return None
 
     def _send_all(self, data: bytes, deadline: float) -> None:

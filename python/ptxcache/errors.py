@@ -29,6 +29,10 @@ class ServerError(PtxcacheError):
     "denied", "busy", ...), the message is the daemon's."""
 
     code = ""
+    # True for an error the daemon sent before closing the connection (not
+    # allowed, too many connections, shutting down): about the daemon, not
+    # about one request.
+    connection = False
 
     def __init__(self, code: str, message: str, request: str = "") -> None:
         self.code = code
