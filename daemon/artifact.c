@@ -16,10 +16,13 @@
  *  - One compile across processes: a get that misses with `lease` makes
  *    its caller the producer of that key (a slot: struct slot, found by
  *    key). Gets of the same key wait on the slot until the producer's put
- *    (they get its value), or the lease ends without one: the producer
- *    released it, its connection closed, or lease_timeout passed. Then the
- *    oldest waiter that asked for a lease becomes the producer; waiters that
- *    did not ask are answered with a miss. Every waiter has its own
+ *    (they get its value), or the lease ends without one. A producer that
+ *    releases its lease will not store the entry (the JIT chose not to
+ *    cache it, or its compile failed): every waiter is answered with a
+ *    miss and compiles for itself. A producer whose connection closed, or
+ *    whose lease_timeout passed, may just have died: the oldest waiter that
+ *    asked for a lease becomes the producer, and waiters that did not ask
+ *    are answered with a miss. Every waiter has its own
  *    deadline (wait_ms, capped by wait_s), so nothing waits forever, and a
  *    progress frame a second, so its client can tell a wait from silence.
  *
@@ -760,8 +763,10 @@ static void artifact_release(struct conn *c, uint64_t id, const struct msg *m)
 	}
 	for (struct slot *s = a->all; s; s = s->next_all) {
 		if (s->holder == c && s->token == (uint64_t)token) {
+			/* Its producer will not store this entry: neither would the
+			 * next one, so nobody waits for one. */
 			a->n.lease_releases++;
-			lease_pass_on(s);
+			slot_finish(s, NULL);
 			reply_simple(c, FRAME_ARTIFACT_RELEASE, id, NULL);
 			return;
 		}
