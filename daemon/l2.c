@@ -1010,7 +1010,8 @@ static size_t redis_key(const struct l2 *l2, const char *space, const unsigned c
 	size_t n = strlen(l2->conf->prefix), sn = space ? strnlen(space, L2_SPACE_MAX) : 0;
 
 	memcpy(name, l2->conf->prefix, n);
-	memcpy(name + n, space, sn);
+	if (sn)
+		memcpy(name + n, space, sn);
 	n += sn;
 	for (int i = 0; i < 32; i++)
 		snprintf(name + n + 2 * i, 3, "%02x", key[i]);
