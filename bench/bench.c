@@ -1596,28 +1596,39 @@ static void hit_loop(double seconds, int cubin)
 }
 
 /* --redis-only: the two-node section alone, against plain misses (a
- * pass of misses through a fresh daemon without the tier), the better of
- * two each, alternating; for work on the first pass with the tier on. */
+ * pass of misses through a fresh daemon without the tier, and one that
+ * confirms nothing in the background either), the better of two each,
+ * alternating; for work on the first pass with the tier on. */
 static void redis_runs(struct figures *f, double t0)
 {
-	double plain = INFINITY, node1 = INFINITY;
+	double plain = INFINITY, bare = INFINITY, node1 = INFINITY;
+	const char *const no_confirm[] = { "--confirm-workers", "0", NULL };
 
 	for (int round = 0; round < 2; round++) {
 		struct daemon d;
 		char name[32];
+		double t;
 		snprintf(name, sizeof name, "plain-%d", round);
 		daemon_start(&d, name);
-		plain = fmin(plain, corpus_pass(d.sock));
+		plain = fmin(plain, t = corpus_pass(d.sock));
 		daemon_stop(&d);
+		fprintf(stderr, "bench: round %d: plain misses %.0f ms\n", round, t);
+		snprintf(name, sizeof name, "bare-%d", round);
+		daemon_start_with(&d, name, no_confirm);
+		bare = fmin(bare, t = corpus_pass(d.sock));
+		daemon_stop(&d);
+		fprintf(stderr, "bench: round %d: misses, no confirmation %.0f ms\n", round, t);
 		second_node(f);
 		node1 = fmin(node1, f->l2_node1_pass_ms);
-		fprintf(stderr, "bench: round %d: plain misses %.0f ms, node 1 %.0f ms, node 2 %.0f ms\n",
-			round, plain, f->l2_node1_pass_ms, f->l2_node2_pass_ms);
+		fprintf(stderr, "bench: round %d: node 1 %.0f ms, node 2 %.0f ms\n",
+			round, f->l2_node1_pass_ms, f->l2_node2_pass_ms);
 	}
 	printf("\nptxcache bench --redis-only: %d kernels (%d distinct IR)%s, %d workers\n\n",
 	       g.nk, g.distinct, g.quick ? " (QUICK subset)" : "", g.workers);
 	row("plain misses (no tier)", plain, "ms", NULL, 0);
+	row("misses, no confirmation at all", bare, "ms", NULL, 0);
 	row("node 1 first pass (compiles, Redis)", node1, "ms", "/ plain", node1 / plain);
+	row("node 1 first pass, again", node1, "ms", "/ no confirmation", node1 / bare);
 	row("node 2 first pass (from Redis)", f->l2_node2_pass_ms, "ms", "node 1 /",
 	    f->l2_node1_pass_ms / f->l2_node2_pass_ms);
 	row("node 2 compiles", f->l2_node2_compiles < 0 ? NAN : (double)f->l2_node2_compiles,
