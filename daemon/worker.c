@@ -153,7 +153,9 @@ struct worker {
 struct owner {
 	int64_t id;
 	struct job_queue jobs;
-	int queued, queued_default;     /* jobs waiting; of the default set */
+	int queued;             /* jobs waiting */
+	int queued_default;     /* of them, of the default option set */
+	int queued_asm;         /* of them, assembler jobs */
 	int running;
 	int64_t served_us;      /* worker time of its finished jobs, from the
 	                           virtual time it started waiting at */
@@ -188,6 +190,7 @@ struct pool {
 	struct job_queue bg;    /* background jobs waiting, oldest first */
 	int64_t bg_bytes;       /* what they hold (confirm_queue) */
 	unsigned pass;          /* dispatch() passes */
+	int prune;              /* a client has gone: look for unwanted jobs */
 	uint64_t turns;
 	struct event *sigchld;
 	struct event *respawn;  /* back-off timer */
@@ -294,6 +297,8 @@ static int owner_wants(const struct pool *p, const struct owner *o, const char *
 		return 0;
 	if (!*optset)
 		return o->queued_default > 0;
+	if (!strcmp(optset, POOL_ASM_SET))
+		return o->queued_asm > 0;
 	const struct pool_job *j;
 	TAILQ_FOREACH(j, &o->jobs, q)
 		if (!strcmp(j->optset, optset))
@@ -314,6 +319,7 @@ static void unqueue(struct pool *p, struct pool_job *job)
 	TAILQ_REMOVE(&o->jobs, job, q);
 	o->queued--;
 	o->queued_default -= !*job->optset;
+	o->queued_asm -= !strcmp(job->optset, POOL_ASM_SET);
 	p->counters.queued--;
 }
 
@@ -991,6 +997,12 @@ static void pause_worker(struct worker *w, int pause)
 
 enum placed { PLACED, COVERED, WAIT, FAILED };
 
+static void drop_unwanted(struct pool *p, struct pool_job *job)
+{
+	p->counters.dropped++;
+	fail_job(p, job, JOB_UNAVAILABLE, "no client waits for this compile any more");
+}
+
 /* How much an idle worker w that cannot serve o's job costs its own user
  * to lose, as 0 (nobody's, or its user has nothing it could run there), 1
  * (its user is a quantum ahead of o) or -1 (its user's turn goes on: keep
@@ -1091,16 +1103,17 @@ static int foreground(struct pool *p)
 	int n, cap = 64, progress;
 	int64_t now = now_us();
 
-	/* What nobody waits for any more goes first. */
-	TAILQ_FOREACH(o, &p->owners, link)
-		for (job = TAILQ_FIRST(&o->jobs); job; job = next) {
-			next = TAILQ_NEXT(job, q);
-			if (job->wanted && !job->wanted(job)) {
-				p->counters.dropped++;
-				fail_job(p, job, JOB_UNAVAILABLE,
-					 "no client waits for this compile any more");
+	/* What nobody waits for any more goes, once a client has gone
+	 * (pool_prune()); a job is asked again before it starts. */
+	if (p->prune) {
+		p->prune = 0;
+		TAILQ_FOREACH(o, &p->owners, link)
+			for (job = TAILQ_FIRST(&o->jobs); job; job = next) {
+				next = TAILQ_NEXT(job, q);
+				if (job->wanted && !job->wanted(job))
+					drop_unwanted(p, job);
 			}
-		}
+	}
 	do {
 		progress = 0;
 		n = 0;
@@ -1136,13 +1149,23 @@ static int foreground(struct pool *p)
 					break;
 				if (job->cover_pass == p->pass || (waits && !strcmp(waits, job->optset)))
 					continue;
+				if (job->wanted && !job->wanted(job)) {
+					drop_unwanted(p, job);
+					continue;
+				}
 				enum placed r = place(p, job, o, now);
 				if (r == PLACED || r == COVERED) {
 					progress = 1;
 					break;
 				}
-				if (r == WAIT)
-					waits = job->optset;
+				if (r != WAIT)
+					continue;
+				/* The rest of a queue of one set would wait as well:
+				 * a long queue costs nothing per pass. */
+				if ((!*job->optset && o->queued_default == o->queued) ||
+				    (!strcmp(job->optset, POOL_ASM_SET) && o->queued_asm == o->queued))
+					break;
+				waits = job->optset;
 			}
 		}
 	} while (progress);
@@ -1410,6 +1433,7 @@ void pool_submit(struct pool *p, struct pool_job *job)
 	TAILQ_INSERT_TAIL(&o->jobs, job, q);
 	o->queued++;
 	o->queued_default += !*job->optset;
+	o->queued_asm += !strcmp(job->optset, POOL_ASM_SET);
 	p->counters.queued++;
 	dispatch(p);
 }
@@ -1442,6 +1466,7 @@ void pool_sandbox(struct pool *p, struct buf *out)
 
 void pool_prune(struct pool *p)
 {
+	p->prune = 1;
 	dispatch(p);
 }
 
