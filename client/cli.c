@@ -799,7 +799,7 @@ static void show_prometheus(json_object *o)
 		"entries", "bytes", "workers", "workers_ready", "jobs_running", "jobs_queued",
 		"uptime_s", "warm_up_ms", "users_waiting", "queued_bytes", "confirms_pending",
 		"confirms_pending_bytes", "confirms_running", "confirms_paused",
-		"confirm_workers", "artifact_entries", "artifact_bytes", "artifact_leases_held",
+		"confirm_workers_live", "artifact_entries", "artifact_bytes", "artifact_leases_held",
 		"artifact_waiting",
 	};
 	json_object_object_foreach(o, k, v) {

@@ -71,7 +71,7 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 		   "\"queued_bytes\":%lld,\"confirm_compiles\":%lld,\"confirms_pending\":%d,"
 		   "\"confirms_pending_bytes\":%lld,\"confirms_running\":%d,"
 		   "\"confirms_paused\":%d,\"confirm_pauses\":%lld,\"confirms_dropped\":%lld,"
-		   "\"confirm_workers\":%d,"
+		   "\"confirm_workers_live\":%d,"
 		   "\"workers\":%d,\"workers_ready\":%d,\"warm_up_ms\":%lld,"
 		   "\"uptime_s\":%lld,"
 		   "\"lineinfo_hits\":%lld,\"lineinfo_layout_misses\":%lld,"

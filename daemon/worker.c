@@ -1438,15 +1438,15 @@ void pool_submit(struct pool *p, struct pool_job *job)
 	dispatch(p);
 }
 
-void pool_cancel_background(struct pool *p)
+/* Drop every background job, waiting or running, for why. */
+static void cancel_background(struct pool *p, const char *why)
 {
-	struct job_result res = { .status = JOB_UNAVAILABLE,
-				  .log = "the daemon is shutting down", .not_run = 1 };
+	struct job_result res = { .status = JOB_UNAVAILABLE, .log = why,
+				  .log_len = strlen(why), .not_run = 1 };
 	struct worker *w, *next;
 
-	res.log_len = strlen(res.log);
 	while (!TAILQ_EMPTY(&p->bg))
-		fail_job(p, TAILQ_FIRST(&p->bg), JOB_UNAVAILABLE, res.log);
+		fail_job(p, TAILQ_FIRST(&p->bg), JOB_UNAVAILABLE, why);
 	for (w = TAILQ_FIRST(&p->workers); w; w = next) {
 		next = TAILQ_NEXT(w, link);
 		if (!w->background || w->state == W_DYING)
@@ -1455,6 +1455,11 @@ void pool_cancel_background(struct pool *p)
 			complete(w, &res);
 		retire(w);
 	}
+}
+
+void pool_cancel_background(struct pool *p)
+{
+	cancel_background(p, "the daemon is shutting down");
 }
 
 void pool_sandbox(struct pool *p, struct buf *out)
@@ -1503,6 +1508,16 @@ void pool_reconfigure(struct pool *p, const struct pool_config *cfg)
 	p->cfg.max_running = cfg->max_running;
 	p->cfg.confirm_workers = cfg->confirm_workers;
 	p->cfg.confirm_queue = cfg->confirm_queue;
+	/* No background workers any more, or less room for what waits. */
+	if (p->cfg.confirm_workers <= 0) {
+		p->counters.bg_dropped += p->counters.bg_queued;
+		cancel_background(p, "confirm-workers is 0 now");
+	}
+	while (p->bg_bytes > p->cfg.confirm_queue && !TAILQ_EMPTY(&p->bg)) {
+		p->counters.bg_dropped++;
+		fail_job(p, TAILQ_FIRST(&p->bg), JOB_UNAVAILABLE,
+			 "dropped: too many background jobs waiting");
+	}
 	dispatch(p);
 }
 
