@@ -1264,7 +1264,7 @@ static void background(struct pool *p, int fg_waiting)
 			continue;
 		}
 		if (blocked_reason(p, job->optset))
-			continue;       /* dropped when a worker is ready for it */
+			continue;       /* it waits for the block to end */
 		if (p->nbg >= limit) {
 			/* Make room: an idle spare of a set nothing waits for. */
 			struct worker *idle = NULL;
