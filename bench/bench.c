@@ -1192,9 +1192,14 @@ static void second_node(struct figures *f)
 	char dir[300], rsock[340], url[360], secret[340];
 	struct daemon a, b;
 
+	static int runs;        /* --redis-only runs this more than once */
+	char n1[32], n2[32];
+
 	f->l2_node1_pass_ms = f->l2_node2_pass_ms = NAN;
 	f->l2_node2_compiles = f->l2_node2_hits = -1;
-	snprintf(dir, sizeof dir, "%s/redis", g.tmp);
+	snprintf(dir, sizeof dir, "%s/redis-%d", g.tmp, runs);
+	snprintf(n1, sizeof n1, "node1-%d", runs);
+	snprintf(n2, sizeof n2, "node2-%d", runs++);
 	snprintf(rsock, sizeof rsock, "%s/redis.sock", dir);
 	snprintf(url, sizeof url, "unix:%s", rsock);
 	snprintf(secret, sizeof secret, "%s/secret", dir);
@@ -1222,13 +1227,13 @@ static void second_node(struct figures *f)
 	}
 	const char *const extra[] = { "--l2", url, "--l2-secret-file", secret,
 				      "--l2-timeout-ms", "2000", NULL };
-	daemon_start_with(&a, "node1", extra);
+	daemon_start_with(&a, n1, extra);
 	f->l2_node1_pass_ms = corpus_pass(a.sock);
 	/* Publishing is in the background: wait for every write. */
 	for (int i = 0; i < 3000 && stat_of(a.sock, "l2_writes") < g.distinct; i++)
 		usleep(10000);
 	daemon_stop(&a);
-	daemon_start_with(&b, "node2", extra);
+	daemon_start_with(&b, n2, extra);
 	f->l2_node2_pass_ms = corpus_pass(b.sock);
 	f->l2_node2_compiles = stat_of(b.sock, "compiles");
 	f->l2_node2_hits = stat_of(b.sock, "l2_hits");
@@ -1426,7 +1431,8 @@ static void print_table(const struct figures *x)
 	row("compiles, 2nd user, same corpus", (double)x->user2_compiles, "", NULL, 0);
 	row("confirmations, 2nd user", (double)x->user2_confirmations, "", NULL, 0);
 	row("confirmation mismatches", (double)x->user2_mismatches, "", NULL, 0);
-	row("node 1 first pass (compiles, Redis)", x->l2_node1_pass_ms, "ms", NULL, 0);
+	row("node 1 first pass (compiles, Redis)", x->l2_node1_pass_ms, "ms", "/ misses",
+	    x->l2_node1_pass_ms / x->miss_ptx_ms);
 	row("node 2 first pass (from Redis)", x->l2_node2_pass_ms, "ms", "node 1 /",
 	    x->l2_node1_pass_ms / x->l2_node2_pass_ms);
 	row("node 2 compiles", x->l2_node2_compiles < 0 ? NAN : (double)x->l2_node2_compiles,
@@ -1536,7 +1542,8 @@ static double fresh_runs(const struct daemon *d)
 static void usage(void)
 {
 	fputs("usage: bench [--quick] [--out DIR] [--corpus DIR] [--daemon PATH]\n"
-	      "             [--llc PATH] [--workers N] [--hit-loop[-cubin] SECONDS]\n", stderr);
+	      "             [--llc PATH] [--workers N] [--hit-loop[-cubin] SECONDS]\n"
+	      "             [--redis-only]\n", stderr);
 	exit(2);
 }
 
@@ -1588,19 +1595,66 @@ static void hit_loop(double seconds, int cubin)
 	run_timed(rm);
 }
 
+/* --redis-only: the two-node section alone, against plain misses (a
+ * pass of misses through a fresh daemon without the tier, and one that
+ * confirms nothing in the background either), the better of two each,
+ * alternating; for work on the first pass with the tier on. */
+static void redis_runs(struct figures *f, double t0)
+{
+	double plain = INFINITY, bare = INFINITY, node1 = INFINITY;
+	const char *const no_confirm[] = { "--confirm-workers", "0", NULL };
+
+	for (int round = 0; round < 2; round++) {
+		struct daemon d;
+		char name[32];
+		double t;
+		snprintf(name, sizeof name, "plain-%d", round);
+		daemon_start(&d, name);
+		plain = fmin(plain, t = corpus_pass(d.sock));
+		daemon_stop(&d);
+		fprintf(stderr, "bench: round %d: plain misses %.0f ms\n", round, t);
+		snprintf(name, sizeof name, "bare-%d", round);
+		daemon_start_with(&d, name, no_confirm);
+		bare = fmin(bare, t = corpus_pass(d.sock));
+		daemon_stop(&d);
+		fprintf(stderr, "bench: round %d: misses, no confirmation %.0f ms\n", round, t);
+		second_node(f);
+		node1 = fmin(node1, f->l2_node1_pass_ms);
+		fprintf(stderr, "bench: round %d: node 1 %.0f ms, node 2 %.0f ms\n",
+			round, f->l2_node1_pass_ms, f->l2_node2_pass_ms);
+	}
+	printf("\nptxcache bench --redis-only: %d kernels (%d distinct IR)%s, %d workers\n\n",
+	       g.nk, g.distinct, g.quick ? " (QUICK subset)" : "", g.workers);
+	row("plain misses (no tier)", plain, "ms", NULL, 0);
+	row("misses, no confirmation at all", bare, "ms", NULL, 0);
+	row("node 1 first pass (compiles, Redis)", node1, "ms", "/ plain", node1 / plain);
+	row("node 1 first pass, again", node1, "ms", "/ no confirmation", node1 / bare);
+	row("node 2 first pass (from Redis)", f->l2_node2_pass_ms, "ms", "node 1 /",
+	    f->l2_node1_pass_ms / f->l2_node2_pass_ms);
+	row("node 2 compiles", f->l2_node2_compiles < 0 ? NAN : (double)f->l2_node2_compiles,
+	    "", NULL, 0);
+	for (int i = 0; i < g.nnotes; i++)
+		printf("  note: %s\n", g.notes[i]);
+	printf("\n  %.0f s\n", (now_ms() - t0) / 1e3);
+	char *rm[] = { "/bin/rm", "-rf", g.tmp, NULL };
+	run_timed(rm);
+}
+
 int main(int argc, char **argv)
 {
 	struct figures f;
 	struct daemon d;
 	char path[512];
 	double loop = 0;
-	int loop_cubin = 0;
+	int loop_cubin = 0, redis_only = 0;
 
 	memset(&f, 0, sizeof f);
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "--quick"))
 			g.quick = 1;
+		else if (!strcmp(a, "--redis-only"))
+			redis_only = 1;
 		else if (i + 1 >= argc)
 			usage();
 		else if (!strcmp(a, "--out"))
@@ -1640,6 +1694,10 @@ int main(int argc, char **argv)
 	mkdir(g.out, 0755);
 
 	double t0 = now_ms();
+	if (redis_only) {
+		redis_runs(&f, t0);
+		return 0;
+	}
 	fprintf(stderr, "bench: %d kernels: cold llc%s processes\n", g.nk,
 		g.ptxas ? " and ptxas" : "");
 	cold_runs(&f);

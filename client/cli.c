@@ -794,15 +794,20 @@ static void show_stats(json_object *o)
 /* The text exposition format, for node_exporter's textfile collector. */
 static void show_prometheus(json_object *o)
 {
+	/* What goes up and down; everything else only counts up. */
+	static const char *const gauges[] = {
+		"entries", "bytes", "workers", "workers_ready", "jobs_running", "jobs_queued",
+		"uptime_s", "warm_up_ms", "users_waiting", "queued_bytes", "confirms_pending",
+		"confirms_pending_bytes", "confirms_running", "confirms_paused",
+		"confirm_workers_live", "artifact_entries", "artifact_bytes", "artifact_leases_held",
+		"artifact_waiting",
+	};
 	json_object_object_foreach(o, k, v) {
 		if (!json_object_is_type(v, json_type_int))
 			continue;
-		int counter = strcmp(k, "entries") && strcmp(k, "bytes") && strcmp(k, "workers") &&
-			      strcmp(k, "workers_ready") && strcmp(k, "jobs_running") &&
-			      strcmp(k, "jobs_queued") && strcmp(k, "uptime_s") &&
-			      strcmp(k, "warm_up_ms") && strcmp(k, "artifact_entries") &&
-			      strcmp(k, "artifact_bytes") && strcmp(k, "artifact_leases_held") &&
-			      strcmp(k, "artifact_waiting");
+		int counter = 1;
+		for (size_t i = 0; i < sizeof gauges / sizeof *gauges; i++)
+			counter &= strcmp(k, gauges[i]) != 0;
 		printf("# TYPE ptxcache_%s%s %s\nptxcache_%s%s %lld\n", k, counter ? "_total" : "",
 		       counter ? "counter" : "gauge", k, counter ? "_total" : "",
 		       (long long)json_object_get_int64(v));

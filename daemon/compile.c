@@ -271,7 +271,7 @@ static void handle_compile(struct conn *c, uint64_t id, const struct msg *m)
 		goto out;
 	}
 
-	if (flight_refuse_new(s, c, id)) {
+	if (flight_refuse_new(s, c, id, (int64_t)r.input_len)) {
 		asm_req_free(then);
 		free(then);
 		goto out;

@@ -14,17 +14,21 @@
  *     same bytes (codegen and ptxas are deterministic). Other bytes are an
  *     alarm: the entry is quarantined (its producer alone is served from
  *     it), the mismatch logged with both uids and counted, and the second
- *     user gets its own result. One user alone pays nothing; a kernel that
- *     many users share costs one extra compile, once;
+ *     user gets its own result. One user alone pays nothing in the
+ *     foreground; each new entry costs one extra compile, once, in idle
+ *     time;
  *   - sharing = trust: everyone is served every entry (one trusted team);
  *   - sharing = separate: every user has entries of their own (the key
  *     holds the uid), as namespace-per-uid.
  *
- * The Redis tier carries only confirmed entries, so that no node ever
- * serves another user bytes one tenant's worker alone produced. With the
- * tier on, a new entry is therefore confirmed in the background by a
- * worker exec'd for that one job (a one-shot tenant of its own), and
- * published when the bytes agree; a value read from Redis is stored as
+ * A new entry is confirmed in the background, in idle time, by a worker
+ * exec'd for that one job (a one-shot tenant of its own; worker.h: it
+ * runs only on a core no compile wants, so it never delays a reply), so
+ * that the next user on the node hits; when a user's own compile comes
+ * first, it confirms instead and the background job is dropped. The Redis
+ * tier carries only confirmed entries, so that no node ever serves
+ * another user bytes one tenant's worker alone produced: an entry is
+ * published once confirmed; a value read from Redis is stored as
  * confirmed.
  *
  * What confirmation cannot catch: two colluding users (each confirms the
@@ -50,7 +54,7 @@ enum sharing {
 int sharing_parse(const char *s, enum sharing *out);
 
 /* Tenants that are no uid: one per background confirmation, each used
- * for a single job. */
+ * for a single job in a worker exec'd for it. */
 int64_t confirm_oneshot_tenant(void);
 
 /* Whether entry e may answer uid now. */

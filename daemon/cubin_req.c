@@ -338,7 +338,7 @@ void cubin_start(struct conn *c, uint64_t id, const char *ptx,
 		f = NULL;
 		goto out;
 	}
-	if (!chained && flight_refuse_new(s, c, id))
+	if (!chained && flight_refuse_new(s, c, id, (int64_t)ptx_len))
 		goto out;
 	f = calloc(1, sizeof *f);
 	if (!f || cubin_key(s, a, sha, portable ? &ds : NULL, 0, &f->key, &comp) < 0)

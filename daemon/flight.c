@@ -8,15 +8,18 @@
  *   with the Redis tier on, Redis is asked first (l2_get()): a value that
  *     verifies finishes the flight as if computed here; anything else
  *     (miss, timeout, rejected value, breaker open) goes on to
- *   the pool (pool_submit()): a worker of the job's option set and tenant
- *     runs it; a queued job whose waiters have all gone is dropped.
+ *   the pool (pool_submit()): the job waits its turn in its user's queue
+ *     (users served in turn, worker.h), then a worker of the job's option
+ *     set and tenant runs it; a queued job whose waiters have all gone is
+ *     dropped.
  *
  * flight_finish() is the one place a result goes, whichever tier gave it:
  * counted; a portable cubin given its canonical paths (cubin_debug.c);
  * stored if deterministic, committed before anyone is answered (an
  * acknowledged result is durable), after confirmation under sharing =
- * confirm (confirm.h); published to Redis if confirmed, or confirmed in
- * the background first (a one-shot worker computes it again); then every
+ * confirm (confirm.h); published to Redis if confirmed; a new entry under
+ * sharing = confirm is confirmed in idle time (a background job of the
+ * pool: a worker exec'd for it computes it again), tier or not; then every
  * waiter answered, each with its own source paths for a portable cubin,
  * or sent on to the cubin stage (IR to cubin); then the flight freed and a
  * stopping daemon told.
@@ -115,27 +118,47 @@ int flight_add_waiter(struct flight *f, struct conn *c, uint64_t id)
 	return 0;
 }
 
-/* Whether a miss may start a new compile: not while the daemon stops
- * (it would outlive the shutdown deadline), and not past the user's cap
- * (fairness: one user's flood of misses may not fill the queue). If not,
- * the client is told why and 1 returned. */
-int flight_refuse_new(struct server *s, struct conn *c, uint64_t id)
+/* n bytes, for a message: "12.5 MiB". */
+static const char *human(int64_t n, char *out, size_t size)
 {
-	char why[128];
+	if (n >= 1 << 20)
+		snprintf(out, size, "%.1f MiB", (double)n / (1 << 20));
+	else if (n >= 1 << 10)
+		snprintf(out, size, "%.1f KiB", (double)n / (1 << 10));
+	else
+		snprintf(out, size, "%lld bytes", (long long)n);
+	return out;
+}
+
+/* Not while the daemon stops (a new compile would outlive the shutdown
+ * deadline), and not past the memory bounds, the user's and the daemon's:
+ * compiles beyond a user's share wait their turn in the pool's queue
+ * (worker.h), so memory is the only reason to refuse. A request that
+ * finds nothing held is taken whatever its size (max-request bounds it). */
+int flight_refuse_new(struct server *s, struct conn *c, uint64_t id, int64_t need)
+{
+	const struct server_config *cfg = s->cfg;
+	char why[256], a[32], b[32];
 
 	if (s->stopping) {
 		conn_send_error(c, id, "unavailable", "the daemon is shutting down");
 		return 1;
 	}
-	if (c->peer && c->peer->jobs >= s->cfg->max_jobs_per_uid) {
-		s->n.refused_jobs++;
-		snprintf(why, sizeof why,
-			 "too many compiles in flight for uid %u (limit %d); retry later",
-			 (unsigned)c->peer->uid, s->cfg->max_jobs_per_uid);
-		conn_send_error(c, id, "busy", why);
-		return 1;
-	}
-	return 0;
+	if (c->peer->held && c->peer->held + need > cfg->max_queued_bytes_per_uid)
+		snprintf(why, sizeof why, "compiles of uid %u already hold %s of requests, queued "
+			 "or running (max-queued-bytes-per-uid %s); retry later",
+			 (unsigned)c->peer->uid, human(c->peer->held, a, sizeof a),
+			 human(cfg->max_queued_bytes_per_uid, b, sizeof b));
+	else if (s->held && s->held + need > cfg->max_queued_bytes)
+		snprintf(why, sizeof why, "compiles already hold %s of requests, queued or "
+			 "running (max-queued-bytes %s); retry later", human(s->held, a, sizeof a),
+			 human(cfg->max_queued_bytes, b, sizeof b));
+	else
+		return 0;
+	s->n.refused_jobs++;
+	log_info("refused a compile of uid %u: %s", (unsigned)c->peer->uid, why);
+	conn_send_error(c, id, "busy", why);
+	return 1;
 }
 
 /* ---- the flight's way through the tiers ----------------------------- */
@@ -150,8 +173,16 @@ static void flight_done(struct pool_job *job, const struct job_result *res)
 static int flight_wanted(struct pool_job *job)
 {
 	const struct flight *f = (struct flight *)((char *)job - offsetof(struct flight, job));
-	if (f->background)
-		return 1;
+	if (f->background) {
+		/* Still one tenant's alone? (Another user's own compile may
+		 * have confirmed it meanwhile, or it was evicted.) */
+		struct store_result e;
+		int r = store_peek(f->srv->store, f->key.hash, &e);
+		int unconfirmed = r == 1 && e.trust == STORE_UNCONFIRMED;
+		if (r == 1)
+			store_result_free(&e);
+		return unconfirmed;
+	}
 	for (const struct waiter *wt = f->waiters; wt; wt = wt->next)
 		if (wt->conn->state != CONN_CLOSED)
 			return 1;
@@ -201,10 +232,15 @@ static void flight_register(struct server *s, struct flight *f)
 void flight_launch(struct server *s, struct flight *f, struct conn *c)
 {
 	f->peer = c->peer;
-	if (f->peer)
+	f->held = (int64_t)f->job.frame.len;
+	s->held += f->held;
+	if (f->peer) {
 		f->peer->jobs++;
+		f->peer->held += f->held;
+	}
 	f->tenant = conn_tenant(c);
 	flight_register(s, f);
+	f->job.owner = (int64_t)c->uid;
 	if (s->l2)
 		l2_get(s->l2, f->key.hash, flight_l2_done, f);
 	else
@@ -221,7 +257,9 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 {
 	struct server *s = f->srv;
 
-	if (compiled && !res->not_run) {
+	if (compiled && !res->not_run && f->background) {
+		s->n.confirm_compiles++;
+	} else if (compiled && !res->not_run) {
 		s->n.compiles++;
 		if (res->status != JOB_OK)
 			s->n.compile_errors++;
@@ -296,7 +334,11 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 				.log = res->log, .log_len = res->log_len,
 			};
 			l2_put(s->l2, f->key.hash, &lv);
-		} else if (compiled && s->l2 && v == SETTLE_STORE && !f->background) {
+		} else if (compiled && s->sharing == SHARING_CONFIRM && v == SETTLE_STORE &&
+			   !f->background) {
+			/* New, one tenant's alone: confirmed in idle time, so
+			 * that the next user hits (and, with the tier on, so
+			 * that it may be published). */
 			confirm_in_background(s, f);
 		}
 		if (f->dbg && compiled && res->status == JOB_OK && !f->background) {
@@ -314,14 +356,19 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 				buf_free(&err);
 			}
 		}
+	} else if (f->background && res->not_run) {
+		log_debug("confirmation of %.16s not run: %.*s", f->key.hex,
+			  (int)res->log_len, res->log ? res->log : "");
 	} else {
-		log_warn("compile of %.16s failed: %.*s", f->key.hex,
-			 (int)res->log_len, res->log ? res->log : "");
+		log_warn("%s of %.16s failed: %.*s", f->background ? "confirmation" : "compile",
+			 f->key.hex, (int)res->log_len, res->log ? res->log : "");
 	}
 	flight_unlink(s, f);
 	s->nflights--;
+	s->held -= f->held;
 	if (f->peer) {
 		f->peer->jobs--;
+		f->peer->held -= f->held;
 		peer_put(s, f->peer);
 	}
 	while (f->waiters) {
@@ -379,10 +426,18 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 	server_maybe_stop(s);
 }
 
-/* With the Redis tier on, a new entry is confirmed before it is published:
- * the same job again, in a worker exec'd for it alone (confirm.h). */
+/* Under sharing = confirm, a new entry is confirmed in idle time: the same
+ * job again, in a worker exec'd for it alone (confirm.h), as a background
+ * job of the pool, which runs it only on a core the foreground leaves
+ * (worker.h). Then the next user hits, and with the tier on it is
+ * published. One confirmation of a key at a time. */
 static void confirm_in_background(struct server *s, const struct flight *f)
 {
+	if (s->stopping)
+		return;
+	for (struct flight *o = s->flights[bucket_of(&f->key)]; o; o = o->next)
+		if (o->background && !memcmp(o->key.hash, f->key.hash, sizeof f->key.hash))
+			return;
 	struct flight *b = calloc(1, sizeof *b);
 
 	if (!b || buf_append(&b->job.frame, f->job.frame.data, f->job.frame.len) < 0 ||
@@ -407,8 +462,8 @@ static void confirm_in_background(struct server *s, const struct flight *f)
 	b->kind = f->kind;
 	b->background = 1;
 	b->tenant = confirm_oneshot_tenant();
-	b->job.oneshot = 1;
 	flight_register(s, b);
+	b->job.background = 1;
 	pool_submit(s->pool, &b->job);
 }
 

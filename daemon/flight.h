@@ -41,7 +41,8 @@ struct flight {
 	struct flight *next;    /* bucket chain */
 	enum store_kind kind;   /* the stage: STORE_PTX or STORE_CUBIN */
 	struct server *srv;
-	struct peer *peer;      /* who started it (per-uid job cap) */
+	struct peer *peer;      /* who started it (per-uid bounds) */
+	int64_t held;           /* what it holds against them: its job frame */
 	int64_t tenant;         /* whose compile it is (confirm.h) */
 	int background;         /* a confirmation nobody waits for */
 	struct flight_dbg *dbg; /* a portable -lineinfo cubin, or NULL */
@@ -69,9 +70,11 @@ struct flight *flight_find(struct server *s, const struct key *k, const struct c
  * out of memory. */
 int flight_add_waiter(struct flight *f, struct conn *c, uint64_t id);
 
-/* Whether a miss may start a new flight: not while the daemon stops, and
- * not past the user's cap. If not, c is told why and 1 returned. */
-int flight_refuse_new(struct server *s, struct conn *c, uint64_t id);
+/* Whether a miss whose request holds about need bytes may start a new
+ * flight: not while the daemon stops, and not past the memory bounds on
+ * what the requests of compiles not done hold (max-queued-bytes-per-uid,
+ * max-queued-bytes). If not, c is told why and 1 returned. */
+int flight_refuse_new(struct server *s, struct conn *c, uint64_t id, int64_t need);
 
 /* Start f, which has its key, job and first waiter, for c's user: the
  * server's table owns it from here. */

@@ -67,7 +67,11 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 		   "\"workers_recycled\":%lld,\"worker_start_failures\":%lld,"
 		   "\"jobs_dropped\":%lld,\"sandbox_violations\":%lld,"
 		   "\"confirmations\":%lld,\"confirm_mismatches\":%lld,\"sharing\":\"%s\","
-		   "\"jobs_running\":%d,\"jobs_queued\":%d,"
+		   "\"jobs_running\":%d,\"jobs_queued\":%d,\"users_waiting\":%d,"
+		   "\"queued_bytes\":%lld,\"confirm_compiles\":%lld,\"confirms_pending\":%d,"
+		   "\"confirms_pending_bytes\":%lld,\"confirms_running\":%d,"
+		   "\"confirms_paused\":%d,\"confirm_pauses\":%lld,\"confirms_dropped\":%lld,"
+		   "\"confirm_workers_live\":%d,"
 		   "\"workers\":%d,\"workers_ready\":%d,\"warm_up_ms\":%lld,"
 		   "\"uptime_s\":%lld,"
 		   "\"lineinfo_hits\":%lld,\"lineinfo_layout_misses\":%lld,"
@@ -90,6 +94,9 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 		   (long long)s->n.confirm_mismatches,
 		   s->sharing == SHARING_CONFIRM ? "confirm" :
 		   s->sharing == SHARING_TRUST ? "trust" : "separate", pc.busy, pc.queued,
+		   pc.owners_waiting, (long long)s->held, (long long)s->n.confirm_compiles,
+		   pc.bg_queued, (long long)pc.bg_queued_bytes, pc.bg_running, pc.bg_paused,
+		   (long long)pc.bg_pauses, (long long)pc.bg_dropped, pc.bg_workers,
 		   s->cfg->pool.size, pc.ready, (long long)pool_warm_ms(s->pool),
 		   (long long)(time(NULL) - s->started),
 		   (long long)s->n.lineinfo_hits, (long long)s->n.lineinfo_layout_misses,

@@ -41,6 +41,7 @@ struct peer {
 	uid_t uid;
 	int conns;
 	int jobs;               /* flights it started that are not done */
+	int64_t held;           /* their requests' bytes (max-queued-bytes-per-uid) */
 	struct peer *next;
 };
 
@@ -64,6 +65,7 @@ struct counters {
 		store_errors, protocol_errors, connections, refused_connections,
 		denied_connections, header_timeouts, idle_timeouts, output_overflows,
 		refused_jobs, confirmations, confirm_mismatches,
+		confirm_compiles,       /* background confirmations that ran */
 		lineinfo_hits,          /* portable cubins served by rewriting */
 		lineinfo_layout_misses, /* misses whose shape was compiled before
 		                           with paths or stamps of other lengths */
@@ -88,6 +90,7 @@ struct server {
 	struct pool *pool;
 	struct flight *flights[FLIGHT_BUCKETS];
 	int nflights;
+	int64_t held;           /* bytes of the flights' requests (max-queued-bytes) */
 	struct peer *peers;
 	struct conn *conns;     /* open connections (for a stop that drains) */
 	int nconns;

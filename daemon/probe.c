@@ -16,6 +16,8 @@
  * the worker with SIGSYS instead, which the master counts as a violation.
  * "compromise" stands for a worker already taken over: from then on it
  * answers every compile with altered PTX (confirmation must catch it).
+ * "spin MS" is no attack: a compile that takes MS ms of CPU (stopped
+ * time does not count), for tests of what waits for what.
  */
 #include "daemon/probe.h"
 
@@ -28,6 +30,8 @@
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 int probe_compromised;
@@ -67,6 +71,17 @@ static int attack(const char *name, const char *arg)
 		return ptrace(PTRACE_ATTACH, getppid(), NULL, NULL) < 0 ? -1 : 0;
 	if (!strcmp(name, "kill-master"))
 		return kill(getppid(), SIGSTOP);
+	if (!strcmp(name, "spin")) {
+		struct timespec t;
+		double from = -1, used;
+		do {
+			clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+			used = (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+			if (from < 0)
+				from = used;
+		} while (used - from < atof(arg) / 1e3);
+		return 0;
+	}
 	if (!strcmp(name, "compromise")) {
 		probe_compromised = 1;  /* worker.c alters every PTX from now on */
 		return 0;

@@ -644,11 +644,13 @@ static void on_stop(evutil_socket_t sig, short what, void *arg)
 		event_base_loopexit(s->base, NULL);
 		return;
 	}
-	log_info("signal %d: stopping; %d compiles in flight", (int)sig, s->nflights);
 	notify("STOPPING=1");
 	s->stopping = 1;
 	/* Nobody waits on an artifact through a stop: each gets its miss now. */
 	artifacts_stop(s->arts);
+	/* Confirmations are idle-time work: none holds up the stop. */
+	pool_cancel_background(s->pool);
+	log_info("signal %d: stopping; %d compiles in flight", (int)sig, s->nflights);
 	/* A socket of our own: new connections get "shutting down" (in
 	 * on_accept()). A socket from systemd stays with systemd: connections
 	 * wait there for the next start instead of failing. */

@@ -17,7 +17,10 @@ struct server_config {
 	int64_t max_frame;      /* largest request body accepted (live) */
 	int max_conns;          /* open connections in all (live) */
 	int max_conns_per_uid;  /* open connections per peer uid (live) */
-	int max_jobs_per_uid;   /* queued + running compiles per uid (live) */
+	int64_t max_queued_bytes;       /* requests of compiles not done, in
+	                                   all; past it new ones are refused
+	                                   (live) */
+	int64_t max_queued_bytes_per_uid; /* the same per uid (live) */
 	int header_timeout_s;   /* a started frame must be complete in this (live) */
 	int idle_timeout_s;     /* a connection with nothing to do is closed (live) */
 	int64_t max_output;     /* queued reply bytes per connection (live) */

@@ -25,6 +25,33 @@
  * A queued job that no client waits for any more (job->wanted() says so)
  * is dropped before it reaches a worker.
  *
+ * Fair queueing. Each owner (user) has its own queue of foreground jobs;
+ * its virtual time is the worker time its jobs have had (finished ones,
+ * and running ones so far). dispatch() serves owners in rounds, the one
+ * with the least virtual time first, each at most one job per round, so
+ * idle workers are dealt out in turn. An owner that starts waiting after
+ * a pause begins at the least virtual time of those already waiting: no
+ * credit saved up while away, no debt. Since a worker serves one tenant
+ * (a worker for another user is a fresh exec, tens of ms), an owner takes
+ * over an idle worker whose user still has jobs waiting only once that
+ * user is QUANTUM_US of worker time ahead of it; so users take turns of
+ * about that length rather than one job each, and a new user's first job
+ * waits for at most about one quantum of another user's work. An owner
+ * may have max_running jobs running at once; past it they wait.
+ *
+ * Background jobs (confirmations) run in workers of their own, exec'd
+ * for them (a fresh tenant each: confirm.h), at SCHED_IDLE, and retired
+ * after their one job. Of the cores (size), those that foreground workers
+ * are not running or starting on may each hold one background job that
+ * runs (or a background worker that starts), and none may while a
+ * foreground job waits; the other running ones are stopped with SIGSTOP
+ * (their timer held) and continued, oldest first, when a core is free
+ * again. So a foreground job never waits for a
+ * confirmation, and a confirmation's work is never thrown away for one.
+ * Spare background workers are exec'd (at idle priority) while jobs wait
+ * for them, so that a job seldom waits for a start. The jobs waiting are
+ * bounded in bytes (confirm_queue): past it the oldest are dropped.
+ *
  * Never: run LLVM in the master, block the master on a worker, or trust a
  * byte a worker sends before checking it (a bad reply kills that worker).
  */
@@ -33,6 +60,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,12 +97,18 @@
 #define START_ATTEMPTS 3
 #define BLOCK_FIRST_MS 10000
 #define BLOCK_MAX_MS (10 * 60 * 1000)
-/* A one-shot job replaces an idle worker only after it has idled this long. */
-#define ONESHOT_PATIENCE_MS 500
+/* How far (in worker time) a user must be ahead of another that waits
+ * before the other takes over one of its idle workers (fair queueing). */
+#define QUANTUM_US (100 * 1000)
+/* What a waiting background job holds besides its frame (its flight),
+ * counted against confirm_queue. */
+#define BG_OVERHEAD 1024
 /* Option sets remembered as failing; the oldest is forgotten first. */
 #define MAX_FAILING_SETS 64
 /* How much of what a failed worker printed goes into the reason. */
 #define START_LOG_TAIL 1024
+
+TAILQ_HEAD(job_queue, pool_job);
 
 enum worker_state {
 	W_STARTING,     /* forked, initialising LLVM and warming up */
@@ -100,8 +134,35 @@ struct worker {
 	                           POOL_ANY_TENANT: nobody's yet */
 	int64_t last_used;      /* ms, when it last got a job */
 	int first_round;        /* started by pool_new(), not yet done starting */
+	int background;         /* a background worker: idle priority, one
+	                           background job, never a foreground one */
+	int used;               /* it has been given a job */
+	int retired;            /* killed by the pool, not dead of its own: no
+	                           back-off */
+	int paused;             /* background: stopped (SIGSTOP) for the
+	                           foreground; its timer is held */
+	int64_t deadline_ms;    /* when its timer fires; while paused, the
+	                           milliseconds it had left */
+	unsigned claim_pass;    /* starting: the dispatch pass that counts it
+	                           as coming for a waiting job */
 	struct event *timer;
 	TAILQ_ENTRY(worker) link;
+};
+
+/* A user's foreground queue (fair queueing, above). */
+struct owner {
+	int64_t id;
+	struct job_queue jobs;
+	int queued;             /* jobs waiting */
+	int queued_default;     /* of them, of the default option set */
+	int queued_asm;         /* of them, assembler jobs */
+	int running;
+	int64_t served_us;      /* worker time of its finished jobs, from the
+	                           virtual time it started waiting at */
+	int64_t run_start_sum;  /* sum of its running jobs' start times (us) */
+	uint64_t turn;          /* when it last got a worker (ties: the one
+	                           that waited longest goes first) */
+	TAILQ_ENTRY(owner) link;
 };
 
 /* An option set whose workers failed to start. */
@@ -115,15 +176,22 @@ struct failing_set {
 };
 
 TAILQ_HEAD(worker_list, worker);
-TAILQ_HEAD(job_queue, pool_job);
 TAILQ_HEAD(failing_list, failing_set);
+TAILQ_HEAD(owner_list, owner);
 
 struct pool {
 	struct event_base *base;
 	struct pool_config cfg;
 	struct worker_list workers;
-	int nworkers;           /* live or starting, not dying */
-	struct job_queue queue;
+	int nworkers;           /* foreground workers live or starting, not
+	                           dying */
+	int nbg;                /* background workers likewise */
+	struct owner_list owners;       /* with jobs waiting or running */
+	struct job_queue bg;    /* background jobs waiting, oldest first */
+	int64_t bg_bytes;       /* what they hold (confirm_queue) */
+	unsigned pass;          /* dispatch() passes */
+	int prune;              /* a client has gone: look for unwanted jobs */
+	uint64_t turns;
 	struct event *sigchld;
 	struct event *respawn;  /* back-off timer */
 	struct pool_counters counters;
@@ -146,13 +214,113 @@ struct pool {
 };
 
 static void dispatch(struct pool *p);
-static int spawn(struct pool *p, const char *optset);
+static struct worker *spawn(struct pool *p, const char *optset, int background);
+static void pause_worker(struct worker *w, int pause);
 
-static int64_t now_ms(void)
+static int64_t now_us(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static int64_t now_ms(void)
+{
+	return now_us() / 1000;
+}
+
+/* The worker's timer fires in ms from now. */
+static void arm(struct worker *w, int64_t ms)
+{
+	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+	w->deadline_ms = now_ms() + ms;
+	evtimer_add(w->timer, &tv);
+}
+
+/* ---- owners: the fair queue ---- */
+
+/* An owner's virtual time: the worker time its jobs have had. */
+static int64_t vtime(const struct owner *o, int64_t now)
+{
+	return o->served_us + o->running * now - o->run_start_sum;
+}
+
+static struct owner *owner_find(struct pool *p, int64_t id)
+{
+	struct owner *o;
+	TAILQ_FOREACH(o, &p->owners, link)
+		if (o->id == id)
+			return o;
+	return NULL;
+}
+
+/* id's queue, made if it has none: it starts at the least virtual time of
+ * those that have jobs (or 0), so that neither a pause nor a first visit
+ * puts it ahead of or behind them. NULL if out of memory. */
+static struct owner *owner_get(struct pool *p, int64_t id)
+{
+	struct owner *o = owner_find(p, id), *x;
+	int64_t now = now_us(), least = INT64_MAX;
+
+	if (o)
+		return o;
+	if (!(o = calloc(1, sizeof *o)))
+		return NULL;
+	TAILQ_FOREACH(x, &p->owners, link)
+		if ((x->queued || x->running) && vtime(x, now) < least)
+			least = vtime(x, now);
+	o->id = id;
+	o->served_us = least == INT64_MAX ? 0 : least;
+	TAILQ_INIT(&o->jobs);
+	TAILQ_INSERT_TAIL(&p->owners, o, link);
+	return o;
+}
+
+/* Forget owners with nothing waiting or running (only between passes:
+ * dispatch() holds pointers to them). */
+static void owners_sweep(struct pool *p)
+{
+	struct owner *o, *next;
+	for (o = TAILQ_FIRST(&p->owners); o; o = next) {
+		next = TAILQ_NEXT(o, link);
+		if (!o->queued && !o->running) {
+			TAILQ_REMOVE(&p->owners, o, link);
+			free(o);
+		}
+	}
+}
+
+/* Whether o has a job waiting that could run in a worker of optset now. */
+static int owner_wants(const struct pool *p, const struct owner *o, const char *optset)
+{
+	if (!o || !o->queued || (p->cfg.max_running && o->running >= p->cfg.max_running))
+		return 0;
+	if (!*optset)
+		return o->queued_default > 0;
+	if (!strcmp(optset, POOL_ASM_SET))
+		return o->queued_asm > 0;
+	const struct pool_job *j;
+	TAILQ_FOREACH(j, &o->jobs, q)
+		if (!strcmp(j->optset, optset))
+			return 1;
+	return 0;
+}
+
+/* Take job out of the queue it waits in. */
+static void unqueue(struct pool *p, struct pool_job *job)
+{
+	if (job->background) {
+		TAILQ_REMOVE(&p->bg, job, q);
+		p->counters.bg_queued--;
+		p->bg_bytes -= (int64_t)job->frame.len + BG_OVERHEAD;
+		return;
+	}
+	struct owner *o = job->o;
+	TAILQ_REMOVE(&o->jobs, job, q);
+	o->queued--;
+	o->queued_default -= !*job->optset;
+	o->queued_asm -= !strcmp(job->optset, POOL_ASM_SET);
+	p->counters.queued--;
 }
 
 static void set_state(struct worker *w, enum worker_state s)
@@ -184,13 +352,39 @@ static void on_warm(evutil_socket_t fd, short what, void *arg)
 static void complete(struct worker *w, const struct job_result *res)
 {
 	struct pool_job *job = w->job;
+	struct pool *p = w->pool;
 
 	w->job = NULL;
 	if (w->timer)
 		evtimer_del(w->timer);
-	w->pool->counters.busy--;
+	if (job->background) {
+		if (!w->paused)
+			p->counters.bg_running--;
+	} else {
+		struct owner *o = job->o;
+		int64_t now = now_us();
+		p->counters.busy--;
+		o->running--;
+		o->run_start_sum -= job->started_us;
+		o->served_us += now - job->started_us;
+	}
 	job->w = NULL;
 	job->done(job, res);
+}
+
+/* w is dying (killed, or gone of its own): it no longer counts. */
+static void mark_dying(struct worker *w)
+{
+	if (w->state == W_DYING)
+		return;
+	set_state(w, W_DYING);
+	if (w->background) {
+		w->pool->nbg--;
+		if (w->paused)
+			w->pool->counters.bg_paused--;
+	} else {
+		w->pool->nworkers--;
+	}
 }
 
 /* Stop talking to w and make sure it dies; the rest happens in reap(). */
@@ -200,9 +394,17 @@ static void kill_worker(struct worker *w, const char *why)
 		return;
 	if (why)
 		log_warn("worker %d: %s; killing it", (int)w->pid, why);
-	set_state(w, W_DYING);
-	w->pool->nworkers--;
+	mark_dying(w);
 	kill(w->pid, SIGKILL);
+}
+
+/* End a worker the pool has no more use for (its one background job
+ * done, recycled, or replaced by a worker of another user or option
+ * set): not a death that counts towards the back-off. */
+static void retire(struct worker *w)
+{
+	w->retired = 1;
+	kill_worker(w, NULL);
 }
 
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -260,8 +462,7 @@ static void fail_job(struct pool *p, struct pool_job *job, enum job_status st,
 {
 	struct job_result res = { .status = st, .log = why, .log_len = strlen(why),
 				  .not_run = 1 };
-	TAILQ_REMOVE(&p->queue, job, q);
-	p->counters.queued--;
+	unqueue(p, job);
 	job->done(job, &res);
 }
 
@@ -316,10 +517,20 @@ static void start_failed(struct pool *p, const char *optset, const char *why,
 		 f->block_ms / 1000);
 	f->block_ms = f->block_ms * 2 > BLOCK_MAX_MS ? BLOCK_MAX_MS : f->block_ms * 2;
 	struct pool_job *j, *next;
-	for (j = TAILQ_FIRST(&p->queue); j; j = next) {
+	struct owner *o;
+	TAILQ_FOREACH(o, &p->owners, link)
+		for (j = TAILQ_FIRST(&o->jobs); j; j = next) {
+			next = TAILQ_NEXT(j, q);
+			if (!strcmp(j->optset, optset))
+				fail_job(p, j, deterministic ? JOB_INVALID : JOB_UNAVAILABLE,
+					 f->reason);
+		}
+	for (j = TAILQ_FIRST(&p->bg); j; j = next) {
 		next = TAILQ_NEXT(j, q);
-		if (!strcmp(j->optset, optset))
-			fail_job(p, j, deterministic ? JOB_INVALID : JOB_UNAVAILABLE, f->reason);
+		if (!strcmp(j->optset, optset)) {
+			p->counters.bg_dropped++;
+			fail_job(p, j, JOB_UNAVAILABLE, f->reason);
+		}
 	}
 }
 
@@ -354,10 +565,14 @@ static void finish(struct worker *w)
 	struct pool *p = w->pool;
 
 	if (w->start_log >= 0) {
-		struct buf why = BUF_INIT;
-		start_failure_reason(w, &why);
-		start_failed(p, w->optset, why.data ? why.data : "it died", 0);
-		buf_free(&why);
+		/* A background worker retired while starting, or one that ran
+		 * out of time at idle priority, says nothing of its options. */
+		if (!w->retired && !(w->background && w->timed_out)) {
+			struct buf why = BUF_INIT;
+			start_failure_reason(w, &why);
+			start_failed(p, w->optset, why.data ? why.data : "it died", 0);
+			buf_free(&why);
+		}
 		close(w->start_log);
 		w->start_log = -1;
 	}
@@ -392,8 +607,7 @@ static void finish(struct worker *w)
 		p->counters.crashes++;
 		complete(w, &res);
 	}
-	if (w->state != W_DYING)
-		p->nworkers--;
+	mark_dying(w);
 	if (w->timer)
 		event_free(w->timer);
 	rm_tree(w->tmp);
@@ -483,14 +697,13 @@ static void handle_reply(struct worker *w, const struct frame_hdr *h,
 			 * not to be trusted after a fatal error). */
 			if (res.status == JOB_FATAL)
 				w->pool->counters.crashes++;
-			set_state(w, W_DYING);
-			w->pool->nworkers--;
-		} else if (w->job->oneshot) {
-			kill_worker(w, NULL);
+			mark_dying(w);
+		} else if (w->background) {
+			retire(w);      /* one job each: a fresh tenant per job */
 		} else if (w->pool->cfg.recycle_after &&
 			   w->jobs_done >= w->pool->cfg.recycle_after) {
 			w->pool->counters.recycled++;
-			kill_worker(w, NULL);
+			retire(w);
 		} else {
 			set_state(w, W_IDLE);
 		}
@@ -557,10 +770,7 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
 	bufferevent_free(w->bev);
 	w->bev = NULL;
 	w->eof = 1;
-	if (w->state != W_DYING) {
-		set_state(w, W_DYING);
-		w->pool->nworkers--;
-	}
+	mark_dying(w);
 	if (w->reaped)
 		finish(w);
 }
@@ -580,7 +790,9 @@ static void on_sigchld(evutil_socket_t sig, short what, void *arg)
 			continue;
 		w->reaped = 1;
 		w->status = status;
-		if (w->job || !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+		/* Deaths back the pool off; retirements do not (they are
+		 * SIGKILLed: a worker taken over could ignore a request). */
+		if (!w->retired && (w->job || !(WIFEXITED(status) && WEXITSTATUS(status) == 0))) {
 			int64_t t = now_ms();
 			if (t - p->last_death_ms < BACKOFF_WINDOW_MS)
 				p->backoff_ms = p->backoff_ms ? p->backoff_ms * 2 : 50;
@@ -626,8 +838,9 @@ static void send_config(struct pool *p, struct worker *w)
 	buf_free(&out);
 }
 
-/* Start a worker for optset. Returns 0, or -1 if fork or socketpair fail. */
-static int spawn(struct pool *p, const char *optset)
+/* Start a worker for optset (background: a background worker, at idle
+ * priority). Returns it, or NULL if fork or socketpair fail. */
+static struct worker *spawn(struct pool *p, const char *optset, int background)
 {
 	int sv[2];
 	char tmp[256] = "";
@@ -635,21 +848,21 @@ static int spawn(struct pool *p, const char *optset)
 
 	if (start_log < 0) {
 		log_err("cannot create a worker's start log: %s", strerror(errno));
-		return -1;
+		return NULL;
 	}
 	if (!strcmp(optset, POOL_ASM_SET)) {
 		snprintf(tmp, sizeof tmp, "%s/asm-XXXXXX", p->cfg.tmp_parent);
 		if (!mkdtemp(tmp)) {
 			log_err("cannot create a worker's directory '%s': %s", tmp, strerror(errno));
 			close(start_log);
-			return -1;
+			return NULL;
 		}
 	}
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
 		log_err("cannot create worker socket: %s", strerror(errno));
 		close(start_log);
 		rm_tree(tmp);
-		return -1;
+		return NULL;
 	}
 	pid_t pid = fork();
 	if (pid < 0) {
@@ -658,7 +871,7 @@ static int spawn(struct pool *p, const char *optset)
 		close(sv[1]);
 		close(start_log);
 		rm_tree(tmp);
-		return -1;
+		return NULL;
 	}
 	if (pid == 0) {
 		/* A clean image: exec the daemon's binary in worker mode, with
@@ -675,7 +888,17 @@ static int spawn(struct pool *p, const char *optset)
 			close(null);
 		}
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		char *argv[] = { (char *)"ptxcached", (char *)"--worker", NULL };
+		/* A background worker (and the ptxas it runs) gets the CPU
+		 * only when nothing else wants it; no way back up (that needs
+		 * a privilege), and it never serves a foreground job. */
+		if (background) {
+			struct sched_param sp = { 0 };
+			if (sched_setscheduler(0, SCHED_IDLE, &sp) < 0)
+				setpriority(PRIO_PROCESS, 0, 19);
+		}
+		/* Its name in ps tells the two kinds apart. */
+		char *argv[] = { (char *)(background ? "ptxcached-confirm" : "ptxcached"),
+				 (char *)"--worker", NULL };
 		execve("/proc/self/exe", argv, p->env);
 		dprintf(4, "cannot exec the daemon's binary as a worker: %s\n", strerror(errno));
 		_exit(127);
@@ -689,54 +912,389 @@ static int spawn(struct pool *p, const char *optset)
 		close(start_log);
 		kill(pid, SIGKILL);
 		rm_tree(tmp);
-		return -1;
+		return NULL;
 	}
 	w->start_log = start_log;
 	memcpy(w->tmp, tmp, sizeof tmp);
 	w->tenant = POOL_ANY_TENANT;
 	w->pool = p;
 	w->pid = pid;
+	w->background = background;
 	w->state = W_STARTING;
 	w->bev = bufferevent_socket_new(p->base, sv[0], BEV_OPT_CLOSE_ON_FREE);
 	w->timer = evtimer_new(p->base, on_timeout, w);
 	send_config(p, w);
 	/* Starting (LLVM set-up and warm-up) gets the same limit as a job. */
-	struct timeval tv = { p->cfg.job_timeout_s, 0 };
-	evtimer_add(w->timer, &tv);
+	arm(w, (int64_t)p->cfg.job_timeout_s * 1000);
 	bufferevent_setcb(w->bev, on_read, NULL, on_event, w);
 	bufferevent_enable(w->bev, EV_READ | EV_WRITE);
 	TAILQ_INSERT_TAIL(&p->workers, w, link);
-	p->nworkers++;
-	p->counters.spawned++;
-	log_debug("worker %d started (options '%s')", (int)pid, optset);
-	return 0;
+	if (background) {
+		p->nbg++;
+	} else {
+		p->nworkers++;
+		p->counters.spawned++;
+	}
+	log_debug("%s worker %d started (options '%s')", background ? "background" : "a",
+		  (int)pid, optset);
+	return w;
 }
 
 static void start(struct worker *w, struct pool_job *job)
 {
 	struct pool *p = w->pool;
-	struct timeval tv = { p->cfg.job_timeout_s, 0 };
 
-	TAILQ_REMOVE(&p->queue, job, q);
-	p->counters.queued--;
-	p->counters.busy++;
+	unqueue(p, job);
+	if (job->background) {
+		p->counters.bg_started++;
+		p->counters.bg_running++;
+	} else {
+		struct owner *o = job->o;
+		job->started_us = now_us();
+		p->counters.busy++;
+		o->running++;
+		o->run_start_sum += job->started_us;
+		o->turn = ++p->turns;
+	}
 	w->job = job;
+	w->used = 1;
 	job->w = w;
 	if (job->tenant != POOL_ANY_TENANT)
 		w->tenant = job->tenant;
 	w->last_used = now_ms();
 	set_state(w, W_BUSY);
 	bufferevent_write(w->bev, job->frame.data, job->frame.len);
-	evtimer_add(w->timer, &tv);
+	arm(w, (int64_t)p->cfg.job_timeout_s * 1000);
+}
+
+/* Stop a background worker (a foreground job wants its core) or let it
+ * go on; its timer stops and goes on with it. */
+static void pause_worker(struct worker *w, int pause)
+{
+	struct pool *p = w->pool;
+
+	if (w->paused == pause)
+		return;
+	if (pause) {
+		int64_t left = w->deadline_ms - now_ms();
+		evtimer_del(w->timer);
+		kill(w->pid, SIGSTOP);
+		w->deadline_ms = left > 0 ? left : 0;
+		p->counters.bg_pauses++;
+		p->counters.bg_paused++;
+		if (w->state == W_BUSY)
+			p->counters.bg_running--;
+	} else {
+		kill(w->pid, SIGCONT);
+		arm(w, w->deadline_ms);
+		p->counters.bg_paused--;
+		if (w->state == W_BUSY)
+			p->counters.bg_running++;
+	}
+	w->paused = pause;
+	log_debug("background worker %d %s", (int)w->pid, pause ? "stopped" : "continued");
+}
+
+enum placed { PLACED, COVERED, WAIT, FAILED };
+
+static void drop_unwanted(struct pool *p, struct pool_job *job)
+{
+	p->counters.dropped++;
+	fail_job(p, job, JOB_UNAVAILABLE, "no client waits for this compile any more");
+}
+
+/* How much an idle worker w that cannot serve o's job costs its own user
+ * to lose, as 0 (nobody's, or its user has nothing it could run there), 1
+ * (its user is a quantum ahead of o) or -1 (its user's turn goes on: keep
+ * it). */
+static int eviction_cost(struct pool *p, struct worker *w, struct owner *o, int64_t now)
+{
+	if (w->tenant == POOL_ANY_TENANT)
+		return 0;
+	struct owner *holder = owner_find(p, w->tenant);
+	if (holder == o || !owner_wants(p, holder, w->optset))
+		return 0;
+	return vtime(holder, now) > vtime(o, now) + QUANTUM_US ? 1 : -1;
+}
+
+/*
+ * Find foreground job (of owner o) a worker: its own tenant's idle worker,
+ * else a fresh one; else one starting (that no other job of this pass
+ * counts on); else start one, replacing an idle worker if the pool is
+ * full: one nobody needs, least recently used first, then one whose user
+ * is a quantum ahead of o. PLACED: it runs; COVERED: a worker is on its
+ * way; WAIT: nothing for it now; FAILED: it was failed (its set blocked,
+ * or no fork).
+ */
+static enum placed place(struct pool *p, struct pool_job *job, struct owner *o, int64_t now)
+{
+	struct worker *w, *same = NULL, *fresh = NULL, *starting = NULL, *victim = NULL;
+	int victim_cost = 2;
+	const char *blocked;
+
+	TAILQ_FOREACH(w, &p->workers, link) {
+		if (w->state == W_DYING || w->background)
+			continue;
+		/* A worker fits a job of its option set whose tenant it has
+		 * served or, fresh from exec, nobody's yet. */
+		int fits = !strcmp(w->optset, job->optset) &&
+			   (job->tenant == POOL_ANY_TENANT || w->tenant == POOL_ANY_TENANT ||
+			    w->tenant == job->tenant);
+		if (fits) {
+			if (w->state == W_IDLE && w->tenant == job->tenant && !same)
+				same = w;
+			else if (w->state == W_IDLE && !fresh)
+				fresh = w;
+			else if (w->state == W_STARTING && w->claim_pass != p->pass && !starting)
+				starting = w;
+			continue;
+		}
+		if (w->state != W_IDLE)
+			continue;
+		int cost = eviction_cost(p, w, o, now);
+		if (cost >= 0 && (cost < victim_cost ||
+				  (cost == victim_cost && w->last_used < victim->last_used))) {
+			victim = w;
+			victim_cost = cost;
+		}
+	}
+	if ((w = same ? same : fresh)) {
+		start(w, job);
+		return PLACED;
+	}
+	if (starting) {
+		starting->claim_pass = p->pass;
+		job->cover_pass = p->pass;
+		return COVERED;
+	}
+	if ((blocked = blocked_reason(p, job->optset))) {
+		fail_job(p, job, JOB_UNAVAILABLE, blocked);
+		return FAILED;
+	}
+	if (p->backoff_ms > 0) {
+		struct timeval tv = { 0, p->backoff_ms * 1000 };
+		if (!evtimer_pending(p->respawn, NULL))
+			evtimer_add(p->respawn, &tv);
+		return WAIT;
+	}
+	if (p->nworkers >= p->cfg.size) {
+		if (!victim)
+			return WAIT;
+		retire(victim);
+	}
+	if (!(w = spawn(p, job->optset, 0))) {
+		fail_job(p, job, JOB_UNAVAILABLE, "cannot start a compiler worker");
+		return FAILED;
+	}
+	w->claim_pass = p->pass;
+	job->cover_pass = p->pass;
+	return COVERED;
+}
+
+/*
+ * Foreground jobs, in rounds: owners by virtual time (ties: who waited
+ * longest since its last worker), each at most one job per round. Returns
+ * how many jobs wait that could run (their owner is under max_running).
+ */
+static int foreground(struct pool *p)
+{
+	struct owner *o, *stack[64], **order = stack;
+	struct pool_job *job, *next;
+	int n, cap = 64, progress;
+	int64_t now = now_us();
+
+	/* What nobody waits for any more goes, once a client has gone
+	 * (pool_prune()); a job is asked again before it starts. */
+	if (p->prune) {
+		p->prune = 0;
+		TAILQ_FOREACH(o, &p->owners, link)
+			for (job = TAILQ_FIRST(&o->jobs); job; job = next) {
+				next = TAILQ_NEXT(job, q);
+				if (job->wanted && !job->wanted(job))
+					drop_unwanted(p, job);
+			}
+	}
+	do {
+		progress = 0;
+		n = 0;
+		TAILQ_FOREACH(o, &p->owners, link) {
+			if (!o->queued || (p->cfg.max_running && o->running >= p->cfg.max_running))
+				continue;
+			if (n == cap) {
+				struct owner **more = malloc(sizeof *more * (size_t)cap * 2);
+				if (!more)
+					break;
+				memcpy(more, order, sizeof *more * (size_t)n);
+				if (order != stack)
+					free(order);
+				order = more;
+				cap *= 2;
+			}
+			/* Insertion by (virtual time, turn): few owners wait. */
+			int i = n++;
+			int64_t vo = vtime(o, now);
+			while (i > 0 && (vtime(order[i - 1], now) > vo ||
+					 (vtime(order[i - 1], now) == vo && order[i - 1]->turn > o->turn))) {
+				order[i] = order[i - 1];
+				i--;
+			}
+			order[i] = o;
+		}
+		for (int i = 0; i < n; i++) {
+			o = order[i];
+			const char *waits = NULL;       /* an option set with no worker */
+			for (job = TAILQ_FIRST(&o->jobs); job; job = next) {
+				next = TAILQ_NEXT(job, q);
+				if (p->cfg.max_running && o->running >= p->cfg.max_running)
+					break;
+				if (job->cover_pass == p->pass || (waits && !strcmp(waits, job->optset)))
+					continue;
+				if (job->wanted && !job->wanted(job)) {
+					drop_unwanted(p, job);
+					continue;
+				}
+				enum placed r = place(p, job, o, now);
+				if (r == PLACED || r == COVERED) {
+					progress = 1;
+					break;
+				}
+				if (r != WAIT)
+					continue;
+				/* The rest of a queue of one set would wait as well:
+				 * a long queue costs nothing per pass. */
+				if ((!*job->optset && o->queued_default == o->queued) ||
+				    (!strcmp(job->optset, POOL_ASM_SET) && o->queued_asm == o->queued))
+					break;
+				waits = job->optset;
+			}
+		}
+	} while (progress);
+	if (order != stack)
+		free(order);
+
+	int waiting = 0;
+	p->counters.owners_waiting = 0;
+	TAILQ_FOREACH(o, &p->owners, link) {
+		p->counters.owners_waiting += o->queued > 0;
+		if (!p->cfg.max_running || o->running < p->cfg.max_running)
+			waiting += o->queued;
+	}
+	return waiting;
+}
+
+/* The oldest background job of optset waiting (NULL: none). */
+static struct pool_job *bg_first(struct pool *p, const char *optset)
+{
+	struct pool_job *j;
+	TAILQ_FOREACH(j, &p->bg, q)
+		if (!strcmp(j->optset, optset))
+			return j;
+	return NULL;
+}
+
+/*
+ * Background jobs, on what the foreground leaves: with fg_waiting jobs
+ * waiting, none; else one per core no foreground worker runs or starts
+ * on. Background workers beyond that are stopped, the newest first; idle
+ * ones get the oldest job of their set; spares are started for jobs that
+ * have none coming.
+ */
+static void background(struct pool *p, int fg_waiting)
+{
+	struct worker *w, *next;
+	int fg_cpu = 0, active = 0;
+	int limit = p->cfg.confirm_workers < p->cfg.size ? p->cfg.confirm_workers : p->cfg.size;
+
+	TAILQ_FOREACH(w, &p->workers, link)
+		fg_cpu += !w->background && (w->state == W_BUSY || w->state == W_STARTING);
+	int allowed = fg_waiting ? 0 : p->cfg.size - fg_cpu;
+	if (allowed > limit)
+		allowed = limit;
+	/* Running ones, oldest first: those started first go on, the rest
+	 * stop. Never one still starting: before its exec it holds copies of
+	 * the master's descriptors (client sockets, the cache's lock), which
+	 * a stopped process would keep open; it starts at idle priority. */
+	TAILQ_FOREACH(w, &p->workers, link) {
+		if (!w->background || w->state != W_BUSY)
+			continue;
+		if (active < allowed) {
+			pause_worker(w, 0);
+			active++;
+		} else {
+			pause_worker(w, 1);
+		}
+	}
+	TAILQ_FOREACH(w, &p->workers, link)
+		active += w->background && w->state == W_STARTING;
+	/* Idle background workers: the oldest job of their set, if anyone
+	 * still needs it; one with no job of its set left is retired when
+	 * its place is wanted (below). */
+	for (w = TAILQ_FIRST(&p->workers); w; w = next) {
+		next = TAILQ_NEXT(w, link);
+		if (!w->background || w->state != W_IDLE || w->used)
+			continue;
+		struct pool_job *job;
+		while (active < allowed && (job = bg_first(p, w->optset))) {
+			if (!job->wanted || job->wanted(job)) {
+				start(w, job);
+				active++;
+				break;
+			}
+			p->counters.dropped++;
+			fail_job(p, job, JOB_UNAVAILABLE, "confirmed meanwhile");
+		}
+	}
+	/* Spares ahead of need: one per waiting job that has none coming,
+	 * while a core is free for it to start on. */
+	struct pool_job *job;
+	p->pass++;
+	TAILQ_FOREACH(job, &p->bg, q) {
+		if (active >= allowed || p->backoff_ms > 0)
+			break;
+		struct worker *spare = NULL;
+		TAILQ_FOREACH(w, &p->workers, link)
+			if (w->background && !w->used && w->claim_pass != p->pass &&
+			    (w->state == W_STARTING || w->state == W_IDLE) &&
+			    !strcmp(w->optset, job->optset)) {
+				spare = w;
+				break;
+			}
+		if (spare) {
+			spare->claim_pass = p->pass;
+			continue;
+		}
+		if (blocked_reason(p, job->optset))
+			continue;       /* it waits for the block to end */
+		if (p->nbg >= limit) {
+			/* Make room: an idle spare of a set nothing waits for. */
+			struct worker *idle = NULL;
+			TAILQ_FOREACH(w, &p->workers, link)
+				if (w->background && w->state == W_IDLE && !w->used &&
+				    !bg_first(p, w->optset)) {
+					idle = w;
+					break;
+				}
+			if (!idle)
+				break;
+			retire(idle);
+		}
+		if (!(spare = spawn(p, job->optset, 1)))
+			break;
+		spare->claim_pass = p->pass;
+		active++;
+	}
+	/* Spares nobody will need: nothing of their set waits. */
+	if (TAILQ_EMPTY(&p->bg))
+		TAILQ_FOREACH(w, &p->workers, link)
+			if (w->background && w->state == W_IDLE)
+				retire(w);
 }
 
 /* Give queued jobs to idle workers, starting or replacing workers where the
- * job's option set has none. Called after anything that frees a worker or
- * queues a job. */
+ * job's option set has none; then background jobs what is left. Called
+ * after anything that frees a worker or queues a job. */
 static void dispatch(struct pool *p)
 {
-	struct pool_job *job, *next;
-
 	if (p->dispatching) {
 		p->again = 1;
 		return;
@@ -744,89 +1302,30 @@ static void dispatch(struct pool *p)
 	p->dispatching = 1;
 again:
 	p->again = 0;
-	for (job = TAILQ_FIRST(&p->queue); job; job = next) {
-		next = TAILQ_NEXT(job, q);
-		struct worker *w, *same = NULL, *fresh = NULL, *idle_other = NULL;
-		const char *blocked;
-		int starting = 0;
-		if (job->wanted && !job->wanted(job)) {
-			p->counters.dropped++;
-			fail_job(p, job, JOB_UNAVAILABLE, "no client waits for this compile any more");
-			continue;
-		}
-		/* A worker fits a job of its option set whose tenant it has
-		 * served or, fresh from exec, nobody's yet. Prefer the job's
-		 * own tenant's worker, then a fresh one; else replace the idle
-		 * worker used least recently. */
-		TAILQ_FOREACH(w, &p->workers, link) {
-			int fits = !strcmp(w->optset, job->optset) &&
-				   (job->tenant == POOL_ANY_TENANT || w->tenant == POOL_ANY_TENANT ||
-				    w->tenant == job->tenant);
-			if (!fits) {
-				if (w->state == W_IDLE &&
-				    (!idle_other || w->last_used < idle_other->last_used))
-					idle_other = w;
-				continue;
-			}
-			if (w->state == W_IDLE && w->tenant == job->tenant && !same)
-				same = w;
-			else if (w->state == W_IDLE && !fresh)
-				fresh = w;
-			if (w->state == W_STARTING)
-				starting = 1;
-		}
-		if ((w = same ? same : fresh)) {
-			start(w, job);
-			continue;
-		}
-		if (starting)
-			continue;
-		if ((blocked = blocked_reason(p, job->optset))) {
-			fail_job(p, job, JOB_UNAVAILABLE, blocked);
-			continue;
-		}
-		if (p->backoff_ms > 0) {
-			struct timeval tv = { 0, p->backoff_ms * 1000 };
-			if (!evtimer_pending(p->respawn, NULL))
-				evtimer_add(p->respawn, &tv);
-			break;
-		}
-		if (p->nworkers >= p->cfg.size) {
-			if (!idle_other)
-				continue;
-			/* A one-shot job (a background confirmation) waits rather
-			 * than evict a worker its user may want again at once. */
-			if (job->oneshot && now_ms() - idle_other->last_used < ONESHOT_PATIENCE_MS) {
-				struct timeval tv = { 0, ONESHOT_PATIENCE_MS * 1000 };
-				if (!evtimer_pending(p->respawn, NULL))
-					evtimer_add(p->respawn, &tv);
-				continue;
-			}
-			kill_worker(idle_other, NULL);
-		}
-		if (spawn(p, job->optset) < 0)
-			fail_job(p, job, JOB_UNAVAILABLE, "cannot start a compiler worker");
-	}
+	p->pass++;
+	int fg_waiting = foreground(p);
+	background(p, fg_waiting);
 	/* Keep the default set at full strength when nothing is queued (once
 	 * its block, if any, is over: the respawn timer comes back then). */
 	struct failing_set *def = failing_find(p, "");
 	int64_t wait = def ? def->blocked_until - now_ms() : 0;
-	if (wait > 0 && TAILQ_EMPTY(&p->queue) && p->nworkers < p->cfg.size) {
+	int idle = p->counters.queued == 0;
+	if (wait > 0 && idle && p->nworkers < p->cfg.size) {
 		struct timeval tv = { wait / 1000, (wait % 1000) * 1000 };
 		if (!evtimer_pending(p->respawn, NULL))
 			evtimer_add(p->respawn, &tv);
 	}
 	/* Backing off after deaths: come back when the pause is over, also
 	 * with nothing queued (no job will call dispatch() to do it). */
-	if (wait <= 0 && p->backoff_ms > 0 && p->nworkers < p->cfg.size &&
+	if (wait <= 0 && p->backoff_ms > 0 && (p->nworkers < p->cfg.size || !TAILQ_EMPTY(&p->bg)) &&
 	    !evtimer_pending(p->respawn, NULL)) {
 		struct timeval tv = { 0, p->backoff_ms * 1000 };
 		evtimer_add(p->respawn, &tv);
 	}
-	while (wait <= 0 && TAILQ_EMPTY(&p->queue) && p->nworkers < p->cfg.size &&
-	       p->backoff_ms == 0)
-		if (spawn(p, "") < 0)
+	while (wait <= 0 && idle && p->nworkers < p->cfg.size && p->backoff_ms == 0)
+		if (!spawn(p, "", 0))
 			break;
+	owners_sweep(p);
 	if (p->again)
 		goto again;
 	p->dispatching = 0;
@@ -862,7 +1361,8 @@ struct pool *pool_new(struct event_base *base, const struct pool_config *cfg,
 	p->base = base;
 	p->cfg = *cfg;
 	TAILQ_INIT(&p->workers);
-	TAILQ_INIT(&p->queue);
+	TAILQ_INIT(&p->owners);
+	TAILQ_INIT(&p->bg);
 	TAILQ_INIT(&p->failing);
 	if (!(p->env = worker_env())) {
 		buf_puts(err, "out of memory");
@@ -893,12 +1393,73 @@ struct pool *pool_new(struct event_base *base, const struct pool_config *cfg,
 	return p;
 }
 
+/* done() for a job that never reached the queue. */
+static void refuse_job(struct pool_job *job, const char *why)
+{
+	struct job_result res = { .status = JOB_UNAVAILABLE, .log = why,
+				  .log_len = strlen(why), .not_run = 1 };
+	job->done(job, &res);
+}
+
 void pool_submit(struct pool *p, struct pool_job *job)
 {
 	job->w = NULL;
-	TAILQ_INSERT_TAIL(&p->queue, job, q);
+	job->cover_pass = 0;
+	if (job->background) {
+		int64_t cost = (int64_t)job->frame.len + BG_OVERHEAD;
+		if (p->cfg.confirm_workers <= 0 || cost > p->cfg.confirm_queue) {
+			p->counters.bg_dropped++;
+			refuse_job(job, "no room for background jobs");
+			return;
+		}
+		/* Bounded: the oldest waiting make room. */
+		while (p->bg_bytes + cost > p->cfg.confirm_queue && !TAILQ_EMPTY(&p->bg)) {
+			p->counters.bg_dropped++;
+			fail_job(p, TAILQ_FIRST(&p->bg), JOB_UNAVAILABLE,
+				 "dropped: too many background jobs waiting");
+		}
+		TAILQ_INSERT_TAIL(&p->bg, job, q);
+		p->bg_bytes += cost;
+		p->counters.bg_queued++;
+		dispatch(p);
+		return;
+	}
+	struct owner *o = owner_get(p, job->owner);
+	if (!o) {
+		refuse_job(job, "out of memory");
+		return;
+	}
+	job->o = o;
+	TAILQ_INSERT_TAIL(&o->jobs, job, q);
+	o->queued++;
+	o->queued_default += !*job->optset;
+	o->queued_asm += !strcmp(job->optset, POOL_ASM_SET);
 	p->counters.queued++;
 	dispatch(p);
+}
+
+/* Drop every background job, waiting or running, for why. */
+static void cancel_background(struct pool *p, const char *why)
+{
+	struct job_result res = { .status = JOB_UNAVAILABLE, .log = why,
+				  .log_len = strlen(why), .not_run = 1 };
+	struct worker *w, *next;
+
+	while (!TAILQ_EMPTY(&p->bg))
+		fail_job(p, TAILQ_FIRST(&p->bg), JOB_UNAVAILABLE, why);
+	for (w = TAILQ_FIRST(&p->workers); w; w = next) {
+		next = TAILQ_NEXT(w, link);
+		if (!w->background || w->state == W_DYING)
+			continue;
+		if (w->job)
+			complete(w, &res);
+		retire(w);
+	}
+}
+
+void pool_cancel_background(struct pool *p)
+{
+	cancel_background(p, "the daemon is shutting down");
 }
 
 void pool_sandbox(struct pool *p, struct buf *out)
@@ -910,6 +1471,7 @@ void pool_sandbox(struct pool *p, struct buf *out)
 
 void pool_prune(struct pool *p)
 {
+	p->prune = 1;
 	dispatch(p);
 }
 
@@ -920,7 +1482,9 @@ void pool_counters(struct pool *p, struct pool_counters *c)
 	*c = p->counters;
 	c->ready = 0;
 	TAILQ_FOREACH(w, &p->workers, link)
-		c->ready += w->state == W_IDLE || w->state == W_BUSY;
+		c->ready += !w->background && (w->state == W_IDLE || w->state == W_BUSY);
+	c->bg_workers = p->nbg;
+	c->bg_queued_bytes = p->bg_bytes;
 }
 
 void pool_when_warm(struct pool *p, void (*cb)(void *arg), void *arg)
@@ -941,6 +1505,20 @@ void pool_reconfigure(struct pool *p, const struct pool_config *cfg)
 	p->cfg.job_timeout_s = cfg->job_timeout_s;
 	p->cfg.recycle_after = cfg->recycle_after;
 	p->cfg.mem_limit = cfg->mem_limit;
+	p->cfg.max_running = cfg->max_running;
+	p->cfg.confirm_workers = cfg->confirm_workers;
+	p->cfg.confirm_queue = cfg->confirm_queue;
+	/* No background workers any more, or less room for what waits. */
+	if (p->cfg.confirm_workers <= 0) {
+		p->counters.bg_dropped += p->counters.bg_queued;
+		cancel_background(p, "confirm-workers is 0 now");
+	}
+	while (p->bg_bytes > p->cfg.confirm_queue && !TAILQ_EMPTY(&p->bg)) {
+		p->counters.bg_dropped++;
+		fail_job(p, TAILQ_FIRST(&p->bg), JOB_UNAVAILABLE,
+			 "dropped: too many background jobs waiting");
+	}
+	dispatch(p);
 }
 
 void pool_free(struct pool *p)
@@ -950,11 +1528,23 @@ void pool_free(struct pool *p)
 
 	if (!p)
 		return;
-	while ((j = TAILQ_FIRST(&p->queue))) {
+	struct owner *o;
+	while ((o = TAILQ_FIRST(&p->owners))) {
+		while ((j = TAILQ_FIRST(&o->jobs))) {
+			struct job_result res = { .status = JOB_UNAVAILABLE,
+						  .log = "the daemon is shutting down" };
+			res.log_len = strlen(res.log);
+			TAILQ_REMOVE(&o->jobs, j, q);
+			j->done(j, &res);
+		}
+		TAILQ_REMOVE(&p->owners, o, link);
+		free(o);
+	}
+	while ((j = TAILQ_FIRST(&p->bg))) {
 		struct job_result res = { .status = JOB_UNAVAILABLE,
-					  .log = "the daemon is shutting down" };
+					  .log = "the daemon is shutting down", .not_run = 1 };
 		res.log_len = strlen(res.log);
-		TAILQ_REMOVE(&p->queue, j, q);
+		TAILQ_REMOVE(&p->bg, j, q);
 		j->done(j, &res);
 	}
 	while ((w = TAILQ_FIRST(&p->workers))) {

@@ -10,16 +10,29 @@
  * (POOL_ASM_SET: no LLVM, another sandbox profile, a private temporary
  * directory). A worker holds no database handle and no client socket.
  *
- * The pool runs in the master's event loop. Jobs wait in one FIFO queue; a
- * job goes to an idle worker of its option set, or an idle worker of another
- * set is replaced by one of the job's set. A worker that dies, exceeds the
- * per-job timeout or sends a malformed reply fails only its job, and is
- * replaced; a worker is also retired after recycle_after jobs, to bound
- * leaks. A worker serves one tenant (user) from its exec to its end: a job
- * of another tenant gets a fresh worker, replacing an idle one if the pool
- * is full, so that no user's job runs in a worker another user's input may
- * have taken over. A worker that cannot start fails its set's jobs with the reason
- * after a few attempts, and the set is blocked for a while (worker.c).
+ * The pool runs in the master's event loop. Foreground jobs (someone waits
+ * for them) wait in one queue per owner (the user they count against),
+ * and owners are served in turn: the one that has had the least worker
+ * time goes first (fair queueing; worker.c), so one user's flood never
+ * starves another's single request, and no job is ever refused here. A
+ * job goes to an idle worker of its option set, or an idle worker of
+ * another set is replaced by one of the job's set. A worker that dies,
+ * exceeds the per-job timeout or sends a malformed reply fails only its
+ * job, and is replaced; a worker is also retired after recycle_after jobs,
+ * to bound leaks. A worker serves one tenant (user) from its exec to its
+ * end: a job of another tenant gets a fresh worker, replacing an idle one
+ * if the pool is full, so that no user's job runs in a worker another
+ * user's input may have taken over. A worker that cannot start fails its
+ * set's jobs with the reason after a few attempts, and the set is blocked
+ * for a while (worker.c).
+ *
+ * Background jobs (confirmations, confirm.h) never delay a foreground one:
+ * each runs in a worker of its own, exec'd for it at idle CPU priority
+ * (SCHED_IDLE) ahead of need and retired after it, beside the pool's
+ * `size` workers; one runs only on a core no foreground worker is using
+ * while no foreground job waits, and is stopped (SIGSTOP, its timer too)
+ * as soon as a foreground job wants that core. What waits is bounded in
+ * bytes: past the bound the oldest is dropped (counted).
  */
 #ifndef PTXCACHE_WORKER_H
 #define PTXCACHE_WORKER_H
@@ -30,6 +43,7 @@
 #include "proto/buf.h"
 
 struct event_base;
+struct owner;
 struct pool;
 
 /* The result of a job, as seen by the master. Status values: */
@@ -74,14 +88,22 @@ struct pool_job {
 	                           number the submitter makes up): a worker
 	                           runs jobs of one tenant only, from its exec
 	                           to its end. POOL_ANY_TENANT: any worker */
-	int oneshot;            /* 1: the worker is retired after this job */
+	int64_t owner;          /* whose turn it waits for (the uid it counts
+	                           against for fair sharing); foreground only */
+	int background;         /* 1: a confirmation: runs only on a core no
+	                           foreground job wants, in a fresh worker of
+	                           its own that is retired after it */
 	int (*wanted)(struct pool_job *job); /* NULL, or 0 once nobody waits
 	                           for the result: the job is then dropped
 	                           (done() with JOB_UNAVAILABLE) before it
-	                           reaches a worker */
+	                           reaches a worker. Asked of a background job
+	                           only when a worker is ready for it */
 	/* Pool-private. */
 	TAILQ_ENTRY(pool_job) q;
 	struct worker *w;
+	struct owner *o;        /* its owner's queue (foreground) */
+	int64_t started_us;     /* when a worker got it */
+	unsigned cover_pass;    /* dispatch pass that found it a worker to come */
 };
 
 /* The option set of assembler jobs and workers: no LLVM, the assembler
@@ -102,10 +124,17 @@ struct pool_config {
 	const char *asm_roots;  /* '\n'-separated trees an assembler worker
 	                           may read and execute from besides the
 	                           system's (the assembler's own) */
+	int max_running;        /* foreground jobs of one owner running at
+	                           once; more wait their turn (0 = no cap) */
+	int confirm_workers;    /* background workers at most (idle priority,
+	                           beside size; at most size are used); 0:
+	                           background jobs are dropped at once */
+	int64_t confirm_queue;  /* bytes of background jobs waiting; past it
+	                           the oldest are dropped */
 };
 
 struct pool_counters {
-	int64_t spawned;
+	int64_t spawned;        /* foreground workers started */
 	int64_t crashes;        /* deaths by signal or timeouts during a job */
 	int64_t timeouts;
 	int64_t recycled;
@@ -113,9 +142,19 @@ struct pool_counters {
 	                           they were ready */
 	int64_t dropped;        /* queued jobs dropped: nobody waited */
 	int64_t sandbox_violations; /* workers killed by their seccomp filter */
-	int busy;
-	int queued;
-	int ready;              /* workers started and warmed up */
+	int64_t bg_started;     /* background jobs given a worker */
+	int64_t bg_dropped;     /* background jobs dropped past confirm_queue
+	                           (or with confirm_workers 0) */
+	int64_t bg_pauses;      /* background workers stopped for a foreground job */
+	int busy;               /* foreground jobs running */
+	int queued;             /* foreground jobs waiting */
+	int owners_waiting;     /* owners with foreground jobs waiting */
+	int ready;              /* foreground workers started and warmed up */
+	int bg_queued;          /* background jobs waiting */
+	int64_t bg_queued_bytes;
+	int bg_running;         /* background jobs running (not stopped) */
+	int bg_paused;          /* background workers stopped (SIGSTOP) */
+	int bg_workers;         /* background worker processes */
 };
 
 /* Create the pool and start its default workers. Returns NULL with a
@@ -124,8 +163,14 @@ struct pool *pool_new(struct event_base *base, const struct pool_config *cfg,
 		      struct buf *err);
 
 /* Queue a job; done() is called exactly once, from the event loop, unless
- * the job is cancelled first. The pool does not own the job. */
+ * the job is cancelled first. The pool does not own the job. A background
+ * job may be dropped (done() with JOB_UNAVAILABLE and not_run) at once or
+ * later, to keep what waits within confirm_queue. */
 void pool_submit(struct pool *p, struct pool_job *job);
+
+/* Drop every background job, waiting or running (done() with
+ * JOB_UNAVAILABLE and not_run): the daemon is stopping. */
+void pool_cancel_background(struct pool *p);
 
 void pool_counters(struct pool *p, struct pool_counters *c);
 
@@ -151,8 +196,9 @@ void pool_when_warm(struct pool *p, void (*cb)(void *arg), void *arg);
 /* Milliseconds from pool_new() until warm, or -1 while not warm yet. */
 int64_t pool_warm_ms(const struct pool *p);
 
-/* Take the new timeout, recycling and memory settings of cfg (SIGHUP);
- * the pool's size stays. Workers started from now on use them. */
+/* Take the new timeout, recycling, memory, per-owner and background
+ * settings of cfg (SIGHUP); the pool's size stays. Workers started from
+ * now on use them. */
 void pool_reconfigure(struct pool *p, const struct pool_config *cfg);
 
 /* Kill all workers (waiting for none) and fail queued jobs as unavailable. */

@@ -151,14 +151,25 @@ class Daemon:
     def stats(self):
         return json.loads(self.cli("stats", "--json").stdout)
 
-    def workers(self):
-        """Pids of the daemon's worker processes, once all have started."""
+    def workers(self, background=False):
+        """Pids of the daemon's worker processes, once all have started;
+        background: its background (confirmation) workers instead, named
+        ptxcached-confirm (daemon/worker.c)."""
         deadline = time.time() + 60
         while self.stats()["workers_ready"] < self.stats()["workers"]:
             assert time.time() < deadline, "workers did not start"
             time.sleep(0.02)
         out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True)
-        return [int(p) for p in out.stdout.split()]
+        pids = []
+        for p in out.stdout.split():
+            try:
+                with open("/proc/%s/cmdline" % p, "rb") as f:
+                    confirm = f.read().startswith(b"ptxcached-confirm\0")
+            except OSError:
+                continue        # gone meanwhile
+            if confirm == background:
+                pids.append(int(p))
+        return pids
 
     def stop(self, sig=signal.SIGTERM):
         if self.proc and self.proc.poll() is None:

@@ -94,6 +94,57 @@ sys.stdout.buffer.write(data)
 """
 
 
+# A raw client: sends what comes on stdin, says "sent", then prints each
+# of N frames from the daemon as a JSON line with its arrival time. Run by
+# raw_as() under another uid.
+_RAW = r"""
+import json, socket, struct, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.settimeout(float(sys.argv[3]))
+s.connect(sys.argv[1])
+s.sendall(sys.stdin.buffer.read())
+print("sent", flush=True)
+buf = b""
+for _ in range(int(sys.argv[2])):
+    while len(buf) < 8 or len(buf) < 8 + struct.unpack(">I", buf[4:8])[0]:
+        c = s.recv(1 << 20)
+        if not c:
+            sys.exit(3)
+        buf += c
+    n = 8 + struct.unpack(">I", buf[4:8])[0]
+    print(json.dumps({"t": time.time(), "type": buf[3], "body": buf[8:n].hex()}), flush=True)
+    buf = buf[n:]
+"""
+
+
+class RawAs:
+    """A raw connection as another uid (a child process): send(frames)
+    once, then replies() for the frames that come back, as (arrival time,
+    type, body bytes)."""
+
+    def __init__(self, path, uid, data, replies=1, timeout=120):
+        self.n = replies
+        self.p = subprocess.Popen(setpriv(uid, uid) + [sys.executable, "-c", _RAW, path,
+                                                       str(replies), str(timeout)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE)
+        self.p.stdin.write(data)
+        self.p.stdin.close()
+        line = self.p.stdout.readline()
+        assert line == b"sent\n", (line, self.p.stderr.read())
+
+    def replies(self):
+        import json
+        out = []
+        for _ in range(self.n):
+            line = self.p.stdout.readline()
+            assert line, "no reply: %r" % self.p.stderr.read()
+            j = json.loads(line)
+            out.append((j["t"], j["type"], bytes.fromhex(j["body"])))
+        self.p.wait(60)
+        return out
+
+
 def setpriv(uid, gid, groups=()):
     """The argv prefix that runs a command as uid/gid with exactly these
     supplementary groups (the tests run as root)."""

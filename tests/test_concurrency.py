@@ -1,16 +1,18 @@
 """Many clients at once: single flight (one compile per key, every waiter
 gets the same bytes), hits that never wait behind compiles, replies by id
-in completion order, and the per-user cap on compiles in flight. Ordering,
+in completion order, users served in turn (a flood waits its turn, no
+request is refused below the memory bound), the per-user cap on compiles
+running, and the memory bound's refusals. Ordering,
 never wall-clock, is what the assertions look at: where a compile must not
 finish first, its worker is stopped (SIGSTOP)."""
 import os
 import signal
-import subprocess
 import threading
 import time
 
-from harness import (CLI, TRITON_FLAGS, cli_for_others, Daemon, Raw, Skip, frame, llc, mp_pack, mp_unpack, small_ir,
+from harness import (TRITON_FLAGS, Daemon, Raw, Skip, frame, llc, mp_pack, mp_unpack, small_ir,
                      triton_kernels)
+from sysutil import RawAs, make_reachable
 
 RANKS = 8
 KERNELS = 12
@@ -134,63 +136,126 @@ def test_hits_never_wait_behind_compiles():
         assert all(r["status"] == 0 and r["output"] for r in rest), rest
 
 
-def as_user(uid):
-    def drop():
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
-    return drop
+def wait_stats(d, pred, what, limit=60):
+    deadline = time.time() + limit
+    while True:
+        s = d.stats()
+        if pred(s):
+            return s
+        assert time.time() < deadline, "%s never happened: %s" % (what, s)
+        time.sleep(0.01)
 
 
-def test_per_user_job_cap_refuses_flood_not_others():
-    """One user's flood of misses is capped (--max-jobs-per-uid): the excess
-    is refused as busy, joining a compile in flight is not counted, and
-    another user's miss is still accepted and their hit answered."""
-    if os.geteuid() != 0:
-        raise Skip("needs root to act as a second user")
+def padded(tag, size):
+    """A small kernel whose request is about size bytes (a long comment)."""
+    return small(tag) + b"; " + b"x" * size + b"\n"
+
+
+def test_flood_waits_its_turn_and_another_users_request_goes_first():
+    """One user's eight misses queued behind a stopped worker, then another
+    user's one: nothing is refused, and once the worker runs the other
+    user's request is served next (fair queueing: the flood's user has
+    had a quantum of worker time more), not after the whole flood."""
     nobody = 65534
-    hit_ir = small("cap_hit")
-    # sharing = trust: root's entry answers the other user at once (under
-    # confirm it would first be confirmed by a worker of that user's own).
-    with Daemon(workers=1, extra=["--max-jobs-per-uid", "2", "--allow-users", str(nobody),
-                                  "--sharing", "trust"]) as d:
-        for p in (d.tmp, os.path.dirname(d.socket)):
-            os.chmod(p, 0o755)
-        os.chmod(d.socket, 0o666)
-        d.cli("compile", "-", input=hit_ir)
+    with Daemon(workers=1, extra=["--allow-users", str(nobody)]) as d:
+        make_reachable(d.socket)
         (w,) = d.workers()
         os.kill(w, signal.SIGSTOP)
-        other = None
         try:
-            c = Raw(d.socket, timeout=60)
-            c.send(b"".join(compile_frame(i, small("flood%d" % i)) for i in range(1, 5)) +
-                   compile_frame(5, small("flood1")))
-            busy = [mp_unpack(c.recv_frame()[1]) for _ in range(2)]
-            assert sorted(b["id"] for b in busy) == [3, 4], busy
-            assert all(b["code"] == "busy" for b in busy), busy
-            s = d.stats()
-            assert s["refused_jobs"] == 2 and s["dedup_joins"] == 1, s
-            env = dict(os.environ, PTXCACHE_SOCKET=d.socket, HOME="/")
-            r = subprocess.run([cli_for_others(), "compile", "--json", "-"], input=hit_ir, env=env,
-                               capture_output=True, timeout=60, preexec_fn=as_user(nobody))
-            assert r.returncode == 0 and b'"cached":true' in r.stdout, r.stderr
-            other = subprocess.Popen([cli_for_others(), "compile", "--json", "-"],
-                                     stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                     preexec_fn=as_user(nobody))
-            other.stdin.write(small("other_user"))
-            other.stdin.close()
-            for _ in range(500):
-                if d.stats()["jobs_running"] + d.stats()["jobs_queued"] == 3:
-                    break
-                time.sleep(0.01)
-            s = d.stats()
-            assert s["jobs_running"] + s["jobs_queued"] == 3 and s["refused_jobs"] == 2, s
+            flood = Raw(d.socket, timeout=120)
+            flood.send(b"".join(compile_frame(i, small("flood%d" % i)) for i in range(1, 9)))
+            wait_stats(d, lambda s: s["jobs_running"] == 1 and s["jobs_queued"] == 7, "the flood")
+            other = RawAs(d.socket, nobody, compile_frame(1, small("single")))
+            s = wait_stats(d, lambda s: s["jobs_queued"] == 8, "the other user's request")
+            assert s["users_waiting"] == 2 and s["refused_jobs"] == 0, s
+            time.sleep(0.3)     # the flood's running job: worker time, a quantum's worth
         finally:
             os.kill(w, signal.SIGCONT)
-        out, err = other.stdout.read(), other.stderr.read()
-        other.wait(120)
-        assert other.returncode == 0 and b'"status":"ok"' in out, err
+        got = []
+
+        def read_flood():
+            for _ in range(8):
+                r = mp_unpack(flood.recv_frame()[1])
+                got.append((time.time(), r))
+        reader = threading.Thread(target=read_flood)
+        reader.start()
+        (t_other, typ, body), = other.replies()
+        reader.join(120)
+        assert typ == 0x83 and mp_unpack(body)["status"] == 0, body
+        assert sorted(r["id"] for _, r in got) == list(range(1, 9)), got
+        assert all(r["status"] == 0 for _, r in got), got
+        before = sum(t < t_other for t, _ in got)
+        # The job that was running (and one more, for a slow reader); first
+        # come, first served would have put all eight first.
+        assert before <= 2, "%d of the flood's replies came before the other user's" % before
+        s = d.stats()
+        assert s["refused_jobs"] == 0 and s["compiles"] == 9, s
+    print("     flood of 8, then another user's 1: %d of the flood answered before it" % before)
+
+
+def test_per_user_running_cap_queues_the_rest():
+    """max-jobs-per-uid caps one user's compiles running at once; the rest
+    wait in the queue (none refused) and all finish."""
+    with Daemon(workers=2, extra=["--max-jobs-per-uid", "1", "--sharing", "trust"]) as d:
+        ws = d.workers()
+        for w in ws:
+            os.kill(w, signal.SIGSTOP)
+        try:
+            c = Raw(d.socket, timeout=120)
+            c.send(b"".join(compile_frame(i, small("capped%d" % i)) for i in range(1, 4)))
+            s = wait_stats(d, lambda s: s["jobs_running"] + s["jobs_queued"] == 3, "queued")
+            time.sleep(0.2)
+            s = d.stats()
+            assert s["jobs_running"] == 1 and s["jobs_queued"] == 2, s
+            assert s["refused_jobs"] == 0, s
+        finally:
+            for w in ws:
+                os.kill(w, signal.SIGCONT)
         done = [mp_unpack(c.recv_frame()[1]) for _ in range(3)]
-        assert sorted(x["id"] for x in done) == [1, 2, 5], done
+        assert sorted(x["id"] for x in done) == [1, 2, 3], done
         assert all(x["status"] == 0 for x in done), done
+
+
+def test_memory_bound_refuses_with_the_reason():
+    """Past max-queued-bytes-per-uid a user's new compile is refused as
+    busy, the bound named in the message; other users go on until the
+    daemon's own bound (max-queued-bytes), named likewise; a joined
+    request and a small one that fits are taken; all accepted finish."""
+    b, c = 65534, 54321
+    with Daemon(workers=1, extra=["--allow-users", "%d,%d" % (b, c), "--sharing", "trust",
+                                  "--max-queued-bytes-per-uid", "64K",
+                                  "--max-queued-bytes", "100K"]) as d:
+        make_reachable(d.socket)
+        (w,) = d.workers()
+        os.kill(w, signal.SIGSTOP)
+        try:
+            root = Raw(d.socket, timeout=120)
+            root.send(compile_frame(1, padded("big1", 40000)))
+            wait_stats(d, lambda s: s["jobs_running"] == 1, "the first compile")
+            root.send(compile_frame(2, padded("big2", 40000)) +
+                      compile_frame(3, padded("big1", 40000)))  # joins 1: holds nothing
+            t, body = root.recv_frame()
+            e = mp_unpack(body)
+            assert t == 0xff and e["id"] == 2 and e["code"] == "busy", e
+            assert "uid 0" in e["message"] and "max-queued-bytes-per-uid" in e["message"], e
+            ok_b = RawAs(d.socket, b, compile_frame(1, padded("big3", 40000)))
+            wait_stats(d, lambda s: s["jobs_queued"] == 1, "the second user's compile")
+            refused_c = RawAs(d.socket, c, compile_frame(1, padded("big4", 40000)))
+            (_, typ, body), = refused_c.replies()
+            e = mp_unpack(body)
+            assert typ == 0xff and e["code"] == "busy", e
+            assert "max-queued-bytes " in e["message"] and "per-uid" not in e["message"], e
+            ok_c = RawAs(d.socket, c, compile_frame(2, small("fits")))
+            s = wait_stats(d, lambda s: s["jobs_queued"] == 2, "the small compile")
+            assert s["refused_jobs"] == 2 and s["dedup_joins"] == 1, s
+            assert 80000 < s["queued_bytes"] < 100000, s
+        finally:
+            os.kill(w, signal.SIGCONT)
+        done = [mp_unpack(root.recv_frame()[1]) for _ in range(2)]
+        assert sorted(x["id"] for x in done) == [1, 3] and all(x["status"] == 0 for x in done), done
+        for r in (ok_b, ok_c):
+            (_, typ, body), = r.replies()
+            assert typ == 0x83 and mp_unpack(body)["status"] == 0, body
+        s = d.stats()
+        assert s["queued_bytes"] == 0 and s["refused_jobs"] == 2, s
+    print("     refused past each bound: %r" % e["message"])

@@ -1,12 +1,17 @@
 """No user can change what another user receives (daemon/confirm.h): each
 worker serves one user, an entry reaches a second user only once a worker
-of that user's own computed the same bytes, a mismatch is an alarm, and
-only confirmed entries reach the Redis tier. Clients of three users (root,
-nobody and a uid of no account) on one real daemon."""
+of another tenant computed the same bytes (a fresh one in idle time, or
+that user's own), a mismatch is an alarm, and only confirmed entries reach
+the Redis tier. Confirmation never delays a reply: it runs only on cores
+the compiles leave, stopped while any compile waits, its queue bounded.
+Clients of three users (root, nobody and a uid of no account) on one real
+daemon."""
 import os
+import socket
 import tempfile
+import time
 
-from harness import LLC, PROBE_DAEMON, Daemon, Skip, small_ir
+from harness import LLC, PROBE_DAEMON, Daemon, Raw, Skip, frame, mp_pack, mp_unpack, small_ir
 from redis_fixture import RedisServer
 from sysutil import cli_as, make_reachable
 
@@ -34,22 +39,120 @@ def daemon(**kw):
     return d
 
 
-def test_one_user_pays_nothing_a_second_confirms_once_a_third_hits():
+def wait_stats(d, pred, what, limit=60):
+    deadline = time.time() + limit
+    while True:
+        s = d.stats()
+        if pred(s):
+            return s
+        assert time.time() < deadline, "%s never happened: %s" % (what, s)
+        time.sleep(0.02)
+
+
+def test_one_user_pays_nothing_in_the_foreground_then_everyone_hits():
+    """A first user's compiles are answered as they come; each new entry is
+    confirmed afterwards, in idle time, by a worker of its own; then a
+    second and a third user hit, and nothing is compiled again."""
     kernels = [small_ir("share%d" % i) for i in range(4)]
     with daemon() as d:
         for k in kernels:
             assert d.cli("llc", *FLAGS, input=k).stdout == llc_bytes(k)
         s = d.stats()
-        assert s["compiles"] == 4 and s["confirmations"] == 0 and s["sharing"] == "confirm", s
-        for k in kernels:                       # a second user: one confirmation each
-            assert as_user(d, B, k) == llc_bytes(k)
-        s = d.stats()
-        assert s["compiles"] == 8 and s["confirmations"] == 4, s
-        assert s["confirm_mismatches"] == 0, s
+        assert s["compiles"] == 4 and s["sharing"] == "confirm", s
+        s = wait_stats(d, lambda s: s["confirmations"] == 4, "four confirmations")
+        assert s["confirm_compiles"] == 4 and s["confirm_mismatches"] == 0, s
+        assert s["confirms_pending"] == 0 and s["confirms_dropped"] == 0, s
         for k in kernels:                       # confirmed: everyone hits
+            assert as_user(d, B, k) == llc_bytes(k)
             assert as_user(d, C, k) == llc_bytes(k)
             assert d.cli("llc", *FLAGS, input=k).stdout == llc_bytes(k)
-        assert d.stats()["compiles"] == 8
+        s = d.stats()
+        assert s["compiles"] == 4 and s["confirm_compiles"] == 4 and s["hits"] == 12, s
+
+
+def test_second_user_confirms_by_compiling_when_no_idle_time_came():
+    """Without background confirmation (confirm-workers 0) a second user
+    compiles an entry itself, which confirms it; a third user then hits."""
+    kernels = [small_ir("noidle%d" % i) for i in range(2)]
+    with daemon(extra=["--confirm-workers", "0"]) as d:
+        for k in kernels:
+            d.cli("llc", *FLAGS, input=k)
+        for k in kernels:
+            assert as_user(d, B, k) == llc_bytes(k)
+        s = d.stats()
+        assert s["compiles"] == 4 and s["confirmations"] == 2, s
+        assert s["confirm_compiles"] == 0 and s["confirms_dropped"] == 2, s
+        for k in kernels:
+            assert as_user(d, C, k) == llc_bytes(k)
+        assert d.stats()["compiles"] == 4
+
+
+def test_confirmation_stops_while_foreground_jobs_wait():
+    """One worker: a confirmation that takes a while (the probe "spin",
+    1.5 s of CPU) runs in idle time; a user's compiles (0.15 s each)
+    arrive: the
+    confirmation is stopped at once (SIGSTOP) and stays stopped while any
+    of them waits or runs (the stats never show it running then); they are
+    answered without waiting for it; then it goes on and confirms."""
+    spin = b"; ptxcache-probe: spin 1500\n" + small_ir("spin")
+    with Daemon(workers=1, binary=PROBE_DAEMON) as d:
+        r = d.cli("compile", "--json", "-", input=spin, check=False)
+        assert b"spin: ok" in r.stdout, r.stdout
+        wait_stats(d, lambda s: s["confirms_running"] == 1, "the confirmation running")
+        (bg,) = d.workers(background=True)
+        c = Raw(d.socket, timeout=60)
+        t0 = time.time()
+        c.send(b"".join(frame(3, mp_pack({"id": i, "cpu": "sm_90a", "input":
+                                          b"; ptxcache-probe: spin 150\n" + small_ir("fg%d" % i)}))
+                        for i in range(1, 5)))
+        samples, replies, ticks = [], [], []
+        c.s.settimeout(0.005)
+        while len(replies) < 4:
+            s = d.stats()
+            with open("/proc/%d/stat" % bg) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            s2 = d.stats()
+            samples += [s, s2]
+            # Stopped all along from s to s2 (and since the first such
+            # sample): its CPU time (utime + stime, in ticks) stands still.
+            if s["confirms_paused"] and s2["confirms_paused"] and \
+                    s["confirm_pauses"] == s2["confirm_pauses"] == 1:
+                ticks.append(int(fields[11]) + int(fields[12]))
+            try:
+                replies.append(mp_unpack(c.recv_frame()[1]))
+            except socket.timeout:
+                pass
+        took = time.time() - t0
+        assert sorted(x["id"] for x in replies) == [1, 2, 3, 4], replies
+        assert all(x["status"] == 2 and x["log"] == "spin: ok\n" for x in replies), replies
+        busy = [x for x in samples if x["jobs_queued"] or x["jobs_running"]]
+        assert busy and all(x["confirms_running"] == 0 for x in busy), busy
+        assert any(x["confirms_paused"] == 1 for x in busy), busy
+        assert len(ticks) >= 2 and ticks[-1] - ticks[0] <= 2, ticks
+        s = wait_stats(d, lambda s: s["confirmations"] == 1, "the confirmation")
+        assert s["confirm_pauses"] >= 1 and s["confirm_compiles"] == 1, s
+        assert s["confirm_mismatches"] == 0 and s["worker_crashes"] == 0, s
+    print("     4 compiles of 0.15 s answered in %.2f s beside a stopped 1.5 s confirmation "
+          "(%d stats samples, none with it running; its CPU time meanwhile +%d ticks)"
+          % (took, len(samples), ticks[-1] - ticks[0]))
+
+
+def test_pending_confirmations_are_bounded_oldest_dropped():
+    """Confirmations wait while compiles keep the one worker busy; past
+    confirm-queue bytes the oldest are dropped and counted; the rest run
+    afterwards."""
+    big = [small_ir("bound%d" % i) + b"; " + b"x" * 20000 + b"\n" for i in range(8)]
+    with Daemon(workers=1, extra=["--confirm-queue", "64K"]) as d:
+        c = Raw(d.socket, timeout=60)
+        c.send(b"".join(frame(3, mp_pack({"id": i + 1, "input": k, "cpu": "sm_90a"}))
+                        for i, k in enumerate(big)))
+        replies = [mp_unpack(c.recv_frame()[1]) for _ in range(8)]
+        assert all(x["status"] == 0 for x in replies), replies
+        s = wait_stats(d, lambda s: s["confirmations"] + s["confirms_dropped"] == 8,
+                       "the confirmations")
+        # 64 KiB holds three of these (20 KB and a flight's overhead each).
+        assert s["confirms_dropped"] == 5 and s["confirmations"] == 3, s
+        assert s["confirms_pending"] == 0 and s["confirms_pending_bytes"] == 0, s
 
 
 def test_trust_shares_at_once_and_separate_never():
