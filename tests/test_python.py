@@ -306,7 +306,7 @@ def test_python_triton_keeps_its_local_cache_when_the_daemon_is_down():
         d = Daemon(workers=1)
         try:
             need_artifacts(d)
-            env = clean_env(tmp, d.socket, PTXCACHE_TIMEOUT_MS="2000", **TRITON_ENV)
+            env = clean_env(tmp, d.socket, PTXCACHE_SILENCE_MS="2000", **TRITON_ENV)
             d.stop(signal.SIGKILL)
             marks = os.path.join(tmp, "marks")
             r1, err1 = result(job(env, "triton", "DOWNKEY", "k", marks))

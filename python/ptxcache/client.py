@@ -8,7 +8,8 @@ that does not exist, the node's service socket
 ``/run/ptxcache/ptxcached.sock``.
 
 Timeouts: the daemon must say something within the silence bound
-(``timeout``, 10 s by default, ``$PTXCACHE_TIMEOUT_MS``) while a request is
+(``timeout``; by default ``$PTXCACHE_SILENCE_MS``, the C clients' own
+setting, else 5 s) while a request is
 outstanding: a reply, or a ``progress`` frame, which it sends about once a
 second while a request waits for a producer. A get that waits is also
 bounded overall by its own ``wait_ms`` plus the silence bound.
@@ -39,7 +40,7 @@ __all__ = ["Client", "ArtifactReply", "default_socket", "socket_and_source", "SY
 # Where the node's systemd service listens (systemd/ptxcached.socket).
 SYSTEM_SOCKET = "/run/ptxcache/ptxcached.sock"
 # The silence bound, as the C library's default (ptxcache_connect).
-DEFAULT_TIMEOUT = 10.0
+DEFAULT_TIMEOUT = 5.0
 # Replies carry artifacts of up to artifact-max-value (256 MiB by default).
 REPLY_MAX = 1 << 30
 
@@ -66,7 +67,7 @@ def default_socket() -> str:
 
 
 def _env_timeout() -> float:
-    v = os.environ.get("PTXCACHE_TIMEOUT_MS")
+    v = os.environ.get("PTXCACHE_SILENCE_MS")
     try:
         return int(v) / 1000.0 if v and int(v) > 0 else DEFAULT_TIMEOUT
     except ValueError:
