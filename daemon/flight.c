@@ -259,9 +259,12 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 	} else if (cubin ? res->status == JOB_OK || res->status == JOB_ERROR
 			 : JOB_CACHEABLE(res->status)) {
 		struct buf err = BUF_INIT;
-		/* Computed here: its producer is the flight's tenant. From the
-		 * Redis tier: confirmed by the node that published it. */
-		int trusted = !compiled || s->sharing == SHARING_TRUST;
+		/* Computed here: its producer is the flight's tenant, whatever
+		 * the policy, so that a site that moves from trust to confirm
+		 * serves it to nobody else before another user's worker confirms
+		 * it (under trust everyone is served it anyway). From the Redis
+		 * tier: confirmed by the node that published it. */
+		int trusted = !compiled;
 		struct store_entry e = {
 			.kind = f->kind,
 			.status = status,
