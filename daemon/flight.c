@@ -112,7 +112,23 @@ int flight_add_waiter(struct flight *f, struct conn *c, uint64_t id)
 	c->refs++;
 	c->waiting++;
 	conn_arm(c);
+	/* Acknowledged at once: the client now knows the daemon is at it. */
+	conn_send_progress(c, id, pool_job_running(&f->job) ? "running" : "queued");
 	return 0;
+}
+
+void flight_progress(struct server *s)
+{
+	if (!s->nflights)
+		return;
+	/* conn_send_progress() closes nothing, so the table cannot change
+	 * under the walk. */
+	for (unsigned b = 0; b < FLIGHT_BUCKETS; b++)
+		for (struct flight *f = s->flights[b]; f; f = f->next) {
+			const char *state = pool_job_running(&f->job) ? "running" : "queued";
+			for (struct waiter *wt = f->waiters; wt; wt = wt->next)
+				conn_send_progress(wt->conn, wt->id, state);
+		}
 }
 
 /* Whether a miss may start a new compile: not while the daemon stops
