@@ -16,6 +16,9 @@
  * the worker with SIGSYS instead, which the master counts as a violation.
  * "compromise" stands for a worker already taken over: from then on it
  * answers every compile with altered PTX (confirmation must catch it).
+ * "slow SECONDS" is no attack: the worker sleeps, then compiles or
+ * assembles the input as usual (a compile that really takes that long, for
+ * the tests of progress frames and the clients' silence bound).
  */
 #include "daemon/probe.h"
 
@@ -24,10 +27,12 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 int probe_compromised;
@@ -95,6 +100,12 @@ int probe_run(const char *input, size_t len, struct buf *log)
 			 input + ml);
 		if (sscanf(line, "%63s %399s", name, arg) < 1)
 			return 0;
+		if (!strcmp(name, "slow")) {
+			struct timespec ts = { atoi(arg), 0 };
+			while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+				;
+			return 0;
+		}
 		int r = attack(name, arg);
 		buf_printf(log, "%s: %s\n", name, r == 0 ? "ok" : strerror(errno));
 		return 1;
