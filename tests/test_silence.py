@@ -23,8 +23,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from harness import (BUILD, CLI, LLC, PROBE_DAEMON, PROGRESS, ROOT, Daemon, Raw, corpus, frame,
-                     mp_pack, mp_unpack, small_ir)
+from harness import (BUILD, CLI, LLC, PROBE_DAEMON, PROGRESS, ROOT, SANITIZED, Daemon, Raw, corpus,
+                     frame, mp_pack, mp_unpack, small_ir)
 
 SILENCE_MS = 2000
 BOUND_S = 60            # a fallback must come long before this (was: 300 s)
@@ -424,8 +424,10 @@ def test_library_silence_api():
     bound applies), and no bound (the timeout)."""
     with tempfile.TemporaryDirectory() as t, FakeServer(t, never_read) as srv:
         src, exe = write(os.path.join(t, "p.c"), C_PROGRAM.encode()), os.path.join(t, "p")
-        r = subprocess.run(["cc", "-I", ROOT, "-o", exe, src, os.path.join(BUILD, "libptxcache.a"),
-                            "-lmsgpackc"], capture_output=True, text=True)
+        san = ["-fsanitize=address,undefined"] if SANITIZED else []
+        r = subprocess.run(["cc", *san, "-I", ROOT, "-o", exe, src,
+                            os.path.join(BUILD, "libptxcache.a"), "-lmsgpackc"],
+                           capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         got = {}
         for mode in ("opts", "small", "zero"):
