@@ -7,9 +7,9 @@
  * drop-in for LLVM 22's llc: the same arguments, the same output bytes, the
  * same exit status, and death by the same signal where llc would abort.
  * Exit status 0 on success; otherwise non-zero with a one-line message on
- * stderr. No command waits without a bound: its timeout, and the silence
- * bound (a daemon that says nothing for it is given up on; one that keeps
- * sending progress for a compile is waited for as long as the job lives).
+ * stderr. No command waits without a timeout, and none waits on a daemon
+ * that says nothing for the silence bound (one that keeps sending progress
+ * for a compile is waited for, up to the timeout).
  */
 #include <errno.h>
 #include <fcntl.h>

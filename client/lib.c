@@ -4,9 +4,9 @@
  * One request at a time per handle: send a frame, then read frames until
  * the reply with our id arrives (poll), under two bounds: the call's
  * timeout, and the silence bound, the longest the daemon may say nothing
- * at all (no byte taken, none sent). A compile the daemon acknowledges
- * with progress frames (PROTOCOL.md) waits as long as they keep coming:
- * the daemon's own job limit bounds it, and silence ends it. The library
+ * at all (no byte taken, none sent). A compile that waits in the daemon is
+ * not silent: the daemon sends progress frames (PROTOCOL.md) meanwhile,
+ * which we skip. The library
  * runs inside other people's processes, so it never exits, never aborts,
  * never lets SIGPIPE through (MSG_NOSIGNAL), and checks every frame the
  * daemon sends before trusting it.
@@ -97,9 +97,8 @@ static int silence_from_env(void)
 	return SILENCE_DEFAULT_MS;
 }
 
-/* What a wait for the daemon is bounded by: the call's deadline
- * (INT64_MAX once progress lifted it) and the time it was last heard
- * from. */
+/* What a wait for the daemon is bounded by: the call's deadline and the
+ * time it was last heard from. */
 struct bounds {
 	int64_t deadline;
 	int64_t heard;
@@ -281,10 +280,10 @@ static int send_all(ptxcache *pc, const struct buf *b, struct bounds *bd)
  * On success, *m is parsed from pc->in, whose first *consumed bytes hold
  * the frame; the caller frees m and drops those bytes.
  *
- * Any byte from the daemon counts as hearing from it; a progress frame for
- * id also lifts the call's timeout (the daemon is at the job, and bounds
- * it). verify, evict and explain walk the whole cache before the daemon
- * answers, with nothing sent meanwhile: the timeout alone bounds them.
+ * Any byte from the daemon counts as hearing from it (a progress frame, or
+ * a large reply on its way). verify, evict and explain walk the whole
+ * cache before the daemon answers, with nothing sent meanwhile: the
+ * timeout alone bounds them.
  */
 static int call(ptxcache *pc, const struct buf *req, uint64_t id,
 		uint8_t want_type, struct msg *m, size_t *consumed)
@@ -329,12 +328,8 @@ static int call(ptxcache *pc, const struct buf *req, uint64_t id,
 			}
 			if (rid == (int64_t)id && h.type == (want_type | FRAME_REPLY))
 				return 0;
-			/* Our request waits in the daemon: no timeout of ours
-			 * while it says so (with a silence bound to end it). */
-			if (rid == (int64_t)id && h.type == FRAME_PROGRESS && bd.silence_ms)
-				bd.deadline = INT64_MAX;
-			/* Progress, or a stray reply (an abandoned earlier
-			 * request): skip it. */
+			/* Progress (a request still waits), or a stray reply (an
+			 * abandoned earlier request): skip it. */
 			msg_free(m);
 			buf_consume(&pc->in, *consumed);
 			continue;

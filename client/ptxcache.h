@@ -61,12 +61,12 @@ void ptxcache_set_timeout(ptxcache *pc, int timeout_ms);
  * back, so that a daemon that is stopped, stuck or gone costs a caller
  * seconds, not the call's timeout; the fronts then run the real tool.
  * While a compile waits in the daemon (queued or running), the daemon
- * sends a progress frame about once a second: a call that hears them
- * waits as long as the job lives, past its timeout (the daemon's job limit
- * bounds the job). 0: no silence bound (the timeout alone, and progress
- * lifts nothing); < 0: $PTXCACHE_SILENCE_MS, else 5000 ms. verify, evict
- * and explain are bounded by the timeout alone (the daemon walks the whole
- * cache before it answers them).
+ * sends a progress frame about once a second, so a call that hears them
+ * waits for its answer; the timeout still bounds every call, and is then
+ * only the bound on the job (set it above the daemon's job-timeout).
+ * 0: no silence bound (the timeout alone); < 0: $PTXCACHE_SILENCE_MS, else
+ * 5000 ms. verify, evict and explain are bounded by the timeout alone (the
+ * daemon walks the whole cache before it answers them).
  */
 void ptxcache_set_silence(ptxcache *pc, int silence_ms);
 
