@@ -439,3 +439,52 @@ def test_library_silence_api():
         assert "-1 ptxcached said nothing for 600 ms" in got["small"][1], got
         assert "-1 timed out after 1000 ms" in got["zero"][1], got
     print("     " + "; ".join("%s: %.2f s" % (k, v[0]) for k, v in got.items()))
+
+
+def test_artifact_lease_wait_follows_the_same_rule():
+    """A get that waits for another client's put is kept alive by the
+    daemon's "waiting" progress frames far past the silence bound, and
+    gets the value; the same wait on a daemon that stops gives up within
+    the bound."""
+    with Daemon(workers=1) as d, tempfile.TemporaryDirectory() as t:
+        env = dict(os.environ, PTXCACHE_SOCKET=d.socket, PTXCACHE_SILENCE_MS=str(SILENCE_MS))
+        producer = Raw(d.socket, timeout=30)
+
+        def lease(key):
+            producer.send(frame(10, mp_pack({"id": 1, "ns": "triton", "key": key, "lease": True})))
+            ft, body = producer.recv_frame()
+            m = mp_unpack(body)
+            assert ft == 0x8a and not m["found"] and m["lease"], m
+            return m["lease"]
+
+        def waiter(key):
+            return subprocess.Popen([CLI, "artifact", "get", "triton", key, "--wait", "60",
+                                     "-o", os.path.join(t, key)], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+        tok = lease("alive")
+        t0 = time.monotonic()
+        w = waiter("alive")
+        time.sleep(3 * SILENCE_MS / 1000)
+        assert w.poll() is None, w.communicate()
+        producer.send(frame(11, mp_pack({"id": 2, "ns": "triton", "key": "alive",
+                                          "value": b"the value", "lease": tok})))
+        assert producer.recv_frame()[0] == 0x8b
+        out, err = w.communicate(timeout=60)
+        alive = time.monotonic() - t0
+        assert w.returncode == 0 and read(os.path.join(t, "alive")) == b"the value", err
+
+        lease("stopped")
+        w = waiter("stopped")
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        os.kill(d.proc.pid, signal.SIGSTOP)
+        try:
+            out, err = w.communicate(timeout=BOUND_S)
+        finally:
+            os.kill(d.proc.pid, signal.SIGCONT)
+        stopped = time.monotonic() - t0
+        assert w.returncode == 2 and b"said nothing" in err, (w.returncode, err)
+        producer.close()
+    print("     a get waiting on a lease: alive after %.1f s (bound %.1f s), got the value; "
+          "daemon stopped meanwhile: gave up after %.2f s" % (alive, SILENCE_MS / 1000, stopped))
