@@ -1,13 +1,15 @@
 /*
  * ptxcache: the command-line client, on libptxcache alone (no LLVM).
  *
- *   ptxcache [--socket PATH] [--timeout SECS] COMMAND [ARGS...]
+ *   ptxcache [--socket PATH] [--timeout SECS] [--silence SECS] COMMAND [ARGS...]
  *
  * Commands are a table (name, handler, summary). `ptxcache llc ARGS` is a
  * drop-in for LLVM 22's llc: the same arguments, the same output bytes, the
  * same exit status, and death by the same signal where llc would abort.
  * Exit status 0 on success; otherwise non-zero with a one-line message on
- * stderr. No command waits without a timeout.
+ * stderr. No command waits without a timeout, and none waits on a daemon
+ * that says nothing for the silence bound (one that keeps sending progress
+ * for a compile is waited for, up to the timeout).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -886,10 +888,12 @@ static const struct command {
 
 static void usage(FILE *f)
 {
-	fputs("usage: ptxcache [--socket PATH] [--timeout SECS] COMMAND [ARGS...]\n\n"
+	fputs("usage: ptxcache [--socket PATH] [--timeout SECS] [--silence SECS] COMMAND [ARGS...]\n\n"
 	      "Client of the ptxcached compile service. The socket is --socket, else\n"
 	      "$PTXCACHE_SOCKET, else $XDG_RUNTIME_DIR/ptxcache/ptxcached.sock, else\n"
-	      "/tmp/ptxcache-$UID/ptxcached.sock.\n\nCommands:\n", f);
+	      "/tmp/ptxcache-$UID/ptxcached.sock. A daemon that says nothing for\n"
+	      "--silence seconds ($PTXCACHE_SILENCE_MS, default 5 s) is given up on\n"
+	      "(the llc and ptxas fronts then run the real tool).\n\nCommands:\n", f);
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
 		fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
 }
@@ -913,6 +917,14 @@ int main(int argc, char **argv)
 			if (*end || s <= 0 || s > 86400)
 				die("bad --timeout '%s' (seconds)", v);
 			timeout_ms = (int)(s * 1000);
+		} else if ((v = opt_value(argc, argv, &i, "silence"))) {
+			/* For every connection of this process, the fronts' too. */
+			char *end, ms[32];
+			double s = strtod(v, &end);
+			if (*end || s < 0 || s > 86400)
+				die("bad --silence '%s' (seconds; 0: none)", v);
+			snprintf(ms, sizeof ms, "%d", (int)(s * 1000));
+			setenv("PTXCACHE_SILENCE_MS", ms, 1);
 		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			usage(stdout);
 			return 0;

@@ -2,7 +2,11 @@
  * libptxcache: see ptxcache.h for the contract.
  *
  * One request at a time per handle: send a frame, then read frames until
- * the reply with our id arrives, all under one deadline (poll). The library
+ * the reply with our id arrives (poll), under two bounds: the call's
+ * timeout, and the silence bound, the longest the daemon may say nothing
+ * at all (no byte taken, none sent). A compile that waits in the daemon is
+ * not silent: the daemon sends progress frames (PROTOCOL.md) meanwhile,
+ * which we skip. The library
  * runs inside other people's processes, so it never exits, never aborts,
  * never lets SIGPIPE through (MSG_NOSIGNAL), and checks every frame the
  * daemon sends before trusting it.
@@ -13,6 +17,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,10 +34,14 @@
 
 /* Replies carry PTX or cubin: generous, but bounded. */
 #define REPLY_MAX (1u << 30)
+/* The silence bound without $PTXCACHE_SILENCE_MS or an explicit one: the
+ * daemon sends progress about once a second while a request waits. */
+#define SILENCE_DEFAULT_MS 5000
 
 struct ptxcache {
 	int fd;
 	int timeout_ms;
+	int silence_ms;         /* 0: no silence bound */
 	uint64_t next_id;
 	struct buf in;          /* bytes read but not yet consumed */
 	struct buf req;         /* the compile request being sent: kept from
@@ -74,11 +83,50 @@ char *ptxcache_default_socket(void)
 	return out;
 }
 
-/* Wait until fd is ready for events or the deadline passes. */
-static int wait_fd(ptxcache *pc, short events, int64_t deadline)
+/* $PTXCACHE_SILENCE_MS (0: none), else the default. */
+static int silence_from_env(void)
+{
+	const char *e = getenv("PTXCACHE_SILENCE_MS");
+	char *end;
+
+	if (e && *e) {
+		long v = strtol(e, &end, 10);
+		if (!*end && v >= 0 && v <= 86400000)
+			return (int)v;
+	}
+	return SILENCE_DEFAULT_MS;
+}
+
+/* What a wait for the daemon is bounded by: the call's deadline and the
+ * time it was last heard from. */
+struct bounds {
+	int64_t deadline;
+	int64_t heard;
+	int silence_ms;         /* 0: no silence bound for this call */
+};
+
+static void bounds_init(ptxcache *pc, struct bounds *b, int silence)
+{
+	b->heard = now_ms();
+	b->deadline = b->heard + pc->timeout_ms;
+	b->silence_ms = silence ? pc->silence_ms : 0;
+}
+
+/* Wait until fd is ready for events, or a bound passes. */
+static int wait_fd(ptxcache *pc, short events, const struct bounds *b)
 {
 	for (;;) {
-		int64_t left = deadline - now_ms();
+		int64_t now = now_ms(), left = b->deadline - now;
+		int quiet = 0;
+		if (b->silence_ms && b->heard + b->silence_ms - now < left) {
+			left = b->heard + b->silence_ms - now;
+			quiet = 1;
+		}
+		if (left <= 0 && quiet) {
+			set_err(pc, "ptxcached said nothing for %d ms (the silence bound, "
+				"PTXCACHE_SILENCE_MS); giving up on it", b->silence_ms);
+			return -1;
+		}
 		if (left <= 0) {
 			set_err(pc, "timed out after %d ms waiting for ptxcached",
 				pc->timeout_ms);
@@ -95,10 +143,28 @@ static int wait_fd(ptxcache *pc, short events, int64_t deadline)
 	}
 }
 
+void ptxcache_opts_init(struct ptxcache_opts *o)
+{
+	memset(o, 0, sizeof *o);
+	o->size = sizeof *o;
+	o->silence_ms = -1;
+}
+
 ptxcache *ptxcache_connect(const char *path, int timeout_ms, char *err,
 			   size_t errlen)
 {
+	struct ptxcache_opts o;
+
+	ptxcache_opts_init(&o);
+	o.timeout_ms = timeout_ms;
+	return ptxcache_connect_opts(path, &o, err, errlen);
+}
+
+ptxcache *ptxcache_connect_opts(const char *path, const struct ptxcache_opts *opts,
+				char *err, size_t errlen)
+{
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct ptxcache_opts o;
 	char *def = NULL;
 	ptxcache *pc = calloc(1, sizeof *pc);
 
@@ -107,7 +173,14 @@ ptxcache *ptxcache_connect(const char *path, int timeout_ms, char *err,
 			snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
-	pc->timeout_ms = timeout_ms > 0 ? timeout_ms : 10000;
+	/* Only the fields the caller's struct has (an older, smaller one). */
+	ptxcache_opts_init(&o);
+	if (opts && opts->size >= offsetof(struct ptxcache_opts, timeout_ms) + sizeof o.timeout_ms)
+		o.timeout_ms = opts->timeout_ms;
+	if (opts && opts->size >= offsetof(struct ptxcache_opts, silence_ms) + sizeof o.silence_ms)
+		o.silence_ms = opts->silence_ms;
+	pc->timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : 10000;
+	ptxcache_set_silence(pc, o.silence_ms);
 	pc->fd = -1;
 	if (!path)
 		path = def = ptxcache_default_socket();
@@ -125,7 +198,9 @@ ptxcache *ptxcache_connect(const char *path, int timeout_ms, char *err,
 		if (errno == EINPROGRESS || errno == EAGAIN) {
 			int e = 0;
 			socklen_t l = sizeof e;
-			if (wait_fd(pc, POLLOUT, now_ms() + pc->timeout_ms) < 0)
+			struct bounds b;
+			bounds_init(pc, &b, 1);
+			if (wait_fd(pc, POLLOUT, &b) < 0)
 				goto fail;
 			getsockopt(pc->fd, SOL_SOCKET, SO_ERROR, &e, &l);
 			errno = e;
@@ -153,6 +228,11 @@ void ptxcache_set_timeout(ptxcache *pc, int timeout_ms)
 	pc->timeout_ms = timeout_ms > 0 ? timeout_ms : 10000;
 }
 
+void ptxcache_set_silence(ptxcache *pc, int silence_ms)
+{
+	pc->silence_ms = silence_ms < 0 ? silence_from_env() : silence_ms;
+}
+
 void ptxcache_close(ptxcache *pc)
 {
 	if (!pc)
@@ -168,7 +248,9 @@ const char *ptxcache_errmsg(const ptxcache *pc)
 	return pc->err;
 }
 
-static int send_all(ptxcache *pc, const struct buf *b, int64_t deadline)
+/* Send b whole. A daemon that takes bytes is heard from: a large request
+ * to a daemon that reads it slowly is no silence. */
+static int send_all(ptxcache *pc, const struct buf *b, struct bounds *bd)
 {
 	size_t off = 0;
 
@@ -176,10 +258,11 @@ static int send_all(ptxcache *pc, const struct buf *b, int64_t deadline)
 		ssize_t w = send(pc->fd, b->data + off, b->len - off, MSG_NOSIGNAL);
 		if (w > 0) {
 			off += (size_t)w;
+			bd->heard = now_ms();
 			continue;
 		}
 		if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
-			if (wait_fd(pc, POLLOUT, deadline) < 0)
+			if (wait_fd(pc, POLLOUT, bd) < 0)
 				return -1;
 			continue;
 		}
@@ -196,17 +279,24 @@ static int send_all(ptxcache *pc, const struct buf *b, int64_t deadline)
  * Send the frame in req (whose "id" is id) and read until the reply to id.
  * On success, *m is parsed from pc->in, whose first *consumed bytes hold
  * the frame; the caller frees m and drops those bytes.
+ *
+ * Any byte from the daemon counts as hearing from it (a progress frame, or
+ * a large reply on its way). verify, evict and explain walk the whole
+ * cache before the daemon answers, with nothing sent meanwhile: the
+ * timeout alone bounds them.
  */
 static int call(ptxcache *pc, const struct buf *req, uint64_t id,
 		uint8_t want_type, struct msg *m, size_t *consumed)
 {
-	int64_t deadline = now_ms() + pc->timeout_ms;
+	struct bounds bd;
 
+	bounds_init(pc, &bd, want_type != FRAME_VERIFY && want_type != FRAME_EVICT &&
+			     want_type != FRAME_EXPLAIN);
 	msgpack_unpacked_init(&m->up);
 	m->map = NULL;
 	/* A daemon that refuses the connection (not allowed, too many) sends
 	 * an error frame and closes: if sending fails, read that reason. */
-	int unsent = send_all(pc, req, deadline) < 0;
+	int unsent = send_all(pc, req, &bd) < 0;
 	if (unsent && errno != EPIPE && errno != ECONNRESET)
 		return -1;
 	for (;;) {
@@ -238,7 +328,8 @@ static int call(ptxcache *pc, const struct buf *req, uint64_t id,
 			}
 			if (rid == (int64_t)id && h.type == (want_type | FRAME_REPLY))
 				return 0;
-			/* A stray reply (an abandoned earlier request): skip it. */
+			/* Progress (a request still waits), or a stray reply (an
+			 * abandoned earlier request): skip it. */
 			msg_free(m);
 			buf_consume(&pc->in, *consumed);
 			continue;
@@ -251,6 +342,7 @@ static int call(ptxcache *pc, const struct buf *req, uint64_t id,
 				 pc->in.cap - pc->in.len - 1, 0);
 		if (n > 0) {
 			pc->in.len += (size_t)n;
+			bd.heard = now_ms();
 			continue;
 		}
 		if (n == 0 || (unsent && errno != EAGAIN && errno != EINTR)) {
@@ -262,7 +354,7 @@ static int call(ptxcache *pc, const struct buf *req, uint64_t id,
 			set_err(pc, "cannot read from ptxcached: %s", strerror(errno));
 			return -1;
 		}
-		if (wait_fd(pc, POLLIN, deadline) < 0)
+		if (wait_fd(pc, POLLIN, &bd) < 0)
 			return -1;
 	}
 }

@@ -8,7 +8,9 @@
  * with the arguments exactly as given: information options (--version,
  * --help, -mcpu=help), pipeline controls (-stop-after, -print-*), options
  * the table does not know, and every case where the daemon cannot answer
- * (not running, a request it refuses as invalid, a timeout). The real llc
+ * (not running, a request it refuses as invalid, a timeout, or nothing
+ * heard from it for the silence bound, $PTXCACHE_SILENCE_MS: a daemon that
+ * is stopped or stuck costs seconds, not the compile's timeout). The real llc
  * is $PTXCACHE_LLC, else LLVM 22's own (LLVM_BINDIR/llc, fixed at build
  * time); where there is none, a clear error names what needed it.
  *

@@ -14,7 +14,8 @@
  * Everything else runs the real ptxas itself, with the arguments exactly as
  * given: options we do not know, -g (its debug info names the input path),
  * and every case where the daemon cannot answer (not running, no ptxas of
- * its own, timed out, the assembler crashed). A cache that is down must
+ * its own, timed out, silent for the silence bound, the assembler
+ * crashed). A cache that is down must
  * never fail a build, and an answer we are not sure of is worse than none.
  *
  * Never: guess at an unknown option, write a partial output file, or run
@@ -40,7 +41,10 @@
  * back to us, and we must not go round again. */
 #define GUARD_ENV "PTXCACHE_PTXAS_FRONT"
 /* The assembler may take long on a large kernel; the daemon's own job
- * limit (120 s by default) comes first. */
+ * limit (120 s by default) comes first. A daemon that acknowledges the
+ * request keeps sending progress and is waited for while it does; one
+ * that says nothing for the silence bound ($PTXCACHE_SILENCE_MS, 5 s) is
+ * given up on, and the real ptxas runs (libptxcache). */
 #define FRONT_TIMEOUT_MS (300 * 1000)
 
 /* The real ptxas, found as the daemon finds it ($PTXCACHE_PTXAS,

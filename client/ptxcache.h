@@ -2,9 +2,9 @@
  * libptxcache: the client library of the ptxcache compile service.
  *
  * A handle is one connection to ptxcached over its Unix socket. Every call
- * has a timeout, reports failure as a return value with a message
- * (ptxcache_errmsg), and never exits, aborts or raises a signal in the host
- * process (SIGPIPE included). A handle is not thread-safe: use one per
+ * has a timeout and a silence bound (ptxcache_set_silence), reports
+ * failure as a return value with a message (ptxcache_errmsg), and never
+ * exits, aborts or raises a signal in the host process (SIGPIPE included). A handle is not thread-safe: use one per
  * thread. Nothing here links LLVM.
  *
  * Socket rules: an explicit path, else $PTXCACHE_SOCKET, else
@@ -46,12 +46,43 @@ char *ptxcache_default_socket(void);
 
 /*
  * Connect to the daemon at path (NULL: the rules above). timeout_ms bounds
- * the connect and, afterwards, each call (ptxcache_set_timeout changes it).
- * Returns a handle, or NULL with a message in err (if errlen > 0).
+ * the connect and, afterwards, each call (ptxcache_set_timeout changes it);
+ * the silence bound is $PTXCACHE_SILENCE_MS, else 5000 ms (see
+ * ptxcache_set_silence). Returns a handle, or NULL with a message in err
+ * (if errlen > 0).
  */
 ptxcache *ptxcache_connect(const char *path, int timeout_ms, char *err,
 			   size_t errlen);
 void ptxcache_set_timeout(ptxcache *pc, int timeout_ms);
+
+/*
+ * The silence bound: a call gives up (returns -1) once the daemon has said
+ * nothing for silence_ms, neither taken a byte of the request nor sent one
+ * back, so that a daemon that is stopped, stuck or gone costs a caller
+ * seconds, not the call's timeout; the fronts then run the real tool.
+ * While a compile waits in the daemon (queued or running), the daemon
+ * sends a progress frame about once a second, so a call that hears them
+ * waits for its answer; the timeout still bounds every call, and is then
+ * only the bound on the job (set it above the daemon's job-timeout).
+ * 0: no silence bound (the timeout alone); < 0: $PTXCACHE_SILENCE_MS, else
+ * 5000 ms. verify, evict and explain are bounded by the timeout alone (the
+ * daemon walks the whole cache before it answers them).
+ */
+void ptxcache_set_silence(ptxcache *pc, int silence_ms);
+
+/* Connection settings; ptxcache_opts_init() sets size and the defaults,
+ * then set what differs. Fields may be added at the end: size tells the
+ * library which ones the caller's struct has. */
+struct ptxcache_opts {
+	size_t size;            /* sizeof(struct ptxcache_opts) */
+	int timeout_ms;         /* as ptxcache_connect's; <= 0: 10 s */
+	int silence_ms;         /* as ptxcache_set_silence's; default -1 */
+};
+void ptxcache_opts_init(struct ptxcache_opts *opts);
+
+/* ptxcache_connect with opts (NULL: the defaults). */
+ptxcache *ptxcache_connect_opts(const char *path, const struct ptxcache_opts *opts,
+				char *err, size_t errlen);
 /* Close and free; NULL is fine. */
 void ptxcache_close(ptxcache *pc);
 /* The message of the last failed call on pc; valid until the next call. */

@@ -106,7 +106,6 @@ struct artifacts {
 	struct slot *all;               /* every slot, for connection close */
 	struct slot *limbo;             /* unlinked, awaiting their l2 answer */
 	struct scope_count *scopes;
-	struct event *progress;         /* a frame a second to each waiter */
 	uint64_t next_token;
 	struct artifact_counters n;
 };
@@ -487,42 +486,13 @@ static struct waiter *waiter_add(struct slot *s, struct conn *c, uint64_t id,
 	return w;
 }
 
-static void send_progress(struct conn *c, uint64_t id)
+void artifacts_progress(struct artifacts *a)
 {
-	struct buf out = BUF_INIT;
-	struct msg_writer w;
-
-	msg_begin(&w, &out, FRAME_PROGRESS);
-	msg_put_int(&w, "id", (int64_t)id);
-	msg_put_str(&w, "state", "waiting");
-	if (msg_end(&w) == 0)
-		conn_send(c, &out);
-	buf_free(&out);
-}
-
-/* A progress frame to every waiter. Sending may close a connection and so
- * change the lists: the (connection, id) pairs are taken first, each
- * connection held meanwhile. */
-static void on_progress(evutil_socket_t fd, short what, void *arg)
-{
-	struct artifacts *a = arg;
-	struct { struct conn *c; uint64_t id; } *to;
-	size_t n = 0;
-
-	if (!a->n.waiting || !(to = calloc((size_t)a->n.waiting, sizeof *to)))
-		return;
-	for (struct slot *s = a->all; s; s = s->next_all) {
-		for (struct waiter *w = s->waiters; w && n < (size_t)a->n.waiting; w = w->next) {
-			w->conn->refs++;
-			to[n].c = w->conn;
-			to[n++].id = w->id;
-		}
-	}
-	for (size_t i = 0; i < n; i++) {
-		send_progress(to[i].c, to[i].id);
-		conn_unref(to[i].c);
-	}
-	free(to);
+	/* conn_send_progress() closes nothing: the lists cannot change under
+	 * the walk. */
+	for (struct slot *s = a->all; s; s = s->next_all)
+		for (struct waiter *w = s->waiters; w; w = w->next)
+			conn_send_progress(w->conn, w->id, "waiting");
 }
 
 /* ---- the Redis tier --------------------------------------------------- */
@@ -638,7 +608,7 @@ static void artifact_get(struct conn *c, uint64_t id, const struct msg *m)
 			conn_send_error(c, id, "internal", "out of memory");
 		} else {
 			a->n.waits++;
-			send_progress(c, id);
+			conn_send_progress(c, id, "waiting");
 		}
 		goto out;
 	}
@@ -816,19 +786,12 @@ struct artifacts *artifacts_new(struct event_base *base, struct store *store,
 				struct l2 **l2, const struct artifact_config *cfg)
 {
 	struct artifacts *a = calloc(1, sizeof *a);
-	struct timeval sec = { 1, 0 };
 
 	if (!a)
 		return NULL;
 	a->base = base;
 	a->store = store;
 	a->l2 = l2;
-	a->progress = event_new(base, -1, EV_PERSIST, on_progress, a);
-	if (!a->progress) {
-		free(a);
-		return NULL;
-	}
-	evtimer_add(a->progress, &sec);
 	artifacts_configure(a, cfg);
 	return a;
 }
@@ -857,7 +820,6 @@ void artifacts_free(struct artifacts *a)
 		a->limbo = s->next;
 		free(s);
 	}
-	event_free(a->progress);
 	free(a);
 }
 

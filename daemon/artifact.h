@@ -5,9 +5,9 @@
  * wait for it. The requests artifact_get, artifact_put and
  * artifact_release (proto/PROTOCOL.md, "Artifacts").
  *
- * The master calls artifacts_new() at start, artifacts_conn_closed() when
- * a connection goes, artifacts_stop() at SIGTERM and artifacts_free() once
- * its loop has stopped; the requests come through artifact_requests, this
+ * The master calls artifacts_new() at start, artifacts_progress() each
+ * second, artifacts_conn_closed() when a connection goes, artifacts_stop()
+ * at SIGTERM and artifacts_free() once its loop has stopped; the requests come through artifact_requests, this
  * family's part of the request table (master.h).
  */
 #ifndef PTXCACHE_ARTIFACT_H
@@ -65,6 +65,9 @@ void artifacts_free(struct artifacts *a);
 
 /* artifact_get, artifact_put and artifact_release (master.h). */
 extern const struct request_table artifact_requests;
+
+/* A progress frame to every waiting get (the server's timer, each second). */
+void artifacts_progress(struct artifacts *a);
 
 /* c is closing: the leases it holds pass on, its waits end. */
 void artifacts_conn_closed(struct artifacts *a, struct conn *c);

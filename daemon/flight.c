@@ -115,7 +115,23 @@ int flight_add_waiter(struct flight *f, struct conn *c, uint64_t id)
 	c->refs++;
 	c->waiting++;
 	conn_arm(c);
+	/* Acknowledged at once: the client now knows the daemon is at it. */
+	conn_send_progress(c, id, pool_job_running(&f->job) ? "running" : "queued");
 	return 0;
+}
+
+void flight_progress(struct server *s)
+{
+	if (!s->nflights)
+		return;
+	/* conn_send_progress() closes nothing, so the table cannot change
+	 * under the walk. */
+	for (unsigned b = 0; b < FLIGHT_BUCKETS; b++)
+		for (struct flight *f = s->flights[b]; f; f = f->next) {
+			const char *state = pool_job_running(&f->job) ? "running" : "queued";
+			for (struct waiter *wt = f->waiters; wt; wt = wt->next)
+				conn_send_progress(wt->conn, wt->id, state);
+		}
 }
 
 /* n bytes, for a message: "12.5 MiB". */
@@ -297,9 +313,12 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 	} else if (cubin ? res->status == JOB_OK || res->status == JOB_ERROR
 			 : JOB_CACHEABLE(res->status)) {
 		struct buf err = BUF_INIT;
-		/* Computed here: its producer is the flight's tenant. From the
-		 * Redis tier: confirmed by the node that published it. */
-		int trusted = !compiled || s->sharing == SHARING_TRUST;
+		/* Computed here: its producer is the flight's tenant, whatever
+		 * the policy, so that a site that moves from trust to confirm
+		 * serves it to nobody else before another user's worker confirms
+		 * it (under trust everyone is served it anyway). From the Redis
+		 * tier: confirmed by the node that published it. */
+		int trusted = !compiled;
 		struct store_entry e = {
 			.kind = f->kind,
 			.status = status,

@@ -66,8 +66,9 @@ int flight_lookup(struct conn *c, const struct key *k, struct store_result *hit)
 struct flight *flight_find(struct server *s, const struct key *k, const struct conn *c);
 
 /* Add request id on c to f's waiters, at their head (f->waiters), where
- * the caller may set its then and view; c gains a reference. 0, or -1 if
- * out of memory. */
+ * the caller may set its then and view; c gains a reference, and its
+ * client a progress frame at once (the request is acknowledged). 0, or -1
+ * if out of memory. */
 int flight_add_waiter(struct flight *f, struct conn *c, uint64_t id);
 
 /* Whether a miss whose request holds about need bytes may start a new
@@ -79,6 +80,12 @@ int flight_refuse_new(struct server *s, struct conn *c, uint64_t id, int64_t nee
 /* Start f, which has its key, job and first waiter, for c's user: the
  * server's table owns it from here. */
 void flight_launch(struct server *s, struct flight *f, struct conn *c);
+
+/* A progress frame to every request waiting on a flight: "queued" while
+ * its job waits for a worker (or the flight asks Redis), "running" once a
+ * worker has it. One walk of the table; nothing when no flight is in the
+ * air. Called by the server's timer, about once a second. */
+void flight_progress(struct server *s);
 
 /* At the end of server_run(), once the pool and the Redis tier are freed
  * and every connection closed: end the flights still in s's table (those

@@ -99,7 +99,7 @@ struct server {
 	int socket_from_systemd;
 	struct counters n;
 	enum sharing sharing;   /* confirm.h */
-	struct event *flush_timer, *sigterm, *sigint, *sighup, *stop_timer;
+	struct event *flush_timer, *progress_timer, *sigterm, *sigint, *sighup, *stop_timer;
 	struct cubin_backend asm_be[2]; /* by enum cubin_backend_kind, found
 	                                   at start */
 	char *asm_roots;        /* their directories, for the assembler
@@ -134,6 +134,15 @@ struct request_table {
 /* Queue a finished frame from out (borrowed) on c; dropped if c has
  * gone. A client that lets more than max_output pile up is closed. */
 void conn_send(struct conn *c, const struct buf *out);
+
+/* Tell c's client that request id still waits (state: "queued",
+ * "running"; PROTOCOL.md, progress). Sent only where nothing else is
+ * queued for the client (one that reads hears that output; one that does
+ * not would only grow the queue), so it never counts against max_output.
+ * Safe anywhere: it changes no connection state and closes nothing (a
+ * write that cannot be queued shuts the socket down, which the loop then
+ * sees as an error). */
+void conn_send_progress(struct conn *c, uint64_t id, const char *state);
 
 /* Answer request id on c with an error frame (code, message: borrowed). */
 void conn_send_error(struct conn *c, uint64_t id, const char *code,

@@ -18,6 +18,9 @@
  * answers every compile with altered PTX (confirmation must catch it).
  * "spin MS" is no attack: a compile that takes MS ms of CPU (stopped
  * time does not count), for tests of what waits for what.
+ * "slow SECONDS" is no attack: the worker sleeps, then compiles or
+ * assembles the input as usual (a compile that really takes that long, for
+ * the tests of progress frames and the clients' silence bound).
  */
 #include "daemon/probe.h"
 
@@ -26,6 +29,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
@@ -110,6 +114,12 @@ int probe_run(const char *input, size_t len, struct buf *log)
 			 input + ml);
 		if (sscanf(line, "%63s %399s", name, arg) < 1)
 			return 0;
+		if (!strcmp(name, "slow")) {
+			struct timespec ts = { atoi(arg), 0 };
+			while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+				;
+			return 0;
+		}
 		int r = attack(name, arg);
 		buf_printf(log, "%s: %s\n", name, r == 0 ? "ok" : strerror(errno));
 		return 1;

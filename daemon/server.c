@@ -197,6 +197,27 @@ void conn_send(struct conn *c, const struct buf *out)
 }
 
 /* Answer request id with an error frame. */
+void conn_send_progress(struct conn *c, uint64_t id, const char *state)
+{
+	struct buf b = BUF_INIT;
+	struct msg_writer w;
+
+	if (c->state != CONN_READING ||
+	    evbuffer_get_length(bufferevent_get_output(c->bev)) != 0)
+		return;
+	msg_begin(&w, &b, FRAME_PROGRESS);
+	msg_put_int(&w, "id", (int64_t)id);
+	msg_put_str(&w, "state", state);
+	if (msg_end(&w) == 0 && b.len <= (size_t)c->srv->cfg->max_output) {
+		int fd = bufferevent_getfd(c->bev);
+		ssize_t n = send(fd, b.data, b.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		size_t off = n > 0 ? (size_t)n : 0;
+		if (off < b.len && bufferevent_write(c->bev, b.data + off, b.len - off) < 0)
+			shutdown(fd, SHUT_RDWR);
+	}
+	buf_free(&b);
+}
+
 void conn_send_error(struct conn *c, uint64_t id, const char *code,
 		     const char *message)
 {
@@ -592,6 +613,17 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
 	store_flush(((struct server *)arg)->store);
 }
 
+/* Every second: a progress frame to each request waiting on a flight
+ * (flight_progress()), so that its client, which gives up on a daemon it
+ * does not hear from, keeps waiting. */
+static void on_progress(evutil_socket_t fd, short what, void *arg)
+{
+	struct server *s = arg;
+
+	flight_progress(s);
+	artifacts_progress(s->arts);
+}
+
 /* Tell systemd (Type=notify) how we are; nothing without NOTIFY_SOCKET. */
 static void notify(const char *msg)
 {
@@ -962,10 +994,13 @@ int server_run(struct server_config *cfg)
 	}
 	struct timeval second = { 1, 0 };
 	s.flush_timer = event_new(s.base, -1, EV_PERSIST, on_flush, &s);
+	s.progress_timer = event_new(s.base, -1, EV_PERSIST, on_progress, &s);
 	s.sigterm = evsignal_new(s.base, SIGTERM, on_stop, &s);
 	s.sigint = evsignal_new(s.base, SIGINT, on_stop, &s);
 	s.sighup = evsignal_new(s.base, SIGHUP, on_reload, &s);
 	event_add(s.flush_timer, &second);
+	if (s.progress_timer)
+		event_add(s.progress_timer, &second);
 	evsignal_add(s.sigterm, NULL);
 	evsignal_add(s.sigint, NULL);
 	evsignal_add(s.sighup, NULL);
@@ -996,6 +1031,8 @@ out:
 	artifacts_free(s.arts);
 	if (s.flush_timer)
 		event_free(s.flush_timer);
+	if (s.progress_timer)
+		event_free(s.progress_timer);
 	if (s.sigterm)
 		event_free(s.sigterm);
 	if (s.sigint)

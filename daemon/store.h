@@ -40,9 +40,11 @@ struct store_entry {
 	const char *components; /* JSON text of the key components */
 	const char *arch;       /* "sm_90a", for listing and eviction filters */
 	int64_t compile_us;     /* how long the compile took */
-	int64_t producer;       /* the tenant whose worker computed it; -1:
-	                           none in particular (a confirmed value from
-	                           the Redis tier, or sharing = trust) */
+	int64_t producer;       /* the tenant whose worker computed it, under
+	                           every sharing policy; -1: none in particular
+	                           (a confirmed value from the Redis tier, or
+	                           an entry an older daemon stored under
+	                           trust) */
 	int trust;              /* enum store_trust */
 	int64_t scope;          /* artifacts: the scope that may read it */
 	const char *ns;         /* artifacts: the client's namespace */

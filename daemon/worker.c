@@ -1475,6 +1475,11 @@ void pool_prune(struct pool *p)
 	dispatch(p);
 }
 
+int pool_job_running(const struct pool_job *job)
+{
+	return job->w != NULL;
+}
+
 void pool_counters(struct pool *p, struct pool_counters *c)
 {
 	struct worker *w;

@@ -184,6 +184,9 @@ void pool_sandbox(struct pool *p, struct buf *out);
 /* Drop queued jobs that nobody waits for any more (see pool_job.wanted). */
 void pool_prune(struct pool *p);
 
+/* 1 while a worker runs job, 0 while it waits (queued, or not submitted). */
+int pool_job_running(const struct pool_job *job);
+
 /* Call cb(arg) once, from the event loop, when every worker pool_new()
  * started is done starting: initialised and warmed up, or failed (a pool
  * whose workers cannot start must not keep the daemon from serving what

@@ -236,10 +236,15 @@ def frame(ftype, body, version=1, magic=b"PX"):
     return magic + bytes([version, ftype]) + struct.pack(">I", len(body)) + body
 
 
+# The daemon's progress frame: a request that waits (PROTOCOL.md).
+PROGRESS = 0xFE
+
+
 class Raw:
     """A raw connection to the daemon's socket."""
 
     def __init__(self, path, timeout=10):
+        self.progress = 0
         self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.s.settimeout(timeout)
         self.s.connect(path)
@@ -247,15 +252,21 @@ class Raw:
     def send(self, data):
         self.s.sendall(data)
 
-    def recv_frame(self):
-        """(type, body bytes), or None if the daemon closed the connection."""
-        hdr = self._read(8)
-        if hdr is None:
-            return None
-        assert hdr[:2] == b"PX", hdr
-        n = struct.unpack(">I", hdr[4:8])[0]
-        body = self._read(n)
-        return hdr[3], body
+    def recv_frame(self, progress=False):
+        """(type, body bytes), or None if the daemon closed the connection.
+        Progress frames (type 0xfe: a request still waits) are skipped and
+        counted in self.progress, unless progress is true."""
+        while True:
+            hdr = self._read(8)
+            if hdr is None:
+                return None
+            assert hdr[:2] == b"PX", hdr
+            n = struct.unpack(">I", hdr[4:8])[0]
+            body = self._read(n)
+            if hdr[3] == PROGRESS and not progress and body is not None:
+                self.progress += 1
+                continue
+            return hdr[3], body
 
     def _read(self, n):
         out = b""

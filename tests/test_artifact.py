@@ -32,7 +32,7 @@ class Client:
 
     def reply(self, want_id=None):
         while True:
-            f = self.raw.recv_frame()
+            f = self.raw.recv_frame(progress=True)
             assert f is not None, "the daemon closed the connection"
             ftype, body = f[0], mp_unpack(f[1])
             if ftype == PROGRESS:

@@ -206,3 +206,29 @@ def test_compromised_worker_changes_only_what_its_own_user_receives():
             values = [redis.get(key) for key in redis.keys("ptxcache:*")]
             assert not any(b"altered by a compromised worker" in (v or b"") for v in values), \
                 len(values)
+
+
+def test_entries_made_under_trust_stay_their_producers_after_a_switch_to_confirm():
+    """An entry stored under sharing = trust records who produced it, so
+    that a site that moves to confirm serves it to nobody else until
+    another user's worker has computed the same bytes: a switch of policy
+    never widens who is served what."""
+    k = small_ir("trust_then_confirm")
+    with daemon(extra=["--sharing", "trust"]) as d:
+        assert d.cli("llc", *FLAGS, input=k).stdout == llc_bytes(k)     # uid 0 produces
+        assert d.stats()["compiles"] == 1
+        d.stop()
+        d.args[d.args.index("trust")] = "confirm"
+        d.start()
+        make_reachable(d.socket)
+        assert as_user(d, B, k) == llc_bytes(k)
+        s = d.stats()
+        assert s["sharing"] == "confirm", s
+        # B was not served uid 0's unconfirmed entry: its own worker
+        # compiled it, which confirmed the entry.
+        assert s["hits"] == 0 and s["compiles"] == 1 and s["confirmations"] == 1, s
+        assert s["confirm_mismatches"] == 0, s
+        assert as_user(d, C, k) == llc_bytes(k)                         # confirmed: C hits
+        assert d.stats()["compiles"] == 1
+        assert d.cli("llc", *FLAGS, input=k).stdout == llc_bytes(k)
+        assert d.stats()["compiles"] == 1
