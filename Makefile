@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # ptxcache build. `make` builds everything into build/; `make test` runs every
 # test; `make run` starts the daemon on its defaults; `make deps` installs the
 # Debian packages the build needs (as root) or says which ones are missing.

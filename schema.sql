@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- ptxcache cache database schema (cache.db). Embedded into the daemon at
 -- build time and applied at every open, so every statement here must be
 -- idempotent. Bump meta.schema_version (and STORE_SCHEMA_VERSION in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench: ptxcache measured against the real alternatives, in one run.
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Draw the per-kernel latency chart of `make bench` from its results.json.
 
 usage: plot.py RESULTS_JSON OUT_PNG

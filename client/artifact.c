@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * `ptxcache artifact`: get and put one artifact.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * `ptxcache artifact get|put`: the JIT's own cache entries from a script
  * or a test (proto/PROTOCOL.md, "Artifacts").

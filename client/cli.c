@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ptxcache: the command-line client, on libptxcache alone (no LLVM).
  *

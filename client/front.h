@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the drop-in fronts (client/llc.c, client/ptxas.c) share: finding
  * the real tool they stand in for, handing a command over to it, and

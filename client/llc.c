@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * llc front: `ptxcache llc ARGS...`, a drop-in for LLVM 22's llc. The same
  * arguments give the same stdout, the same output file bytes and the same

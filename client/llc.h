@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The drop-in llc front of the ptxcache CLI (client/llc.c).
  */

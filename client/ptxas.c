@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ptxas front: `ptxcache ptxas ARGS...`, or the same binary under the name
  * `ptxas` (a symlink), for Triton (TRITON_PTXAS_PATH), CUDA.jl and clang

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libptxcache: the client library of the ptxcache compile service.
  *

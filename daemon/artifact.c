@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * artifact: the JIT's own cache entries, per scope, produced once across
  * processes; see artifact.h for the interface and proto/PROTOCOL.md for the

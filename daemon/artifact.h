@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * artifact: the JIT's own cache entries (Triton's kernels, Inductor's
  * graphs): bytes a client produced itself, kept per scope, with a lease so

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * codegen: LLVM IR (text or bitcode) to PTX, through LLVM's C API; see
  * codegen.h for the interface and llvm_shim.cpp for the few C++ pieces.

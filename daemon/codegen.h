@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * codegen: LLVM IR (text or bitcode) to PTX. The only interface to LLVM;
  * called in worker processes only, never in the master.

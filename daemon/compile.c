@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * compile: the compile request (FRAME_COMPILE), in the master.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * config: the table of ptxcached's settings; see config.h.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * confirm: tenants, and who may be served what (the `sharing` setting).
  *

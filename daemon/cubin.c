@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cubin: the assembler back ends (see cubin.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cubin: the PTX to cubin stage's assembler back ends.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cubin_debug: portable keys for -lineinfo cubins, exact bytes restored.
  *

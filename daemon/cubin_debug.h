@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cubin_debug: cubin keys free of source paths and stamps, and each
  * client's exact bytes written back into the cached cubin.

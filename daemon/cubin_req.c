@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cubin_req: the PTX to cubin stage, in the master.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cubin_req: the PTX to cubin stage of a compile request (`kind:
  * "cubin"`), in the master: its fields, its key, and the hit, join or

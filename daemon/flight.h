@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * flight: single flight, in the master. A miss becomes a flight: one key
  * being computed (asked of the Redis tier, then of the pool), and every

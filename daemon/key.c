@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * key: cache keys; see key.h for the encoding, which is the contract (bump
  * KEY_SCHEMA_VERSION when it changes).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * key: cache keys. A key is SHA-256 over a canonical, length-prefixed
  * encoding of every input that can change a compile's output. Components are

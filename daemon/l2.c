@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * l2: the shared second tier on Redis; see l2.h for the contract.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * l2: the shared second tier of the cache, on Redis, for a whole cluster.
  *

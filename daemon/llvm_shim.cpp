@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * llvm_shim: the few things codegen.c needs from LLVM that its C API lacks,
  * exported as plain C functions (the pattern of rustc's llvm-wrapper).

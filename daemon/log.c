@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* log: see log.h. Writes each line with one write(2) so lines from the
  * master and its workers never interleave mid-line. */
 #include "daemon/log.h"

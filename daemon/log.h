@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * log: one line per event on stderr, with a syslog priority prefix ("<6>")
  * that journald understands. Never logs request contents.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ptxcached: entry point. Settings come from config.c; the daemon itself
  * is server.c (the master's loop, which drives the rest); this file only

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * manage: the stats and cache-management requests, in the master.
  *

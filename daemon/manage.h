@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * manage: the stats and cache-management requests (stats, ls, show,
  * explain, verify, evict; purge is evict with all). See manage.c.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * master: the state the master's files share, and the connection calls
  * they make. Private to the master: server.c (the loop and connections),

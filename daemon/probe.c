@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * probe: test-only attacks from inside a worker, to prove the sandbox.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * probe: test-only attacks from inside a worker (probe.c); only in the
  * PTXCACHE_PROBES build.

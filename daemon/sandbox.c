@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sandbox: seccomp (through libseccomp) and Landlock for workers; see
  * sandbox.h for the two profiles. At the end, the master's side: the

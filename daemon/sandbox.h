@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sandbox: what a worker may still do once it is ready for untrusted input.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * server: the master process of ptxcached: its loop and its connections.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * server: the master process. Owns the listening socket, the client
  * connections, the store and the worker pool, all on one libevent loop.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store: the SQLite cache of compiled blobs; see store.h for the contract
  * and schema.sql for the table.

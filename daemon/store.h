@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store: the SQLite cache of compiled blobs; the only file that speaks
  * SQLite. One database (cache.db) in the cache directory, WAL mode, one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * worker: the pool of long-lived compile processes (master side) and the
  * loop each worker runs (worker side). See worker.h for the model.

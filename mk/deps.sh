@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Install what ptxcache needs to build and test, from Debian's packages.
 # As root it installs whatever is missing; otherwise it names the command to run.
 # `mk/deps.sh bench` does the same for what only `make bench` uses (the chart),

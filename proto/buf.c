@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* buf: growable byte buffer; see buf.h for the invariants. */
 #include "proto/buf.h"
 

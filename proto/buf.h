@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * buf: the one growable byte buffer of ptxcache, shared by daemon and client.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* frame: the 8-byte frame header; see frame.h. */
 #include "proto/frame.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * frame: the wire format shared by daemon, workers and clients.
  *

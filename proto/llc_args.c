@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * llc_args: the table of llc options we understand; see llc_args.h.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * llc_args: what an `llc` command line means, shared by the drop-in front
  * (`ptxcache llc`, client/cli.c) and the daemon (which checks the backend

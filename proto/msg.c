@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * msg: bounded msgpack validation, then msgpack-c for unpacking and packing.
  * See msg.h. The validator is the only code that reads raw bytes from a

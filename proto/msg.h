@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * msg: frame bodies, one msgpack map each, for daemon, workers and clients.
  *

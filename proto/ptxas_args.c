@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ptxas_args: the table of ptxas options we understand; see ptxas_args.h.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ptxas_args: what a `ptxas` command line means, shared by the drop-in
  * front (client/ptxas.c) and the daemon (which checks the options a client

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared pieces of ptxcache's black-box tests: the real daemon on a private
 socket in a temp dir, the real CLI, and a raw-protocol client for sending
 what a well-behaved client never would.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A real redis-server for ptxcache's shared-tier tests, on a private Unix
 socket in a temp dir, with no persistence, plus a minimal RESP client so
 tests can read, write and tamper with raw values.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Runs every ptxcache test: the C unit tests (build/unit), then each
 test_* function of tests/test_*.py against the real daemon. Ends with one
 line "N passed, N failed, N skipped" and exits non-zero on any failure.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Helpers of test_ops.py and test_systemd.py: a msgpack reader for error
 frames, clients run as another user (setpriv), systemd's tools.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Hostile input on a live daemon: garbage, truncated frames, absurd
 lengths, msgpack bombs, deep nesting, every field of a compile request with
 every wrong type, huge arrays, half headers, abandoned giant frames; then

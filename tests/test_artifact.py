@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Artifact entries (daemon/artifact.c): the JIT's own cache entries, per
 scope, produced once across processes, through the real daemon, the real
 CLI, real SQLite files and a real redis-server."""

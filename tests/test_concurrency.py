@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Many clients at once: single flight (one compile per key, every waiter
 gets the same bytes), hits that never wait behind compiles, replies by id
 in completion order, users served in turn (a flood waits its turn, no

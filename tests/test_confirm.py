@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """No user can change what another user receives (daemon/confirm.h): each
 worker serves one user, an entry reaches a second user only once a worker
 of another tenant computed the same bytes (a fresh one in idle time, or

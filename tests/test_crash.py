@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Hard faults, SQLite's crash tests in miniature: the daemon killed with
 SIGKILL at random points while clients write, a corrupt blob, a corrupt
 database file. Every result acknowledged to a client must be in the cache

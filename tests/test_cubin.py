@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The PTX to cubin stage and the drop-in ptxas front, end to end: the real
 daemon, the real ptxas (CUDA 13 where present), real files.
 

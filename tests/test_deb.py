@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Debian packages end to end, as an admin of a GPU node gets them:
 `make deb`, `dpkg -i` on this machine, the installed files, the installed
 daemon on a private socket compiling a kernel for the installed CLI and a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Disk full and write errors, end to end: the compile result still reaches
 the client (uncached, counted in store_errors), hits keep working, nothing
 is corrupted, and once space is back the cache works again. Disk full is a

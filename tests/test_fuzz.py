@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The fuzz harnesses' seed corpora (tests/fuzz/corpus/), replayed through
 the harnesses built with the normal compiler (build/fuzz/replay_*), as the
 SQLite and ccache suites replay theirs on every run. `make fuzz` runs the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The shared tier end to end: two real daemons (two nodes, separate cache
 directories) and one real redis-server."""
 import concurrent.futures

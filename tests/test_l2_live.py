@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """daemon/l2.c against a real redis-server, through build/l2drive (the module
 alone on a libevent loop, driven line by line; see tests/tools/l2drive.c):
 hits with identical bytes across two "nodes", misses, tampered values

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Portable -lineinfo cubins (daemon/cubin_debug.c): the cubin stage keyed
 on the PTX without its source paths, each client's paths, mtimes and sizes
 written back into the cached cubin's line table.

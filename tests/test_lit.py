@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """LLVM's own NVPTX codegen tests, run with lit through `ptxcache llc`
 against the real daemon: every test must pass, as it does with llc-22
 itself.

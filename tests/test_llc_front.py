@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The llc front answers every llc command line as llc does (same stdout,
 same output file bytes, same exit status or signal), in bounded time, and
 nothing a client sends makes the daemon start workers in a loop.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Load: several users at once, many concurrent `ptxcache llc` clients each
 (as a build runs them), over a mix of kernels that hit, miss and fail to
 compile, on a daemon with 2 workers. Every answer must be llc's own

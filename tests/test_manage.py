@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Cache management through the daemon's socket: ls, show, explain, evict,
 purge, verify, warm, and stats in its three formats."""
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Operating the daemon: settings (file, environment, flags, --print-config),
 SIGHUP reload, SIGTERM with compiles in flight, the access policy, and the
 log format. The real daemon on private sockets."""

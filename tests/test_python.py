@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Python package (python/ptxcache) against the real daemon: its client,
 the Triton and Inductor adapters through the interfaces they implement
 (called as Triton's RemoteCacheManager and Inductor's RemoteCache call

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Workers are a trust boundary: exec'd clean, sandboxed before their first
 job. Attacks run from inside real workers (build/ptxcached-probe, a
 test-only build: daemon/probe.c) are refused by the kernel or kill the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The service end to end: IR in, PTX out, through the real daemon, cached in
 a real SQLite file; checked against the real llc of the same LLVM."""
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A daemon that stops answering costs a compile seconds, not the call's
 timeout: the daemon acknowledges a waiting request at once and sends a
 progress frame about every second while its job is queued or running; a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """systemd integration without a running systemd: the daemon under
 systemd-socket-activate (socket passed in, READY/STOPPING through a
 NOTIFY_SOCKET the test binds), the units through systemd-analyze (verify,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """ptxcache: the node's GPU compile cache daemon (ptxcached), from Python.
 
 - ``ptxcache.Client``: the daemon's protocol (hello, ping, stats, artifact

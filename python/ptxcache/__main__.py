@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """python3 -m ptxcache: what is wired and what is not.
 
     python3 -m ptxcache status [--json] [--no-import]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Run at interpreter start-up by ptxcache.pth when PTXCACHE_TORCH is set
 (and not "0"): ptxcache.torch.enable(), which imports neither PyTorch nor
 Triton. A failure here is logged, never raised: it would stop every Python

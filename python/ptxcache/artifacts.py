@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the Triton and Inductor adapters share: artifact get and put as a
 cache that can only miss, never fail, and the leases that make concurrent
 processes compile a key once.

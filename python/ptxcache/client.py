@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A client of ptxcached's protocol (proto/PROTOCOL.md): hello, ping, stats
 and the artifact requests (get, put, release, with leases).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The package's exceptions: one hierarchy under PtxcacheError, whose
 messages say what failed first and name the socket or request concerned
 (``cannot connect to ptxcached at '/run/ptxcache/ptxcached.sock': ...``)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Finding the ptxas front: the ``ptxcache`` binary called by the name
 ``ptxas`` (client/ptxas.c), which Triton runs through TRITON_PTXAS_PATH.
 

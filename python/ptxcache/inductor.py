@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Inductor's remote caches on ptxcached.
 
 PyTorch defines five remote caches in ``torch._inductor.remote_cache``, each

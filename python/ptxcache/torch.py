@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The one switch: Triton's and Inductor's caches, and their ptxas, on the
 node's ptxcached.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Triton's remote cache on ptxcached.
 
 Triton is pointed at it with two variables (ptxcache.torch.enable() and

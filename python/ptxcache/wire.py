@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The daemon's framing and message encoding (proto/PROTOCOL.md).
 
 A frame is an 8-byte header (magic ``PX``, version 1, type, big-endian body

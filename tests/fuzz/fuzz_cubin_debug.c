@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_cubin_debug: libFuzzer harness for daemon/cubin_debug.c, which reads
  * a client's PTX and stamps and every cubin it rewrites.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_frame: libFuzzer harness for the bytes a peer sends down the socket.
  *

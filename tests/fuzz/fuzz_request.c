@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_request: libFuzzer harness for a request body, read the way the
  * daemon reads a compile (or any other) request.

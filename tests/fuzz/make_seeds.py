@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes the seed corpus of the fuzz harnesses (tests/fuzz/corpus/): frame
 streams for fuzz_frame, request bodies for fuzz_request, and for
 fuzz_cubin_debug SOURCES\0PTX\0CUBIN triples: small corpus kernels at

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * replay: a main() for a libFuzzer harness built without libFuzzer, so that
  * `make test` runs every seed of the corpus through it with the normal

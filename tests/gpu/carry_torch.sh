@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Makes gpu-carry-py/bundle.tar.xz, what tests/gpu/torch_cache.py needs on a
 # GPU machine without Debian's packages: the static daemon and CLI
 # (stripped), and redis-server with the libraries it links beyond glibc and

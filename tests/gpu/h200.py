@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Proof of the cubin stage on a real GPU (an NVIDIA H200 with CUDA 13,
 PyTorch and Triton). Not part of `make test`: run it on the GPU machine,
 with a static build of the daemon and CLI (see tests/gpu/README.md):

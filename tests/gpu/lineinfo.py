@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Proof of portable -lineinfo cubins (daemon/cubin_debug.c) on a real GPU:
 torch.compile (Inductor, max-autotune-no-cudagraphs) and JAX through the
 ptxas front, each run a fresh process with fresh cache directories, as

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Proof of the Python package (python/ptxcache) on a real GPU: how long a
 fresh process's torch.compile takes with Triton's and Inductor's own caches
 on ptxcached, against the anchors. Not part of `make test` (CI has no GPU);

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Jobs for tests/test_python.py, each run as its own process with
 tests/jitstubs and python/ on PYTHONPATH: what Triton's compile() and
 Inductor's FX graph cache do with their remote caches, step by step.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * l2drive: daemon/l2.c against a live Redis, for tests/test_l2_live.py.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* unit: runner for the tests registered with TEST(); see unit.h. */
 #include "tests/unit/unit.h"
 

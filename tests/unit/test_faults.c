@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fault injection for daemon/store.c, the way SQLite tests itself: run an
  * operation with its nth SQLite allocation, file write or fsync failing,

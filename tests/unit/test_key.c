@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for daemon/key.c: the documented encoding, determinism,
  * separation of components, the components JSON and hex parsing. */
 #include "tests/unit/unit.h"

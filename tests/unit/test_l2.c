@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for daemon/l2.c without a Redis: the envelope (its documented
  * layout, a round trip, every kind of tampering rejected with its reason),
  * l2_new()'s checks of the URL and the secret, the write-side size bound,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for proto/: frame headers, the msgpack validator, the writer. */
 #include <stdlib.h>
 #include <string.h>

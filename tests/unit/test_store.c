@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for daemon/store.c: round trips, durability across close and
  * kill -9, checksums on read, corrupt databases, the size cap, hit
  * bookkeeping, write failures, verify, and the show/ls/explain queries.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * unit: a minimal C unit-test harness. Each test is a function declared with
  * TEST(name); it registers itself at load time. CHECK() records a failure and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Test stand-in: torch/_dynamo/config.py's remote PGO switch."""
 import os
 

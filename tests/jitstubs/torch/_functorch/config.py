@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Test stand-in: torch/_functorch/config.py's remote AOTAutograd switch."""
 import os
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Test stand-in: the switches of torch/_inductor/config.py that ptxcache sets."""
 import os
 

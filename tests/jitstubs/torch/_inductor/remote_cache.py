@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Test stand-in for torch/_inductor/remote_cache.py (PyTorch 2.11): the
 classes a backend override plugs into, with PyTorch's call shapes (see
 tests/jitstubs/README.md)."""

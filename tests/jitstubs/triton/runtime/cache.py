@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Test stand-in for triton/runtime/cache.py (Triton 3.6): the cache
 managers a TRITON_REMOTE_CACHE_BACKEND class is used by, with Triton's call
 shapes (see tests/jitstubs/README.md)."""
