@@ -517,21 +517,32 @@ static void start_failed(struct pool *p, const char *optset, const char *why,
 		 *optset ? "options '" : "the default options", optset, *optset ? "'" : "",
 		 f->block_ms / 1000);
 	f->block_ms = f->block_ms * 2 > BLOCK_MAX_MS ? BLOCK_MAX_MS : f->block_ms * 2;
-	struct pool_job *j, *next;
-	struct owner *o;
-	TAILQ_FOREACH(o, &p->owners, link)
-		for (j = TAILQ_FIRST(&o->jobs); j; j = next) {
-			next = TAILQ_NEXT(j, q);
-			if (!strcmp(j->optset, optset))
-				fail_job(p, j, deterministic ? JOB_INVALID : JOB_UNAVAILABLE,
-					 f->reason);
+	/* Failing a job answers its clients, and what they do then may submit
+	 * jobs and so reshape the queues (dispatch() forgets idle owners): the
+	 * set's jobs are found one at a time, from the start each time. New
+	 * jobs of the set, blocked now, fail at once rather than queue, so
+	 * this ends. */
+	for (;;) {
+		struct pool_job *j = NULL;
+		struct owner *o;
+		TAILQ_FOREACH(o, &p->owners, link) {
+			TAILQ_FOREACH(j, &o->jobs, q)
+				if (!strcmp(j->optset, optset))
+					break;
+			if (j)
+				break;
 		}
-	for (j = TAILQ_FIRST(&p->bg); j; j = next) {
-		next = TAILQ_NEXT(j, q);
-		if (!strcmp(j->optset, optset)) {
+		if (!j) {
+			TAILQ_FOREACH(j, &p->bg, q)
+				if (!strcmp(j->optset, optset))
+					break;
+			if (!j)
+				break;
 			p->counters.bg_dropped++;
 			fail_job(p, j, JOB_UNAVAILABLE, f->reason);
+			continue;
 		}
+		fail_job(p, j, deterministic ? JOB_INVALID : JOB_UNAVAILABLE, f->reason);
 	}
 }
 

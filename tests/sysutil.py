@@ -106,14 +106,17 @@ s.connect(sys.argv[1])
 s.sendall(sys.stdin.buffer.read())
 print("sent", flush=True)
 buf = b""
-for _ in range(int(sys.argv[2])):
+left = int(sys.argv[2])
+while left:
     while len(buf) < 8 or len(buf) < 8 + struct.unpack(">I", buf[4:8])[0]:
         c = s.recv(1 << 20)
         if not c:
             sys.exit(3)
         buf += c
     n = 8 + struct.unpack(">I", buf[4:8])[0]
-    print(json.dumps({"t": time.time(), "type": buf[3], "body": buf[8:n].hex()}), flush=True)
+    if buf[3] != 0xfe:      # progress frames are not replies
+        print(json.dumps({"t": time.time(), "type": buf[3], "body": buf[8:n].hex()}), flush=True)
+        left -= 1
     buf = buf[n:]
 """
 
@@ -121,7 +124,7 @@ for _ in range(int(sys.argv[2])):
 class RawAs:
     """A raw connection as another uid (a child process): send(frames)
     once, then replies() for the frames that come back, as (arrival time,
-    type, body bytes)."""
+    type, body bytes); progress frames are skipped."""
 
     def __init__(self, path, uid, data, replies=1, timeout=120):
         self.n = replies
