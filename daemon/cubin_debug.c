@@ -1,28 +1,47 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * cubin_debug: portable keys for -lineinfo cubins, exact bytes restored.
+ * cubin_debug: portable keys for -lineinfo cubins, each client's cubin laid
+ * out exactly as ptxas lays it out for that client.
  *
  * Why: Triton and Inductor write the path of a generated source file into
  * their PTX (`.file 1 "<cache dir>/xx/cxx....py"`, and the directory and
  * file name again as DWARF byte lists in .debug_info), and ptxas copies
  * that file's directory, name, mtime and size into the cubin. Every fresh
  * cache directory, user or node therefore sent PTX the cache had never
- * seen, for a cubin that differs from a cached one in a few header bytes.
+ * seen, for a cubin that differs from a cached one in a few header bytes
+ * and, where the paths' lengths differ (`/tmp/torchinductor_alice` against
+ * `/tmp/torchinductor_bob`), in where everything after them lies.
  *
  * What ptxas does (CUDA 13.0, measured, and proved again on every run of
- * tests/test_lineinfo.py against the real ptxas):
- *  - The paths and stamps reach the cubin only through the header of the
- *    line program in .debug_line: include_directories (the distinct
+ * tests/test_lineinfo.py and tests/test_reloc.py against the real ptxas):
+ *  - The paths and stamps reach the cubin through the header of the line
+ *    program in .debug_line: include_directories (the distinct
  *    directories, in .file index order of first use) and file_names (every
  *    .file in index order, used or not: name, directory number, ULEB128
- *    mtime, ULEB128 size). The .debug_info byte lists are not copied; only
- *    their line count shows (in .nv_debug_ptx_txt), and that is in the key.
+ *    mtime, ULEB128 size). The header's unit_length and header_length
+ *    follow; the line program after it is the same bytes, and its
+ *    DW_LNE_set_address operands, relocated through .rela.debug_line, move
+ *    with it.
+ *  - .nv_debug_ptx_txt holds the PTX again, one NUL-terminated entry per
+ *    line (comments and directives other than instructions and
+ *    declarations left out: every line of a DWARF section's data is an
+ *    empty entry). A DWARF byte list of another length is that many more
+ *    or fewer empty entries; nothing else there moves (the DWARF sections
+ *    come after the code, so no instruction changes its line).
+ *  - The sections are laid out in file order from the ELF header on, each
+ *    at the next multiple of its alignment (zeros between, NOBITS taking
+ *    no room), then the section headers at the next multiple of 8, then
+ *    the program headers; a program header's offset is that of the first
+ *    section it covers (or of the program headers). Symbols and other
+ *    relocations name section offsets, not file offsets.
+ *  - The .debug_info byte lists are not copied; only their line count
+ *    shows (above), nor are the DWARF values their lengths decide (the
+ *    unit's length, DIE offsets such as DW_AT_abstract_origin).
  *  - `.file N "PATH", MTIME, SIZE` gives the same bytes as ptxas reading
- *    the file; a missing file is recorded as 0, 0.
- *  - A path or stamp of another length moves everything after it (header
- *    length, relocation offsets, section offsets): such a request gets a
- *    key of its own (the layout is a key component), never a patched
- *    layout.
+ *    the file, except that an MTIME of 0 makes ptxas read the file itself
+ *    (so the assembler is given 1 instead, and the client gets its own 0
+ *    written back); a missing file is recorded as 0, 0; ptxas keeps the
+ *    low 32 bits of each stamp (stamps of 2^32 or more stay exact keys).
  *  - Not portable, so keyed on their bytes as before: full debug info
  *    (`.target sm_XX, debug`: ptxas then copies .debug_info, paths and
  *    all; dbg_scan() refuses it and dbg_rewrite() refuses any cubin with
@@ -32,18 +51,25 @@
  *
  * How: dbg_scan() takes the paths out of the PTX (the `.file` strings,
  * the .debug_info/.debug_str byte runs that spell a directory, name or
- * path of a .file, and the comments of `.loc` lines, which ptxas ignores)
- * and describes their layout; the daemon keys on that. The first compile
+ * path of a .file, each become one marker line), writes the DWARF values
+ * their lengths decide as what they are (the unit length that spans the
+ * section, a .b32 that is the offset of a later line: the line's number),
+ * drops the comments ptxas ignores (`.loc` lines' and DWARF data lines'),
+ * and records where the runs are; the daemon keys on that and on which
+ * files share a directory, and nothing of any length. The first compile
  * runs the client's own PTX with its stamps written in (dbg_stamp_ptx());
- * dbg_rewrite() checks that the header is exactly what this model predicts
- * for that client and swaps in the canonical view, which is what is
- * stored; every answer is the canonical cubin with the asking client's
- * view swapped in. The model is checked against ptxas's own output on
- * every store, and against the stored bytes on every hit.
+ * dbg_rewrite() checks that the cubin is exactly what this model predicts
+ * for that client and lays it out for the canonical view, which is what is
+ * stored; every answer is the canonical cubin laid out for the asking
+ * client. The model is checked against ptxas's own output on every store
+ * and against the stored bytes on every hit, and every layout is laid
+ * back and compared byte for byte; a cubin or a layout the model does not
+ * cover is a miss, never an approximate answer.
  *
- * Never: search a cubin for byte patterns (the ELF section table and the
- * DWARF header are parsed), read past any length a client or a cubin
- * gives, or answer when a check fails (the caller misses instead).
+ * Never: search a cubin for byte patterns (the ELF section table, program
+ * headers and the DWARF header are parsed), read past any length a client
+ * or a cubin gives, or answer when a check fails (the caller misses
+ * instead).
  */
 #include "daemon/cubin_debug.h"
 
@@ -53,6 +79,8 @@
 /* More .file directives than this and the request is simply not portable. */
 #define DBG_MAX_FILES 4096
 #define DBG_MAX_PATH 4096
+/* ptxas keeps 32 bits of a stamp (measured): larger ones stay exact. */
+#define DBG_MAX_STAMP 0xffffffffull
 
 /* ---- PTX ------------------------------------------------------------- */
 
@@ -128,31 +156,79 @@ static int loc_comment(const char *line, size_t n, size_t *cut)
 	return 1;
 }
 
-/* `.b8 N` with one decimal byte value (blanks and a comment may follow).
- * Returns 1 with the value and where its digits are. */
-static int parse_b8(const char *line, size_t n, unsigned *val, size_t *d0, size_t *d1)
+/* A data line of a DWARF section: `.bN VALUE` with N 8, 16, 32 or 64 and
+ * one value, then only blanks and maybe a `//` comment. The value is a
+ * decimal number ("0" or no leading zero: PTX reads 017 as octal) or a
+ * symbol expression (letters, digits, `_$.+-`). Returns 1 with the width
+ * in bytes, where the value lies ([*v0, *v1)) and *num (1: decimal, value
+ * in *val, below 2^63); 0 for any other line. */
+static int parse_data(const char *line, size_t n, unsigned *width, size_t *v0,
+		      size_t *v1, int *num, uint64_t *val)
 {
 	size_t i = 0;
-	unsigned v = 0;
 
 	while (i < n && is_ws(line[i]))
 		i++;
-	if (n - i < 5 || memcmp(line + i, ".b8", 3) || !is_ws(line[i + 3]))
+	if (n - i < 4 || line[i] != '.' || line[i + 1] != 'b')
 		return 0;
-	i += 3;
+	i += 2;
+	if (n - i >= 1 && line[i] == '8')
+		*width = 1, i += 1;
+	else if (n - i >= 2 && !memcmp(line + i, "16", 2))
+		*width = 2, i += 2;
+	else if (n - i >= 2 && !memcmp(line + i, "32", 2))
+		*width = 4, i += 2;
+	else if (n - i >= 2 && !memcmp(line + i, "64", 2))
+		*width = 8, i += 2;
+	else
+		return 0;
+	if (i >= n || !is_ws(line[i]))
+		return 0;
 	while (i < n && is_ws(line[i]))
 		i++;
-	*d0 = i;
-	while (i < n && line[i] >= '0' && line[i] <= '9' && i - *d0 < 4)
-		v = v * 10 + (unsigned)(line[i++] - '0');
-	if (i == *d0 || v > 255)
+	*v0 = i;
+	int digits = 1;
+	uint64_t v = 0;
+	while (i < n) {
+		char c = line[i];
+		if (c >= '0' && c <= '9') {
+			if (v > (UINT64_MAX / 2 - 9) / 10)
+				digits = 0;     /* too large to be ours */
+			v = v * 10 + (uint64_t)(c - '0');
+		} else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
+			   c == '$' || c == '.' || c == '+' || c == '-') {
+			digits = 0;
+		} else {
+			break;
+		}
+		i++;
+	}
+	*v1 = i;
+	if (i == *v0)
 		return 0;
-	*d1 = i;
+	if (line[*v0] == '0' && i - *v0 > 1)
+		digits = 0;             /* octal or hex: not a value we read */
 	while (i < n && is_ws(line[i]))
 		i++;
 	if (i < n && !(n - i >= 2 && line[i] == '/' && line[i + 1] == '/'))
 		return 0;
+	*num = digits;
 	*val = v;
+	return 1;
+}
+
+/* `.b8 N` with one decimal byte value (blanks and a comment may follow).
+ * Returns 1 with the value. */
+static int parse_b8(const char *line, size_t n, unsigned *val)
+{
+	unsigned w;
+	size_t v0, v1;
+	int num;
+	uint64_t v;
+
+	if (!parse_data(line, n, &w, &v0, &v1, &num, &v) || w != 1 || !num || v > 255)
+		return 0;
+	*val = (unsigned)v;
 	return 1;
 }
 
@@ -172,7 +248,7 @@ static int target_debug(const char *line, size_t n)
 	return 0;
 }
 
-/* `.section NAME` where NAME is .debug_info or .debug_str: 1; another
+/* `.section NAME` where NAME is .debug_info: 2, .debug_str: 1; another
  * section: 0; no section directive: -1. */
 static int debug_section(const char *line, size_t n)
 {
@@ -188,18 +264,23 @@ static int debug_section(const char *line, size_t n)
 	size_t s = i;
 	while (i < n && !is_ws(line[i]) && line[i] != '{')
 		i++;
-	return (i - s == 11 && !memcmp(line + s, ".debug_info", 11)) ||
-	       (i - s == 10 && !memcmp(line + s, ".debug_str", 10));
+	if (i - s == 11 && !memcmp(line + s, ".debug_info", 11))
+		return 2;
+	return i - s == 10 && !memcmp(line + s, ".debug_str", 10);
 }
 
-static int uleb_len(uint64_t v)
+/* A line ptxas takes as nothing: blanks, maybe a `//` comment, maybe the
+ * `{` that opens a section. */
+static int empty_line(const char *line, size_t n)
 {
-	int n = 1;
-	while (v >= 0x80) {
-		v >>= 7;
-		n++;
-	}
-	return n;
+	size_t i = 0;
+
+	while (i < n && is_ws(line[i]))
+		i++;
+	if (i < n && line[i] == '{')
+		for (i++; i < n && is_ws(line[i]); i++)
+			;
+	return i == n || (n - i >= 2 && line[i] == '/' && line[i + 1] == '/');
 }
 
 static int put_uleb(struct buf *b, uint64_t v)
@@ -221,8 +302,12 @@ void dbg_view_free(struct dbg_view *v)
 	for (size_t i = 0; i < v->n; i++)
 		free(v->f[i].path);
 	free(v->f);
+	free(v->runs);
 	v->f = NULL;
 	v->n = 0;
+	v->runs = NULL;
+	v->nruns = 0;
+	v->lines = 0;
 }
 
 void dbg_scan_free(struct dbg_scan *s)
@@ -233,6 +318,7 @@ void dbg_scan_free(struct dbg_scan *s)
 	buf_free(&s->loose);
 	buf_free(&s->layout);
 	dbg_view_free(&s->view);
+	dbg_view_free(&s->run);
 	dbg_view_free(&s->canon);
 }
 
@@ -332,7 +418,8 @@ static int collect_files(const char *ptx, size_t len, const char *sources,
 			v->n++;
 			f->index = idx;
 			f->dir_len = (size_t)(slash - path);
-			if (!find_stamp(sources, path, plen, &f->mtime, &f->size))
+			if (!find_stamp(sources, path, plen, &f->mtime, &f->size) ||
+			    f->mtime > DBG_MAX_STAMP || f->size > DBG_MAX_STAMP)
 				return 0;
 		}
 		p = nl ? nl + 1 : end;
@@ -351,27 +438,230 @@ static int collect_files(const char *ptx, size_t len, const char *sources,
 	return 1;
 }
 
-/* Which component of which file the string s[0..n) spells, if any:
- * 'D' directory, 'N' name, 'P' whole path; *fi the file's position. */
-static char match_component(const struct dbg_view *v, const unsigned char *s,
-			    size_t n, size_t *fi)
+/* The length of what run r spells in view v. */
+static size_t run_len(const struct dbg_view *v, const struct dbg_run *r)
 {
+	const struct dbg_file *f = &v->f[r->fi];
+	size_t pl = strlen(f->path);
+
+	return r->kind == 'P' ? pl : r->kind == 'D' ? f->dir_len : pl - f->dir_len - 1;
+}
+
+/* The line ending at or after p (no newline), and the one after it. */
+static size_t line_at(const char *p, const char *end, const char **next)
+{
+	const char *nl = memchr(p, '\n', (size_t)(end - p));
+
+	*next = nl ? nl + 1 : end;
+	return nl ? (size_t)(nl - p) : (size_t)(end - p);
+}
+
+/* What the shape is built from, line by line. */
+struct shaper {
+	struct dbg_scan *out;
+	struct buf str;         /* the bytes of the string being read */
+	size_t line;            /* the PTX line being read, 0-based */
+	size_t extra;           /* lines of the runs so far beyond one each */
+	size_t runs_cap;
+	size_t *offs;           /* a DWARF section's items: byte offsets */
+	size_t offs_cap;
+};
+
+/*
+ * The C string whose non-zero `.b8` lines start at p: *k of them, then
+ * where they stop (*zero: the `.b8 0` line, or the line that is not a
+ * byte). The run it holds, if it ends with `.b8 0`: its longest tail that
+ * spells a component of a file (the first file's first, path before
+ * directory before name, among tails of one length), from byte *start on (*start == *k: none).
+ */
+static int scan_string(struct shaper *sh, const char *p, const char *end, size_t *k,
+		       size_t *start, char *kind, size_t *fi, const char **zero)
+{
+	const struct dbg_view *v = &sh->out->view;
+	unsigned c = 1;
+
+	sh->str.len = 0;
+	*k = 0;
+	while (p < end) {
+		const char *next;
+		size_t n = line_at(p, end, &next);
+		if (!parse_b8(p, n, &c) || !c)
+			break;
+		unsigned char b = (unsigned char)c;
+		if (buf_append(&sh->str, &b, 1) < 0)
+			return -1;
+		(*k)++;
+		p = next;
+	}
+	*zero = p;
+	*start = *k;
+	if (p == end || c)
+		return 0;       /* not ended by a zero byte */
+	const unsigned char *s = (const unsigned char *)sh->str.data;
+	size_t best = 0;
 	for (size_t i = 0; i < v->n; i++) {
 		const struct dbg_file *f = &v->f[i];
 		size_t pl = strlen(f->path);
-		*fi = i;
-		if (n == pl && !memcmp(s, f->path, n))
-			return 'P';
-		if (n == f->dir_len && !memcmp(s, f->path, n))
-			return 'D';
-		if (n == pl - f->dir_len - 1 && !memcmp(s, f->path + f->dir_len + 1, n))
-			return 'N';
+		const struct { char kind; const char *at; size_t len; } comp[3] = {
+			{ 'P', f->path, pl },
+			{ 'D', f->path, f->dir_len },
+			{ 'N', f->path + f->dir_len + 1, pl - f->dir_len - 1 },
+		};
+		for (int j = 0; j < 3; j++) {
+			size_t l = comp[j].len;
+			if (l > best && l <= *k && !memcmp(s + *k - l, comp[j].at, l)) {
+				best = l;
+				*kind = comp[j].kind;
+				*fi = i;
+			}
+		}
 	}
+	*start = *k - best;
+	return 0;
+}
+
+static int add_run(struct shaper *sh, char kind, size_t fi, size_t len)
+{
+	struct dbg_view *v = &sh->out->view;
+
+	if (v->nruns == sh->runs_cap) {
+		size_t nc = sh->runs_cap ? sh->runs_cap * 2 : 8;
+		struct dbg_run *nr = realloc(v->runs, nc * sizeof *nr);
+		if (!nr)
+			return -1;
+		v->runs = nr;
+		sh->runs_cap = nc;
+	}
+	v->runs[v->nruns++] = (struct dbg_run){ .line = sh->line - sh->extra,
+						.fi = (unsigned)fi, .kind = kind };
+	sh->extra += len - 1;
+	sh->line += len;
+	return 0;
+}
+
+static int add_item(struct shaper *sh, size_t *nitems, size_t *total, size_t w)
+{
+	if (*nitems == sh->offs_cap) {
+		size_t nc = sh->offs_cap ? sh->offs_cap * 2 : 256;
+		size_t *no = realloc(sh->offs, nc * sizeof *no);
+		if (!no)
+			return -1;
+		sh->offs = no;
+		sh->offs_cap = nc;
+	}
+	sh->offs[(*nitems)++] = *total;
+	*total += w;
+	return 0;
+}
+
+/*
+ * The body of a .debug_info (info = 1) or .debug_str section, from p to
+ * the line that closes it (left to the caller: *stop) or the end, into the
+ * shape: each run as one marker line, each data line without its comment,
+ * and in .debug_info the values the runs' lengths decide as what they
+ * are: `\2L` for a first .b32 that is the length of a unit spanning the
+ * whole section, `\2@K` for a later .b32 that is the offset of item K in
+ * it (items: data lines and runs, counted from 0). A section with any
+ * other line keeps its values as they are. Two passes: the items' offsets
+ * (this client's), then the shape.
+ */
+static int shape_section(struct shaper *sh, const char *body, const char *end, int info,
+			 const char **stop)
+{
+	struct buf *shape = &sh->out->shape;
+	size_t nitems = 0, total = 0;
+	int sized = 1, unit = 0;
+	const char *p = body;
+
+	for (int emit = 0; emit < 2; emit++) {
+		size_t item = 0;
+		for (p = body; p < end;) {
+			const char *next;
+			size_t n = line_at(p, end, &next), v0, v1;
+			unsigned w;
+			int num;
+			uint64_t val;
+			if (memchr(p, '}', n))
+				break;
+			if (parse_b8(p, n, &w) && w) {
+				size_t k, start, fi = 0;
+				char kind = 0;
+				const char *zero;
+				if (scan_string(sh, p, end, &k, &start, &kind, &fi, &zero) < 0)
+					return -1;
+				for (size_t i = 0; i < start; i++, item++) {
+					n = line_at(p, end, &next);
+					parse_data(p, n, &w, &v0, &v1, &num, &val);
+					if (!emit ? add_item(sh, &nitems, &total, 1) < 0
+						  : buf_append(shape, p, v1) < 0 || buf_puts(shape, "\n") < 0)
+						return -1;
+					sh->line += emit;
+					p = next;
+				}
+				if (start < k) {
+					if (!emit ? add_item(sh, &nitems, &total, k - start) < 0
+						  : buf_printf(shape, "\x01%c%zu\n", kind, fi) < 0 ||
+						    add_run(sh, kind, fi, k - start) < 0)
+						return -1;
+					item++;
+					p = zero;
+				}
+				continue;
+			}
+			if (!parse_data(p, n, &w, &v0, &v1, &num, &val)) {
+				if (!emit && !empty_line(p, n))
+					sized = 0;
+				if (emit) {
+					if (buf_append(shape, p, (size_t)(next - p)) < 0)
+						return -1;
+					sh->line++;
+				}
+				p = next;
+				continue;
+			}
+			if (!emit) {
+				if (add_item(sh, &nitems, &total, w) < 0)
+					return -1;
+				p = next;
+				continue;
+			}
+			/* A value the runs' lengths decide? */
+			const char *what = NULL;
+			size_t at = 0;
+			if (info && sized && num && w == 4) {
+				if (item == 0 && val + 4 == total) {
+					unit = 1;
+					what = "L";
+				} else if (unit && val < total) {
+					size_t lo = 0, hi = nitems;
+					while (lo < hi) {
+						size_t mid = lo + (hi - lo) / 2;
+						if (sh->offs[mid] < val)
+							lo = mid + 1;
+						else
+							hi = mid;
+					}
+					if (lo < nitems && sh->offs[lo] == val)
+						what = "@", at = lo;
+				}
+			}
+			if (what ? buf_append(shape, p, v0) < 0 ||
+				   (*what == 'L' ? buf_puts(shape, "\x02L\n")
+						 : buf_printf(shape, "\x02@%zu\n", at)) < 0
+				 : buf_append(shape, p, v1) < 0 || buf_puts(shape, "\n") < 0)
+				return -1;
+			item++;
+			sh->line++;
+			p = next;
+		}
+	}
+	*stop = p;
 	return 0;
 }
 
 int dbg_scan(const char *ptx, size_t len, const char *sources, struct dbg_scan *out)
 {
+	struct shaper sh = { .out = out, .str = BUF_INIT };
 	int r;
 
 	if (!ptx || !len || memchr(ptx, '\0', len))
@@ -388,20 +678,24 @@ int dbg_scan(const char *ptx, size_t len, const char *sources, struct dbg_scan *
 	/* Pass two: the shape and the loose shape. */
 	const char *p = ptx, *end = ptx + len;
 	int in_dbg = 0;
-	unsigned char *run = malloc(DBG_MAX_PATH);
-	if (!run)
-		goto oom;
 	while (p < end) {
-		const char *nl = memchr(p, '\n', (size_t)(end - p));
-		size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
-		const char *next = nl ? nl + 1 : end;
-		unsigned idx, val;
+		const char *next;
+		size_t n = line_at(p, end, &next);
+		unsigned idx;
 		const char *path;
-		size_t plen, close_at, cut, d0, d1;
+		size_t plen, close_at, cut;
 		int sec = debug_section(p, n);
 
 		if (sec >= 0) {
-			in_dbg = sec;
+			in_dbg = sec && !memchr(p, '}', n);
+			if (buf_append(&out->shape, p, (size_t)(next - p)) < 0 ||
+			    (!in_dbg && buf_append(&out->loose, p, (size_t)(next - p)) < 0))
+				goto oom;
+			sh.line++;
+			p = next;
+			if (in_dbg && shape_section(&sh, p, end, sec == 2, &p) < 0)
+				goto oom;
+			continue;
 		} else if (in_dbg && memchr(p, '}', n)) {
 			in_dbg = 0;
 		} else if (parse_file_line(p, n, &idx, &path, &plen, &close_at) == 1) {
@@ -412,82 +706,42 @@ int dbg_scan(const char *ptx, size_t len, const char *sources, struct dbg_scan *
 			    buf_puts(&out->loose, "\x01\n") < 0 ||
 			    buf_append(&out->shape, p + close_at, (size_t)(next - p) - close_at) < 0)
 				goto oom;
+			sh.line++;
 			p = next;
 			continue;
 		} else if (loc_comment(p, n, &cut)) {
 			if (buf_append(&out->shape, p, cut) < 0 || buf_puts(&out->shape, "\n") < 0 ||
 			    buf_append(&out->loose, p, cut) < 0 || buf_puts(&out->loose, "\n") < 0)
 				goto oom;
+			sh.line++;
 			p = next;
 			continue;
-		} else if (in_dbg && parse_b8(p, n, &val, &d0, &d1) && val) {
-			/* A run of non-zero bytes ended by `.b8 0`: a C string. */
-			const char *q = p;
-			size_t k = 0;
-			int whole = 0;
-			while (q < end && k < DBG_MAX_PATH) {
-				const char *qn = memchr(q, '\n', (size_t)(end - q));
-				size_t m = qn ? (size_t)(qn - q) : (size_t)(end - q);
-				unsigned c;
-				size_t e0, e1;
-				if (!parse_b8(q, m, &c, &e0, &e1))
-					break;
-				if (!c) {
-					whole = 1;
-					break;
-				}
-				run[k++] = (unsigned char)c;
-				q = qn ? qn + 1 : end;
-			}
-			size_t fi;
-			char kind = whole ? match_component(&out->view, run, k, &fi) : 0;
-			if (kind) {
-				/* Each byte's line loses its value (and the blanks
-				 * that pad its comment); which byte of what it was
-				 * is in the marker and the position. */
-				for (size_t b = 0; b < k; b++) {
-					const char *qn = memchr(p, '\n', (size_t)(end - p));
-					size_t m = qn ? (size_t)(qn - p) : (size_t)(end - p);
-					const char *cm = NULL;
-					parse_b8(p, m, &val, &d0, &d1);
-					for (size_t t = d1; t + 1 < m; t++)
-						if (p[t] == '/' && p[t + 1] == '/') {
-							cm = p + t;
-							break;
-						}
-					if (buf_append(&out->shape, p, d0) < 0 ||
-					    buf_printf(&out->shape, "\x01%c%zu", kind, fi) < 0 ||
-					    (cm && buf_append(&out->shape, cm, (size_t)(p + m - cm)) < 0) ||
-					    buf_puts(&out->shape, "\n") < 0)
-						goto oom;
-					p = qn ? qn + 1 : end;
-				}
-				continue;
-			}
 		}
 		if (buf_append(&out->shape, p, (size_t)(next - p)) < 0 ||
 		    (!in_dbg && buf_append(&out->loose, p, (size_t)(next - p)) < 0))
 			goto oom;
+		sh.line++;
 		p = next;
 	}
-	free(run);
-	run = NULL;
+	out->view.lines = sh.line - sh.extra;  /* a last newline ends a line */
 	for (size_t i = 0; i < out->view.n; i++) {
 		const struct dbg_file *f = &out->view.f[i];
-		if (buf_printf(&out->layout, "%u:%zu:%zu:%u:%d:%d;", f->index, f->dir_len,
-			       strlen(f->path) - f->dir_len - 1, f->group,
-			       uleb_len(f->mtime), uleb_len(f->size)) < 0)
+		if (buf_printf(&out->layout, "%u:%u;", f->index, f->group) < 0)
 			goto oom;
 	}
-	if (!out->shape.data || !out->loose.data)
+	buf_free(&sh.str);
+	free(sh.offs);
+	sh.offs = NULL;
+	if (!out->shape.data || !out->loose.data || dbg_view_copy(&out->view, &out->run) < 0 ||
+	    dbg_view_canonical(&out->view, &out->canon) < 0)
 		goto oom;
-	if (dbg_view_canonical(&out->view, &out->canon) < 0) {
-		dbg_scan_free(out);
-		return 0;       /* out of memory is taken as "not portable" too */
-	}
+	for (size_t i = 0; i < out->run.n; i++)
+		if (!out->run.f[i].mtime)
+			out->run.f[i].mtime = 1;
 	return 1;
 oom:
-	free(run);
+	buf_free(&sh.str);
+	free(sh.offs);
 	dbg_scan_free(out);
 	return -1;
 }
@@ -498,9 +752,8 @@ int dbg_stamp_ptx(const char *ptx, size_t len, const struct dbg_view *v, struct 
 	size_t seen = 0;
 
 	while (p < end) {
-		const char *nl = memchr(p, '\n', (size_t)(end - p));
-		size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
-		const char *next = nl ? nl + 1 : end;
+		const char *next;
+		size_t n = line_at(p, end, &next);
 		unsigned idx;
 		const char *path;
 		size_t plen, close_at;
@@ -529,10 +782,13 @@ int dbg_stamp_ptx(const char *ptx, size_t len, const struct dbg_view *v, struct 
 
 int dbg_view_copy(const struct dbg_view *v, struct dbg_view *out)
 {
-	out->n = 0;
+	memset(out, 0, sizeof *out);
 	out->f = calloc(v->n ? v->n : 1, sizeof *out->f);
-	if (!out->f)
+	out->runs = malloc((v->nruns ? v->nruns : 1) * sizeof *out->runs);
+	if (!out->f || !out->runs) {
+		dbg_view_free(out);
 		return -1;
+	}
 	for (size_t i = 0; i < v->n; i++) {
 		out->f[i] = v->f[i];
 		if (!(out->f[i].path = strdup(v->f[i].path))) {
@@ -541,23 +797,52 @@ int dbg_view_copy(const struct dbg_view *v, struct dbg_view *out)
 		}
 		out->n++;
 	}
+	if (v->nruns)
+		memcpy(out->runs, v->runs, v->nruns * sizeof *v->runs);
+	out->nruns = v->nruns;
+	out->lines = v->lines;
 	return 0;
 }
 
-int dbg_view_equal(const struct dbg_view *a, const struct dbg_view *b)
+/* The same files (indices, directory groups) and runs: views of one key. */
+static int same_shape(const struct dbg_view *a, const struct dbg_view *b)
 {
-	if (a->n != b->n)
+	if (a->n != b->n || a->nruns != b->nruns || a->lines != b->lines)
 		return 0;
 	for (size_t i = 0; i < a->n; i++)
-		if (a->f[i].index != b->f[i].index || a->f[i].mtime != b->f[i].mtime ||
-		    a->f[i].size != b->f[i].size || strcmp(a->f[i].path, b->f[i].path))
+		if (a->f[i].index != b->f[i].index || a->f[i].group != b->f[i].group)
+			return 0;
+	for (size_t i = 0; i < a->nruns; i++)
+		if (a->runs[i].line != b->runs[i].line || a->runs[i].fi != b->runs[i].fi ||
+		    a->runs[i].kind != b->runs[i].kind)
 			return 0;
 	return 1;
 }
 
-static uint64_t smallest_of_len(int n)
+int dbg_view_equal(const struct dbg_view *a, const struct dbg_view *b)
 {
-	return n <= 1 ? 0 : (uint64_t)1 << (7 * (n - 1));
+	if (!same_shape(a, b))
+		return 0;
+	for (size_t i = 0; i < a->n; i++)
+		if (a->f[i].mtime != b->f[i].mtime || a->f[i].size != b->f[i].size ||
+		    strcmp(a->f[i].path, b->f[i].path))
+			return 0;
+	return 1;
+}
+
+/* n in letters ("a" for 0), at the end of s; returns its length. */
+static size_t letters(char *s, unsigned long n)
+{
+	char tmp[16];
+	size_t k = 0;
+
+	do {
+		tmp[k++] = (char)('a' + n % 26);
+		n /= 26;
+	} while (n && k < sizeof tmp);
+	for (size_t i = 0; i < k; i++)
+		s[i] = tmp[k - 1 - i];
+	return k;
 }
 
 int dbg_view_canonical(const struct dbg_view *v, struct dbg_view *out)
@@ -566,28 +851,25 @@ int dbg_view_canonical(const struct dbg_view *v, struct dbg_view *out)
 		return -1;
 	for (size_t i = 0; i < out->n; i++) {
 		struct dbg_file *f = &out->f[i];
-		size_t pl = strlen(f->path), d = f->dir_len;
-		/* Directory: 'd' bytes ending in the group number in base 26,
-		 * so that distinct directories stay distinct. */
-		memset(f->path, 'd', d);
-		unsigned g = f->group;
-		for (size_t k = d; g && k > 0; k--, g /= 26)
-			f->path[k - 1] = (char)('A' + g % 26);
-		if (g)
-			goto fail;
-		f->path[d] = '/';
-		memset(f->path + d + 1, 'n', pl - d - 1);
-		f->mtime = smallest_of_len(uleb_len(f->mtime));
-		f->size = smallest_of_len(uleb_len(f->size));
+		char *p = malloc(2 + 16 + 2 + 16 + 1);
+		if (!p) {
+			dbg_view_free(out);
+			return -1;
+		}
+		size_t k = 0;
+		p[k++] = '/';
+		p[k++] = 'd';
+		k += letters(p + k, f->group);
+		f->dir_len = k;
+		p[k++] = '/';
+		p[k++] = 'n';
+		k += letters(p + k, i);
+		p[k] = '\0';
+		free(f->path);
+		f->path = p;
+		f->mtime = f->size = 0;
 	}
-	for (size_t i = 0; i < out->n; i++)
-		for (size_t j = 0; j < i; j++)
-			if (!strcmp(out->f[i].path, out->f[j].path))
-				goto fail;      /* two names alike: ambiguous */
 	return 0;
-fail:
-	dbg_view_free(out);
-	return -1;
 }
 
 /* ---- the cubin -------------------------------------------------------- */
@@ -608,51 +890,190 @@ static uint64_t rd64(const unsigned char *p)
 	return (uint64_t)rd32(p) | (uint64_t)rd32(p + 4) << 32;
 }
 
-/* Find the one .debug_line section. 1 with its offset and size, 0 if the
- * cubin has none, -1 if the ELF is not one we read. */
-static int find_debug_line(const unsigned char *d, size_t n, size_t *off,
-			   size_t *size, const char **why)
+static void wr32(unsigned char *p, uint32_t v)
 {
-	static const char name[] = ".debug_line";
+	for (int i = 0; i < 4; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
 
+static void wr64(unsigned char *p, uint64_t v)
+{
+	wr32(p, (uint32_t)v);
+	wr32(p + 4, (uint32_t)(v >> 32));
+}
+
+enum {
+	SHT_PROGBITS_ = 1, SHT_SYMTAB_ = 2, SHT_STRTAB_ = 3, SHT_RELA_ = 4,
+	SHT_NOBITS_ = 8, SHT_REL_ = 9,
+	SHDR = 64, PHDR = 56, SYM = 24,
+};
+
+struct sec {
+	uint32_t type, link, info;
+	uint64_t off, size, align, entsize;
+	uint64_t noff, nsize;   /* where it goes, and its size there */
+};
+
+/* A cubin as this file reads it. */
+struct elf {
+	const unsigned char *d;
+	size_t n;
+	uint64_t phoff, shoff;
+	unsigned phnum, shnum;
+	struct sec *s;          /* shnum */
+	unsigned *order;        /* sections 1.. by file offset */
+	int dl, pt;             /* .debug_line, .nv_debug_ptx_txt: -1 if none */
+};
+
+static void elf_free(struct elf *e)
+{
+	free(e->s);
+	free(e->order);
+}
+
+static const struct elf *sort_elf;
+
+static int by_offset(const void *a, const void *b)
+{
+	const struct sec *x = &sort_elf->s[*(const unsigned *)a];
+	const struct sec *y = &sort_elf->s[*(const unsigned *)b];
+	if (x->off != y->off)
+		return x->off < y->off ? -1 : 1;
+	return *(const unsigned *)a < *(const unsigned *)b ? -1 : 1;
+}
+
+/* Parse d[0..n): 0, or -1 (why). */
+static int elf_parse(const unsigned char *d, size_t n, struct elf *e, const char **why)
+{
+	memset(e, 0, sizeof *e);
+	e->d = d;
+	e->n = n;
+	e->dl = e->pt = -1;
 	*why = "not a 64-bit little-endian ELF";
 	if (n < 64 || memcmp(d, "\x7f" "ELF", 4) || d[4] != 2 || d[5] != 1)
 		return -1;
-	uint64_t shoff = rd64(d + 0x28);
-	unsigned shentsize = rd16(d + 0x3a), shnum = rd16(d + 0x3c), shstrndx = rd16(d + 0x3e);
+	e->phoff = rd64(d + 0x20);
+	e->shoff = rd64(d + 0x28);
+	unsigned phentsize = rd16(d + 0x36), shentsize = rd16(d + 0x3a);
+	unsigned shstrndx = rd16(d + 0x3e);
+	e->phnum = rd16(d + 0x38);
+	e->shnum = rd16(d + 0x3c);
 	*why = "bad ELF section table";
-	if (shentsize != 64 || shnum == 0 || shstrndx >= shnum || shoff > n ||
-	    (uint64_t)shnum * 64 > n - shoff)
+	if (shentsize != SHDR || e->shnum == 0 || shstrndx >= e->shnum || e->shoff > n ||
+	    (uint64_t)e->shnum * SHDR > n - e->shoff)
 		return -1;
-	const unsigned char *strh = d + shoff + (size_t)shstrndx * 64;
-	uint64_t so = rd64(strh + 0x18), ss = rd64(strh + 0x20);
-	if (rd32(strh + 4) != 3 || so > n || ss > n - so)
+	*why = "bad ELF program headers";
+	if (e->phnum && (phentsize != PHDR || e->phoff > n ||
+			 (uint64_t)e->phnum * PHDR > n - e->phoff))
 		return -1;
-	int found = 0;
-	for (unsigned i = 0; i < shnum; i++) {
-		const unsigned char *sh = d + shoff + (size_t)i * 64;
-		uint32_t nm = rd32(sh);
-		if (nm >= ss || !memchr(d + so + nm, 0, ss - nm)) {
+	*why = "out of memory";
+	e->s = calloc(e->shnum, sizeof *e->s);
+	e->order = calloc(e->shnum, sizeof *e->order);
+	if (!e->s || !e->order)
+		return -1;
+	*why = "bad ELF section";
+	for (unsigned i = 0; i < e->shnum; i++) {
+		const unsigned char *h = d + e->shoff + (size_t)i * SHDR;
+		struct sec *s = &e->s[i];
+		s->type = rd32(h + 4);
+		s->off = rd64(h + 0x18);
+		s->size = rd64(h + 0x20);
+		s->link = rd32(h + 0x28);
+		s->info = rd32(h + 0x2c);
+		s->align = rd64(h + 0x30);
+		s->entsize = rd64(h + 0x38);
+		s->noff = s->off;
+		s->nsize = s->size;
+		if (i && s->type != SHT_NOBITS_ && (s->off > n || s->size > n - s->off))
+			return -1;
+		if (s->align & (s->align - 1) || s->align > 65536)
+			return -1;
+	}
+	const struct sec *str = &e->s[shstrndx];
+	if (str->type != SHT_STRTAB_)
+		return -1;
+	for (unsigned i = 1; i < e->shnum; i++) {
+		uint32_t nm = rd32(d + e->shoff + (size_t)i * SHDR);
+		if (nm >= str->size || !memchr(d + str->off + nm, 0, str->size - nm)) {
 			*why = "bad ELF section name";
 			return -1;
 		}
-		const char *sn = (const char *)d + so + nm;
+		const char *sn = (const char *)d + str->off + nm;
 		if (!strcmp(sn, ".debug_info") || !strcmp(sn, ".debug_str")) {
 			/* Full debug info names the paths again, in places this
 			 * file does not rewrite. */
 			*why = "the cubin carries .debug_info";
 			return -1;
 		}
-		if (strcmp(sn, name))
+		int *slot = !strcmp(sn, ".debug_line") ? &e->dl :
+			    !strcmp(sn, ".nv_debug_ptx_txt") ? &e->pt : NULL;
+		if (!slot)
 			continue;
-		uint64_t o = rd64(sh + 0x18), z = rd64(sh + 0x20);
-		*why = "bad .debug_line section";
-		if (found++ || rd32(sh + 4) != 1 || o > n || z > n - o)
+		*why = "bad .debug_line or .nv_debug_ptx_txt section";
+		if (*slot >= 0 || e->s[i].type != SHT_PROGBITS_)
 			return -1;
-		*off = (size_t)o;
-		*size = (size_t)z;
+		*slot = (int)i;
 	}
-	return found;
+	for (unsigned i = 1; i < e->shnum; i++)
+		e->order[i - 1] = i;
+	sort_elf = e;
+	qsort(e->order, e->shnum - 1, sizeof *e->order, by_offset);
+	return 0;
+}
+
+static uint64_t align_up(uint64_t v, uint64_t a)
+{
+	return a > 1 ? (v + a - 1) & ~(a - 1) : v;
+}
+
+/*
+ * ptxas's layout from offset start on (sections in file order, each at the
+ * next multiple of its alignment; the section headers at the next multiple
+ * of 8; the program headers right after): check, the cubin must lie
+ * exactly so, with zeros between; else sets each section's noff for its
+ * nsize and the headers' offsets. 0, or -1 (why).
+ */
+static int elf_place(struct elf *e, uint64_t start, int check, uint64_t *shoff,
+		     uint64_t *phoff, uint64_t *total, const char **why)
+{
+	uint64_t pos = start;
+
+	*why = "the cubin is not laid out as ptxas lays it out";
+	for (unsigned k = 0; k + 1 < e->shnum; k++) {
+		struct sec *s = &e->s[e->order[k]];
+		if (s->off < start) {
+			if (s->type != SHT_NOBITS_ && s->off + s->size > start)
+				return -1;
+			continue;
+		}
+		uint64_t o = align_up(pos, s->align);
+		if (check && o != s->off)
+			return -1;
+		for (uint64_t z = pos; check && z < o; z++)
+			if (e->d[z])
+				return -1;
+		if (!check)
+			s->noff = o;
+		pos = o + (s->type == SHT_NOBITS_ ? 0 : check ? s->size : s->nsize);
+	}
+	uint64_t o = align_up(pos, 8);
+	if (check) {
+		if (o != e->shoff)
+			return -1;
+		for (uint64_t z = pos; z < o; z++)
+			if (e->d[z])
+				return -1;
+	}
+	*shoff = o;
+	pos = o + (uint64_t)e->shnum * SHDR;
+	if (check && e->phnum ? e->phoff != pos : check && e->phoff != 0)
+		return -1;
+	*phoff = e->phnum ? pos : 0;
+	pos += (uint64_t)e->phnum * PHDR;
+	if (check && pos != e->n)
+		return -1;
+	*total = pos;
+	return 0;
 }
 
 static int read_uleb(const unsigned char *p, size_t n, size_t *i, uint64_t *v)
@@ -738,45 +1159,332 @@ static int model(const struct dbg_view *v, struct buf *out)
 	for (size_t i = 0; i < v->n; i++) {
 		const struct dbg_file *f = &v->f[i];
 		if (buf_puts(out, f->path + f->dir_len + 1) < 0 || buf_append(out, "", 1) < 0 ||
-		    put_uleb(out, (uint64_t)f->group + 1) < 0 || put_uleb(out, f->mtime) < 0 ||
-		    put_uleb(out, f->size) < 0)
+		    put_uleb(out, (uint64_t)f->group + 1) < 0 ||
+		    put_uleb(out, f->mtime & DBG_MAX_STAMP) < 0 ||
+		    put_uleb(out, f->size & DBG_MAX_STAMP) < 0)
 			return -1;
 	}
 	return buf_append(out, "", 1);
 }
 
+/* The lines of the PTX in view v (each run's bytes one line each). */
+static size_t view_lines(const struct dbg_view *v)
+{
+	size_t n = v->lines;
+
+	for (size_t i = 0; i < v->nruns; i++)
+		n += run_len(v, &v->runs[i]) - 1;
+	return n;
+}
+
+/* from's .nv_debug_ptx_txt sec[0..n) with to's line count: each run's
+ * entries (which must be empty) that many for to. 0, or -1 (why). */
+static int relay_ptx_txt(const unsigned char *sec, size_t n, const struct dbg_view *from,
+			 const struct dbg_view *to, struct buf *out, const char **why)
+{
+	size_t i = 0, entry = 0, extra = 0;
+
+	*why = ".nv_debug_ptx_txt does not hold the PTX's lines";
+	if (!n || sec[n - 1])
+		return -1;
+	for (size_t r = 0; r < from->nruns; r++) {
+		const struct dbg_run *run = &from->runs[r];
+		size_t at = run->line + extra, lf = run_len(from, run), lt = run_len(to, run);
+		if (r && run->line <= from->runs[r - 1].line)
+			return -1;
+		while (entry < at) {    /* copy up to the run's first line */
+			const unsigned char *z = memchr(sec + i, 0, n - i);
+			if (!z)
+				return -1;
+			size_t e = (size_t)(z - sec) + 1;
+			if (buf_append(out, sec + i, e - i) < 0)
+				goto oom;
+			i = e;
+			entry++;
+		}
+		for (size_t k = 0; k < lf; k++, i++, entry++)
+			if (i >= n || sec[i])
+				return -1;      /* a byte of the run's shows */
+		for (size_t k = 0; k < lt; k++)
+			if (buf_append(out, "", 1) < 0)
+				goto oom;
+		extra += lf - 1;
+	}
+	if (buf_append(out, sec + i, n - i) < 0)
+		goto oom;
+	for (; i < n; i++)
+		entry += !sec[i];
+	if (entry != view_lines(from))
+		return -1;
+	return 0;
+oom:
+	*why = "out of memory";
+	return -1;
+}
+
+/* A relocation whose offset moves: entry `at` of section `sec`. */
+struct patch {
+	unsigned sec;
+	uint64_t at, val;
+};
+
+/*
+ * The relocations and symbols: every relocation into the line program
+ * moves by delta (patches, against section indices; none may point into
+ * the tables [a, b) or into .nv_debug_ptx_txt), and nothing may name a
+ * place inside .debug_line or .nv_debug_ptx_txt other than their start.
+ */
+static int elf_refs(const struct elf *e, uint64_t a, uint64_t b, int64_t delta,
+		    struct patch **patches, size_t *np, const char **why)
+{
+	size_t cap = 0;
+
+	*why = "a relocation or symbol into the line table this file does not move";
+	for (unsigned i = 1; i < e->shnum; i++) {
+		const struct sec *s = &e->s[i];
+		if (s->type == SHT_SYMTAB_) {
+			if (s->entsize != SYM || s->size % SYM)
+				return -1;
+			for (uint64_t k = 0; k < s->size; k += SYM) {
+				const unsigned char *sym = e->d + s->off + k;
+				unsigned shndx = rd16(sym + 6);
+				if ((int)shndx >= 0 && ((int)shndx == e->dl || (int)shndx == e->pt) &&
+				    (rd64(sym + 8) || rd64(sym + 16)))
+					return -1;
+			}
+		}
+		if (s->type != SHT_RELA_ && s->type != SHT_REL_)
+			continue;
+		uint64_t ent = s->type == SHT_RELA_ ? 24 : 16;
+		if (s->entsize != ent || s->size % ent || s->link >= e->shnum ||
+		    e->s[s->link].type != SHT_SYMTAB_)
+			return -1;
+		const struct sec *symtab = &e->s[s->link];
+		if (e->pt >= 0 && (int)s->info == e->pt && s->size)
+			return -1;
+		for (uint64_t k = 0; k < s->size; k += ent) {
+			const unsigned char *r = e->d + s->off + k;
+			uint64_t off = rd64(r), sym = rd64(r + 8) >> 32;
+			if (sym) {
+				if (sym >= symtab->size / SYM)
+					return -1;
+				unsigned shndx = rd16(e->d + symtab->off + sym * SYM + 6);
+				if (((int)shndx == e->dl || (int)shndx == e->pt) &&
+				    (ent == 16 || rd64(r + 16)))
+					return -1;      /* into them, not at their start */
+			}
+			if (e->dl < 0 || (int)s->info != e->dl || (off < b && off + 8 <= a))
+				continue;       /* not into the line table, or before the tables */
+			if (off < b)
+				return -1;
+			if (*np == cap) {
+				size_t nc = cap ? cap * 2 : 16;
+				struct patch *pp = realloc(*patches, nc * sizeof *pp);
+				if (!pp) {
+					*why = "out of memory";
+					return -1;
+				}
+				*patches = pp;
+				cap = nc;
+			}
+			(*patches)[(*np)++] = (struct patch){ .sec = i, .at = k,
+							      .val = off + (uint64_t)delta };
+		}
+	}
+	return 0;
+}
+
+/*
+ * One layout: cubin d[0..n), assembled for `from`, as ptxas lays it out
+ * for `to`, appended to out. 0, DBG_UNMODELLED, or -1 (why).
+ */
+static int relocate(const unsigned char *d, size_t n, const struct dbg_view *from,
+		    const struct dbg_view *to, struct buf *out, const char **why)
+{
+	struct elf e;
+	struct buf want = BUF_INIT, put = BUF_INIT, txt = BUF_INIT, ph = BUF_INIT;
+	struct patch *patches = NULL;
+	size_t np = 0, a = 0, b = 0, base = out->len;
+	uint64_t start = UINT64_MAX, shoff, phoff, total;
+	int64_t delta = 0;
+	int rc = -1;
+
+	if (elf_parse(d, n, &e, why) < 0)
+		goto out;
+	*why = "the views name other files or runs";
+	if (!same_shape(from, to))
+		goto out;
+	for (size_t i = 0; i < from->nruns; i++)
+		if (from->runs[i].fi >= from->n || from->runs[i].line >= from->lines)
+			goto out;
+	if (e.dl < 0 && e.pt < 0) {
+		/* Nothing of the paths shows (no -lineinfo). */
+		*why = "out of memory";
+		rc = buf_append(out, d, n) < 0 ? -1 : 0;
+		goto out;
+	}
+
+	/* The line table's header. */
+	struct sec *dl = e.dl >= 0 ? &e.s[e.dl] : NULL;
+	const unsigned char *line = dl ? d + dl->off : NULL;
+	if (dl) {
+		if (header_tables(line, dl->size, &a, &b, why) < 0)
+			goto out;
+		*why = "out of memory";
+		if (model(from, &want) < 0 || model(to, &put) < 0)
+			goto out;
+		*why = "the line table names other files than the key says";
+		if (want.len != b - a || memcmp(want.data, line + a, want.len))
+			goto out;
+		delta = (int64_t)put.len - (int64_t)want.len;
+		dl->nsize = dl->size + (uint64_t)delta;
+		*why = "the line table grows too large";
+		if (dl->nsize - 4 >= 0xfffffff0u || rd32(line + 6) + delta > 0xffffffffll) {
+			rc = DBG_UNMODELLED;
+			goto out;
+		}
+		start = dl->off;
+	}
+
+	/* The PTX's lines. */
+	if (e.pt >= 0) {
+		if (relay_ptx_txt(d + e.s[e.pt].off, e.s[e.pt].size, from, to, &txt, why) < 0)
+			goto out;
+		e.s[e.pt].nsize = txt.len;
+		if (e.s[e.pt].off < start)
+			start = e.s[e.pt].off;
+	} else if (view_lines(from) != view_lines(to)) {
+		*why = "no .nv_debug_ptx_txt to give the PTX's lines";
+		rc = DBG_UNMODELLED;
+		goto out;
+	}
+	if (elf_refs(&e, a, b, delta, &patches, &np, why) < 0)
+		goto out;
+
+	/* Where everything lies, and will. */
+	if (elf_place(&e, start, 1, &shoff, &phoff, &total, why) < 0 ||
+	    elf_place(&e, start, 0, &shoff, &phoff, &total, why) < 0)
+		goto out;
+	*why = "out of memory";
+	if (e.phnum && buf_append(&ph, d + e.phoff, (size_t)e.phnum * PHDR) < 0)
+		goto out;
+	for (unsigned i = 0; i < e.phnum; i++) {
+		unsigned char *p = (unsigned char *)ph.data + (size_t)i * PHDR;
+		uint64_t off = rd64(p + 8), fsz = rd64(p + 32);
+		*why = "a program header covers what moves";
+		if (off > n || fsz > n - off)
+			goto out;
+		if (off == e.phoff) {
+			wr64(p + 8, phoff);
+			continue;
+		}
+		if (off < start) {
+			if (off + fsz > start)
+				goto out;
+			continue;
+		}
+		/* Every section it starts at or covers moves alike. */
+		int found = 0;
+		uint64_t shift = 0;
+		for (unsigned k = 1; k < e.shnum; k++) {
+			const struct sec *s = &e.s[k];
+			if (s->off < start || s->off < off || (s->off >= off + fsz && s->off != off))
+				continue;
+			if ((int)k == e.dl || (int)k == e.pt)
+				goto out;
+			if (found && s->noff - s->off != shift) {
+				*why = "the sections of a segment would move apart";
+				rc = DBG_UNMODELLED;
+				goto out;
+			}
+			found = 1;
+			shift = s->noff - s->off;
+		}
+		if (!found)
+			goto out;
+		wr64(p + 8, off + shift);
+	}
+
+	/* The new cubin. */
+	*why = "out of memory";
+	if (total > SIZE_MAX / 2 || buf_reserve(out, (size_t)total) < 0)
+		goto out;
+	buf_append(out, d, (size_t)start);
+	wr64((unsigned char *)out->data + base + 0x20, phoff);
+	wr64((unsigned char *)out->data + base + 0x28, shoff);
+	static const unsigned char zeros[256];
+	for (unsigned k = 0; k + 1 < e.shnum; k++) {
+		const struct sec *s = &e.s[e.order[k]];
+		if (s->off < start)
+			continue;
+		while (out->len - base < s->noff)
+			buf_append(out, zeros, (size_t)(s->noff - (out->len - base)) < sizeof zeros ?
+					       (size_t)(s->noff - (out->len - base)) : sizeof zeros);
+		if (s->type == SHT_NOBITS_)
+			continue;
+		if (s == dl) {
+			size_t at = out->len;
+			buf_append(out, line, a);
+			buf_append(out, put.data, put.len);
+			buf_append(out, line + b, (size_t)dl->size - b);
+			unsigned char *w = (unsigned char *)out->data + at;
+			wr32(w, (uint32_t)(dl->nsize - 4));
+			wr32(w + 6, (uint32_t)(rd32(line + 6) + delta));
+		} else if ((int)(s - e.s) == e.pt) {
+			buf_append(out, txt.data, txt.len);
+		} else {
+			buf_append(out, d + s->off, (size_t)s->size);
+		}
+	}
+	while (out->len - base < shoff)
+		buf_append(out, zeros, (size_t)(shoff - (out->len - base)) < sizeof zeros ?
+				       (size_t)(shoff - (out->len - base)) : sizeof zeros);
+	for (unsigned i = 0; i < e.shnum; i++) {
+		size_t at = out->len;
+		buf_append(out, d + e.shoff + (size_t)i * SHDR, SHDR);
+		if (i) {
+			wr64((unsigned char *)out->data + at + 0x18, e.s[i].noff);
+			wr64((unsigned char *)out->data + at + 0x20, e.s[i].nsize);
+		}
+	}
+	buf_append(out, ph.data, ph.len);
+	for (size_t i = 0; i < np; i++)
+		wr64((unsigned char *)out->data + base + e.s[patches[i].sec].noff + patches[i].at,
+		     patches[i].val);
+	*why = "the new layout came out at another size";
+	if (out->len - base == total)
+		rc = 0;
+out:
+	if (rc)
+		out->len = base;
+	free(patches);
+	buf_free(&want);
+	buf_free(&put);
+	buf_free(&txt);
+	buf_free(&ph);
+	elf_free(&e);
+	return rc;
+}
+
 int dbg_rewrite(const void *cubin, size_t n, const struct dbg_view *from,
 		const struct dbg_view *to, struct buf *out, const char **why)
 {
-	const unsigned char *d = cubin;
-	struct buf want = BUF_INIT, put = BUF_INIT;
-	size_t off = 0, size = 0, a, b;
-	int rc = -1;
-
-	int r = find_debug_line(d, n, &off, &size, why);
-	if (r < 0)
-		return -1;
-	if (r == 0)
-		return buf_append(out, cubin, n);
-	if (header_tables(d + off, size, &a, &b, why) < 0)
-		goto out;
-	*why = "out of memory";
-	if (model(from, &want) < 0 || model(to, &put) < 0)
-		goto out;
-	*why = "the line table names other files than the key says";
-	if (want.len != b - a || memcmp(want.data, d + off + a, want.len))
-		goto out;
-	*why = "the files' layout differs";
-	if (put.len != want.len)
-		goto out;
-	*why = "out of memory";
+	struct buf back = BUF_INIT;
 	size_t base = out->len;
-	if (buf_append(out, cubin, n) < 0)
-		goto out;
-	memcpy(out->data + base + off + a, put.data, put.len);
-	rc = 0;
-out:
-	buf_free(&want);
-	buf_free(&put);
+	const char *why2 = "";
+
+	int rc = relocate(cubin, n, from, to, out, why);
+	if (rc)
+		return rc;
+	/* Laid back out for from, it must be the cubin we were given. */
+	rc = relocate((const unsigned char *)out->data + base, out->len - base, to, from, &back,
+		      &why2);
+	if (rc || back.len != n || memcmp(back.data, cubin, n)) {
+		int oom = rc == -1 && !strcmp(why2, "out of memory");
+		*why = oom ? why2 : "the new layout does not lay back out as the cubin";
+		rc = oom ? -1 : DBG_UNMODELLED;
+		out->len = base;
+	}
+	buf_free(&back);
 	return rc;
 }

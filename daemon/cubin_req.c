@@ -12,12 +12,14 @@
  * goes to any assembler worker (POOL_ASM_SET: it needs no LLVM).
  *
  * Portable -lineinfo PTX (cubin_debug.h): the key holds the PTX with its
- * source paths taken out, and their layout instead of the stamps. A hit is
- * answered with this client's paths and stamps written back
- * (send_portable()); a new flight's job runs the client's PTX with its
- * stamps written into the .file directives (the master never reads a
- * client's files), and flight.c stores the canonical form. A rewrite that
- * fails its check is a miss, or "unavailable" to a waiter, never an
+ * source paths (and what their lengths decide) taken out, and which files
+ * share a directory instead of the stamps. A hit is answered with the
+ * cubin laid out for this client's paths and stamps (send_portable()); a
+ * new flight's job runs the client's PTX with its stamps written into the
+ * .file directives (the master never reads a client's files), and
+ * flight.c stores the canonical form. A layout that fails its check or
+ * that cubin_debug.c cannot reproduce is a miss (the latter counted in
+ * lineinfo_layout_misses), or "unavailable" to a waiter, never an
  * approximate answer; with lineinfo-loose, a cubin naming other paths,
  * stored under the loose key, will do.
  *
@@ -176,7 +178,7 @@ int cubin_key(const struct server *s, const struct asm_req *a,
 		{ "assembler", id ? id : "" },
 		{ "input_sha256", ptx_sha },
 		{ "asm_args", a->args },
-		{ "lineinfo", loose ? "any-paths" : "portable" },
+		{ "lineinfo", loose ? "any-paths" : "relocatable" },
 		{ "debug_layout", loose ? "" : ds ? ds->layout.data : "" },
 	};
 	if (ds)
@@ -232,20 +234,22 @@ int cubin_scan(const struct asm_req *a, const char *ptx, size_t n,
 	return r;
 }
 
-/* Answer from the cubin a portable entry holds (canonical paths): with
- * this client's own written in. 0, or -1 if the entry fails its check. */
+/* Answer from the cubin a portable entry holds (canonical paths): laid out
+ * for this client's own. 0, DBG_UNMODELLED if it cannot be laid out for
+ * them, or -1 if the entry fails its check. */
 static int send_portable(struct conn *c, uint64_t id, const struct key *k,
 			 const struct store_result *hit, const struct dbg_scan *ds)
 {
 	struct buf own = BUF_INIT;
 	const char *why = "out of memory";
-	int rc = -1;
+	int rc = dbg_rewrite(hit->data.data, hit->data.len, &ds->canon, &ds->view, &own, &why);
 
-	if (dbg_rewrite(hit->data.data, hit->data.len, &ds->canon, &ds->view, &own,
-			&why) == 0) {
+	if (rc == 0) {
 		compile_reply(c, id, JOB_OK, 1, k, own.data, own.len, hit->log.data,
 			      hit->log.len, 0, 0);
-		rc = 0;
+	} else if (rc == DBG_UNMODELLED) {
+		log_warn("cubin %.16s: cannot lay the cached cubin out for this client's "
+			 "paths (%s); compiling", k->hex, why);
 	} else {
 		c->srv->n.lineinfo_rewrite_errors++;
 		log_warn("cubin %.16s: cached entry fails its line table check (%s); "
@@ -285,6 +289,7 @@ void cubin_start(struct conn *c, uint64_t id, const char *ptx,
 		goto out;
 	}
 	struct store_result hit = { 0 };
+	int unmodelled = 0;
 	if (flight_lookup(c, &k, &hit)) {
 		if (!portable || hit.status != 0) {
 			s->n.hits++;
@@ -294,12 +299,14 @@ void cubin_start(struct conn *c, uint64_t id, const char *ptx,
 			store_result_free(&hit);
 			goto out;
 		}
-		if (send_portable(c, id, &k, &hit, &ds) == 0) {
+		int rc = send_portable(c, id, &k, &hit, &ds);
+		if (rc == 0) {
 			s->n.hits++;
 			s->n.lineinfo_hits++;
 			store_result_free(&hit);
 			goto out;
 		}
+		unmodelled = rc == DBG_UNMODELLED;
 	}
 	store_result_free(&hit);
 
@@ -319,7 +326,7 @@ void cubin_start(struct conn *c, uint64_t id, const char *ptx,
 			goto out;
 		}
 		store_result_free(&hit);
-		if (seen_has(s, &lk))
+		if (unmodelled || seen_has(s, &lk))
 			s->n.lineinfo_layout_misses++;
 	}
 	s->n.misses++;
@@ -347,11 +354,11 @@ void cubin_start(struct conn *c, uint64_t id, const char *ptx,
 	if (portable) {
 		struct buf lcomp = BUF_INIT;
 		if (!(f->dbg = calloc(1, sizeof *f->dbg)) ||
-		    dbg_view_copy(&ds.view, &f->dbg->view) < 0 ||
+		    dbg_view_copy(&ds.run, &f->dbg->view) < 0 ||
 		    cubin_key(s, a, loose_sha, &ds, 1, &f->dbg->loose, &lcomp) < 0 ||
 		    !(f->dbg->loose_components = buf_detach(&lcomp, NULL)) ||
 		    dbg_view_copy(&ds.canon, &f->dbg->canon) < 0 ||
-		    dbg_stamp_ptx(ptx, ptx_len, &ds.view, &stamped) < 0) {
+		    dbg_stamp_ptx(ptx, ptx_len, &ds.run, &stamped) < 0) {
 			buf_free(&lcomp);
 			goto oom;
 		}

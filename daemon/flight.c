@@ -401,16 +401,19 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 				cubin_start(wt->conn, wt->id, res->output,
 					    res->output_len, wt->then, 1);
 		} else if (f->dbg && res->status == JOB_OK) {
-			/* Each waiter gets its own paths and stamps; one whose
-			 * view is missing (out of memory) gets no answer. */
+			/* Each waiter gets the cubin laid out for its own paths
+			 * and stamps, or ptxas's own where it asked for exactly
+			 * what ptxas ran with; one whose view is missing (out of
+			 * memory) gets no answer. */
 			struct buf own = BUF_INIT;
 			const char *why = "out of memory";
-			int ok = !wt->view ? 0 :
-				 unportable ? dbg_view_equal(wt->view, &f->dbg->view) &&
-					      buf_append(&own, res->output, res->output_len) == 0
-					    : dbg_rewrite(data, data_len, &f->dbg->canon, wt->view,
-							  &own, &why) == 0;
-			if (ok) {
+			int rc = !wt->view || unportable ? -1 :
+				 dbg_rewrite(data, data_len, &f->dbg->canon, wt->view, &own, &why);
+			if (rc && wt->view && dbg_view_equal(wt->view, &f->dbg->view))
+				rc = buf_append(&own, res->output, res->output_len);
+			else if (rc == DBG_UNMODELLED)
+				s->n.lineinfo_layout_misses++;
+			if (rc == 0) {
 				compile_reply(wt->conn, wt->id, JOB_OK, 0, &f->key, own.data,
 					      own.len, res->log, res->log_len,
 					      res->compile_us, 0);

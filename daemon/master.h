@@ -68,8 +68,9 @@ struct counters {
 		refused_jobs, confirmations, confirm_mismatches,
 		confirm_compiles,       /* background confirmations that ran */
 		lineinfo_hits,          /* portable cubins served by rewriting */
-		lineinfo_layout_misses, /* misses whose shape was compiled before
-		                           with paths or stamps of other lengths */
+		lineinfo_layout_misses, /* misses whose shape was compiled before,
+		                           for paths or stamps the cached cubin
+		                           could not be laid out for */
 		lineinfo_loose_hits,    /* lineinfo-loose: answers naming other paths */
 		lineinfo_unportable,    /* compiles whose line table was not as
 		                           cubin_debug.c predicts: not stored */
