@@ -156,6 +156,13 @@ $(B)/l2drive: $(call obj,tests/tools/l2drive.c daemon/l2.c daemon/log.c proto/bu
 	@echo "  LD  $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DEP_LIBS)
 
+# relocdrive: daemon/cubin_debug.c on its own against the real ptxas's
+# cubins, driven by tests/test_reloc.py's oracle.
+all: $(B)/relocdrive
+$(B)/relocdrive: $(call obj,tests/tools/relocdrive.c daemon/cubin_debug.c proto/buf.c)
+	@echo "  LD  $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^
+
 # Fuzz harnesses (tests/fuzz/). Every `make test` replays their seed
 # corpora through replay_* (the normal compiler: no clang needed);
 # `make fuzz` builds them with clang's libFuzzer, ASan and UBSan and runs

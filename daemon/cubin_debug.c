@@ -905,12 +905,22 @@ static void wr64(unsigned char *p, uint64_t v)
 enum {
 	SHT_PROGBITS_ = 1, SHT_SYMTAB_ = 2, SHT_STRTAB_ = 3, SHT_RELA_ = 4,
 	SHT_NOBITS_ = 8, SHT_REL_ = 9,
+	SHT_MERC_RELA = 0x70000082, SHT_MERC_SYMTAB = 0x70000085,  /* sm_100 on */
+	SHF_INFO_LINK_ = 0x40,
 	SHDR = 64, PHDR = 56, SYM = 24,
 };
 
+/* What a section is to this file. */
+enum role { PLAIN, LINE, PTX_TXT };
+
 struct sec {
 	uint32_t type, link, info;
-	uint64_t off, size, align, entsize;
+	uint64_t flags, off, size, align, entsize;
+	enum role role;
+	int alias;              /* the section whose bytes it names too, or -1 */
+	unsigned rel;           /* relocations: their entry size (24, 16), or 0 */
+	int symtab;             /* a symbol table */
+	size_t a, b;            /* LINE: where its header's tables lie */
 	uint64_t noff, nsize;   /* where it goes, and its size there */
 };
 
@@ -922,7 +932,7 @@ struct elf {
 	unsigned phnum, shnum;
 	struct sec *s;          /* shnum */
 	unsigned *order;        /* sections 1.. by file offset */
-	int dl, pt;             /* .debug_line, .nv_debug_ptx_txt: -1 if none */
+	int lines, ptx;         /* how many LINE and PTX_TXT sections */
 };
 
 static void elf_free(struct elf *e)
@@ -942,13 +952,26 @@ static int by_offset(const void *a, const void *b)
 	return *(const unsigned *)a < *(const unsigned *)b ? -1 : 1;
 }
 
-/* Parse d[0..n): 0, or -1 (why). */
+static int ends_with(const char *s, const char *tail)
+{
+	size_t n = strlen(s), t = strlen(tail);
+	return n >= t && !memcmp(s + n - t, tail, t);
+}
+
+/* Whether section i names (by index) a LINE or PTX_TXT section. */
+static int moved(const struct elf *e, uint64_t i)
+{
+	return i && i < e->shnum && e->s[i].role != PLAIN;
+}
+
+/* Parse d[0..n): 0, or -1 (why). The line tables are .debug_line (and
+ * sm_100's copy, .nv.merc.debug_line), the PTX's lines .nv_debug_ptx_txt
+ * (and .nv.merc.nv_debug_ptx_txt, which names the same bytes). */
 static int elf_parse(const unsigned char *d, size_t n, struct elf *e, const char **why)
 {
 	memset(e, 0, sizeof *e);
 	e->d = d;
 	e->n = n;
-	e->dl = e->pt = -1;
 	*why = "not a 64-bit little-endian ELF";
 	if (n < 64 || memcmp(d, "\x7f" "ELF", 4) || d[4] != 2 || d[5] != 1)
 		return -1;
@@ -976,6 +999,7 @@ static int elf_parse(const unsigned char *d, size_t n, struct elf *e, const char
 		const unsigned char *h = d + e->shoff + (size_t)i * SHDR;
 		struct sec *s = &e->s[i];
 		s->type = rd32(h + 4);
+		s->flags = rd64(h + 8);
 		s->off = rd64(h + 0x18);
 		s->size = rd64(h + 0x20);
 		s->link = rd32(h + 0x28);
@@ -984,6 +1008,7 @@ static int elf_parse(const unsigned char *d, size_t n, struct elf *e, const char
 		s->entsize = rd64(h + 0x38);
 		s->noff = s->off;
 		s->nsize = s->size;
+		s->alias = -1;
 		if (i && s->type != SHT_NOBITS_ && (s->off > n || s->size > n - s->off))
 			return -1;
 		if (s->align & (s->align - 1) || s->align > 65536)
@@ -993,31 +1018,71 @@ static int elf_parse(const unsigned char *d, size_t n, struct elf *e, const char
 	if (str->type != SHT_STRTAB_)
 		return -1;
 	for (unsigned i = 1; i < e->shnum; i++) {
+		struct sec *s = &e->s[i];
 		uint32_t nm = rd32(d + e->shoff + (size_t)i * SHDR);
 		if (nm >= str->size || !memchr(d + str->off + nm, 0, str->size - nm)) {
 			*why = "bad ELF section name";
 			return -1;
 		}
 		const char *sn = (const char *)d + str->off + nm;
-		if (!strcmp(sn, ".debug_info") || !strcmp(sn, ".debug_str")) {
+		if (ends_with(sn, ".debug_info") || ends_with(sn, ".debug_str")) {
 			/* Full debug info names the paths again, in places this
 			 * file does not rewrite. */
 			*why = "the cubin carries .debug_info";
 			return -1;
 		}
-		int *slot = !strcmp(sn, ".debug_line") ? &e->dl :
-			    !strcmp(sn, ".nv_debug_ptx_txt") ? &e->pt : NULL;
-		if (!slot)
-			continue;
+		if (!strcmp(sn, ".debug_line") || !strcmp(sn, ".nv.merc.debug_line"))
+			s->role = LINE;
+		else if (!strcmp(sn, ".nv_debug_ptx_txt") || !strcmp(sn, ".nv.merc.nv_debug_ptx_txt"))
+			s->role = PTX_TXT;
 		*why = "bad .debug_line or .nv_debug_ptx_txt section";
-		if (*slot >= 0 || e->s[i].type != SHT_PROGBITS_)
+		if (s->role != PLAIN && s->type != SHT_PROGBITS_)
 			return -1;
-		*slot = (int)i;
+		e->lines += s->role == LINE;
+		e->ptx += s->role == PTX_TXT;
+		s->rel = s->type == SHT_RELA_ || s->type == SHT_MERC_RELA ? 24 :
+			 s->type == SHT_REL_ ? 16 : 0;
+		s->symtab = s->type == SHT_SYMTAB_ || s->type == SHT_MERC_SYMTAB;
+		*why = "bad ELF relocations or symbols";
+		if ((s->rel && s->entsize != s->rel) || (s->symtab && s->entsize != SYM) ||
+		    ((s->rel || s->symtab) && s->size % (s->rel ? s->rel : SYM)))
+			return -1;
+	}
+	for (unsigned i = 1; i < e->shnum; i++) {
+		const struct sec *s = &e->s[i];
+		/* Only relocations and symbols may name what moves. */
+		*why = "a section names the line table in a way this file does not follow";
+		if (!s->rel && ((s->flags & SHF_INFO_LINK_ && moved(e, s->info)) ||
+				moved(e, s->link)))
+			return -1;
+		if (s->rel && (s->link >= e->shnum || !e->s[s->link].symtab))
+			return -1;
 	}
 	for (unsigned i = 1; i < e->shnum; i++)
 		e->order[i - 1] = i;
 	sort_elf = e;
 	qsort(e->order, e->shnum - 1, sizeof *e->order, by_offset);
+	/* A section of the same offset and size as one before it names its
+	 * bytes: it moves and grows with it. */
+	for (unsigned k = 1; k + 1 < e->shnum; k++) {
+		struct sec *s = &e->s[e->order[k]];
+		const struct sec *p;
+		if (s->type == SHT_NOBITS_ || !s->size)
+			continue;
+		for (unsigned j = k; j-- > 0;) {
+			p = &e->s[e->order[j]];
+			if (p->off != s->off)
+				break;
+			if (p->type != SHT_NOBITS_ && p->size == s->size) {
+				s->alias = p->alias >= 0 ? p->alias : (int)e->order[j];
+				break;
+			}
+		}
+		if (s->alias >= 0 && s->role != e->s[s->alias].role) {
+			*why = "a line table shares its bytes with another section";
+			return -1;
+		}
+	}
 	return 0;
 }
 
@@ -1028,10 +1093,11 @@ static uint64_t align_up(uint64_t v, uint64_t a)
 
 /*
  * ptxas's layout from offset start on (sections in file order, each at the
- * next multiple of its alignment; the section headers at the next multiple
- * of 8; the program headers right after): check, the cubin must lie
- * exactly so, with zeros between; else sets each section's noff for its
- * nsize and the headers' offsets. 0, or -1 (why).
+ * next multiple of its alignment, NOBITS taking no room, one that names
+ * another's bytes where that one goes; the section headers at the next
+ * multiple of 8; the program headers right after): check, the cubin must
+ * lie exactly so, with zeros between; else sets each section's noff for
+ * its nsize and the headers' offsets. 0, or -1 (why).
  */
 static int elf_place(struct elf *e, uint64_t start, int check, uint64_t *shoff,
 		     uint64_t *phoff, uint64_t *total, const char **why)
@@ -1044,6 +1110,13 @@ static int elf_place(struct elf *e, uint64_t start, int check, uint64_t *shoff,
 		if (s->off < start) {
 			if (s->type != SHT_NOBITS_ && s->off + s->size > start)
 				return -1;
+			continue;
+		}
+		if (s->alias >= 0) {
+			if (!check) {
+				s->noff = e->s[s->alias].noff;
+				s->nsize = e->s[s->alias].nsize;
+			}
 			continue;
 		}
 		uint64_t o = align_up(pos, s->align);
@@ -1074,6 +1147,56 @@ static int elf_place(struct elf *e, uint64_t start, int check, uint64_t *shoff,
 		return -1;
 	*total = pos;
 	return 0;
+}
+
+/*
+ * A program header for the new layout (p: its 56 bytes, rewritten): one
+ * at the program headers stays there; any other starts where the sections
+ * that start at its offset go, and ends its bytes where the sections that
+ * end its bytes there (or NOBITS ones that start there) go; its memory
+ * size keeps what it adds to the file size. 0, DBG_UNMODELLED (those
+ * sections would go to different places), or -1 (why).
+ */
+static int elf_segment(const struct elf *e, unsigned char *p, uint64_t phoff,
+		       const char **why)
+{
+	uint64_t off = rd64(p + 8), fsz = rd64(p + 32), msz = rd64(p + 40);
+	uint64_t nlo = UINT64_MAX, nend = UINT64_MAX;
+
+	*why = "a program header this file does not follow";
+	if (off == e->phoff) {
+		wr64(p + 8, phoff);
+		return 0;
+	}
+	if (off > e->n || fsz > e->n - off || msz < fsz)
+		return -1;
+	for (unsigned k = 1; k < e->shnum; k++) {
+		const struct sec *s = &e->s[k];
+		if (s->alias >= 0)
+			continue;
+		if (s->off == off) {
+			if (nlo != UINT64_MAX && nlo != s->noff)
+				goto apart;
+			nlo = s->noff;
+		}
+		uint64_t at = s->type == SHT_NOBITS_ ? s->off : s->off + s->size;
+		uint64_t nat = s->type == SHT_NOBITS_ ? s->noff : s->noff + s->nsize;
+		if (fsz && at == off + fsz && (s->type == SHT_NOBITS_ || s->size)) {
+			if (nend != UINT64_MAX && nend != nat)
+				goto apart;
+			nend = nat;
+		}
+	}
+	if (nlo == UINT64_MAX || (fsz && (nend == UINT64_MAX || nend < nlo)))
+		return -1;
+	uint64_t nfsz = fsz ? nend - nlo : 0;
+	wr64(p + 8, nlo);
+	wr64(p + 32, nfsz);
+	wr64(p + 40, msz - fsz + nfsz);
+	return 0;
+apart:
+	*why = "the sections of a segment would go apart";
+	return DBG_UNMODELLED;
 }
 
 static int read_uleb(const unsigned char *p, size_t n, size_t *i, uint64_t *v)
@@ -1222,6 +1345,7 @@ oom:
 	return -1;
 }
 
+
 /* A relocation whose offset moves: entry `at` of section `sec`. */
 struct patch {
 	unsigned sec;
@@ -1229,53 +1353,45 @@ struct patch {
 };
 
 /*
- * The relocations and symbols: every relocation into the line program
- * moves by delta (patches, against section indices; none may point into
- * the tables [a, b) or into .nv_debug_ptx_txt), and nothing may name a
- * place inside .debug_line or .nv_debug_ptx_txt other than their start.
+ * The relocations and symbols: every relocation into a line table's
+ * program moves by delta (patches; none may point into the tables, nor
+ * any into .nv_debug_ptx_txt), and no symbol or relocation may name a
+ * place inside what moves other than its start.
  */
-static int elf_refs(const struct elf *e, uint64_t a, uint64_t b, int64_t delta,
-		    struct patch **patches, size_t *np, const char **why)
+static int elf_refs(const struct elf *e, int64_t delta, struct patch **patches, size_t *np,
+		    const char **why)
 {
 	size_t cap = 0;
 
 	*why = "a relocation or symbol into the line table this file does not move";
 	for (unsigned i = 1; i < e->shnum; i++) {
 		const struct sec *s = &e->s[i];
-		if (s->type == SHT_SYMTAB_) {
-			if (s->entsize != SYM || s->size % SYM)
-				return -1;
+		if (s->symtab) {
 			for (uint64_t k = 0; k < s->size; k += SYM) {
 				const unsigned char *sym = e->d + s->off + k;
-				unsigned shndx = rd16(sym + 6);
-				if ((int)shndx >= 0 && ((int)shndx == e->dl || (int)shndx == e->pt) &&
-				    (rd64(sym + 8) || rd64(sym + 16)))
+				if (moved(e, rd16(sym + 6)) && (rd64(sym + 8) || rd64(sym + 16)))
 					return -1;
 			}
 		}
-		if (s->type != SHT_RELA_ && s->type != SHT_REL_)
+		if (!s->rel)
 			continue;
-		uint64_t ent = s->type == SHT_RELA_ ? 24 : 16;
-		if (s->entsize != ent || s->size % ent || s->link >= e->shnum ||
-		    e->s[s->link].type != SHT_SYMTAB_)
-			return -1;
 		const struct sec *symtab = &e->s[s->link];
-		if (e->pt >= 0 && (int)s->info == e->pt && s->size)
+		const struct sec *t = s->info < e->shnum ? &e->s[s->info] : NULL;
+		if (t && t->role == PTX_TXT && s->size)
 			return -1;
-		for (uint64_t k = 0; k < s->size; k += ent) {
+		for (uint64_t k = 0; k < s->size; k += s->rel) {
 			const unsigned char *r = e->d + s->off + k;
 			uint64_t off = rd64(r), sym = rd64(r + 8) >> 32;
 			if (sym) {
 				if (sym >= symtab->size / SYM)
 					return -1;
-				unsigned shndx = rd16(e->d + symtab->off + sym * SYM + 6);
-				if (((int)shndx == e->dl || (int)shndx == e->pt) &&
-				    (ent == 16 || rd64(r + 16)))
+				if (moved(e, rd16(e->d + symtab->off + sym * SYM + 6)) &&
+				    (s->rel == 16 || rd64(r + 16)))
 					return -1;      /* into them, not at their start */
 			}
-			if (e->dl < 0 || (int)s->info != e->dl || (off < b && off + 8 <= a))
-				continue;       /* not into the line table, or before the tables */
-			if (off < b)
+			if (!t || t->role != LINE || (off < t->b && off + 8 <= t->a))
+				continue;       /* not into a line table, or before its tables */
+			if (off < t->b)
 				return -1;
 			if (*np == cap) {
 				size_t nc = cap ? cap * 2 : 16;
@@ -1294,6 +1410,18 @@ static int elf_refs(const struct elf *e, uint64_t a, uint64_t b, int64_t delta,
 	return 0;
 }
 
+static int pad_to(struct buf *out, size_t base, uint64_t to)
+{
+	static const unsigned char zeros[256];
+
+	while (out->len - base < to) {
+		uint64_t n = to - (out->len - base);
+		if (buf_append(out, zeros, n < sizeof zeros ? (size_t)n : sizeof zeros) < 0)
+			return -1;
+	}
+	return 0;
+}
+
 /*
  * One layout: cubin d[0..n), assembled for `from`, as ptxas lays it out
  * for `to`, appended to out. 0, DBG_UNMODELLED, or -1 (why).
@@ -1304,7 +1432,7 @@ static int relocate(const unsigned char *d, size_t n, const struct dbg_view *fro
 	struct elf e;
 	struct buf want = BUF_INIT, put = BUF_INIT, txt = BUF_INIT, ph = BUF_INIT;
 	struct patch *patches = NULL;
-	size_t np = 0, a = 0, b = 0, base = out->len;
+	size_t np = 0, base = out->len;
 	uint64_t start = UINT64_MAX, shoff, phoff, total;
 	int64_t delta = 0;
 	int rc = -1;
@@ -1317,48 +1445,53 @@ static int relocate(const unsigned char *d, size_t n, const struct dbg_view *fro
 	for (size_t i = 0; i < from->nruns; i++)
 		if (from->runs[i].fi >= from->n || from->runs[i].line >= from->lines)
 			goto out;
-	if (e.dl < 0 && e.pt < 0) {
-		/* Nothing of the paths shows (no -lineinfo). */
+	if (!e.lines && !e.ptx) {
+		/* Nothing of the paths shows (no line info). */
 		*why = "out of memory";
 		rc = buf_append(out, d, n) < 0 ? -1 : 0;
 		goto out;
 	}
+	*why = "out of memory";
+	if (model(from, &want) < 0 || model(to, &put) < 0)
+		goto out;
+	delta = (int64_t)put.len - (int64_t)want.len;
 
-	/* The line table's header. */
-	struct sec *dl = e.dl >= 0 ? &e.s[e.dl] : NULL;
-	const unsigned char *line = dl ? d + dl->off : NULL;
-	if (dl) {
-		if (header_tables(line, dl->size, &a, &b, why) < 0)
-			goto out;
-		*why = "out of memory";
-		if (model(from, &want) < 0 || model(to, &put) < 0)
+	/* The line tables' headers, the PTX's lines. */
+	for (unsigned i = 1; i < e.shnum; i++) {
+		struct sec *s = &e.s[i];
+		if (s->role == PLAIN || s->alias >= 0)
+			continue;
+		if (s->off < start)
+			start = s->off;
+		if (s->role == PTX_TXT) {
+			if (txt.len) {
+				*why = "two copies of the PTX's lines";
+				goto out;
+			}
+			if (relay_ptx_txt(d + s->off, (size_t)s->size, from, to, &txt, why) < 0)
+				goto out;
+			s->nsize = txt.len;
+			continue;
+		}
+		const unsigned char *line = d + s->off;
+		if (header_tables(line, (size_t)s->size, &s->a, &s->b, why) < 0)
 			goto out;
 		*why = "the line table names other files than the key says";
-		if (want.len != b - a || memcmp(want.data, line + a, want.len))
+		if (want.len != s->b - s->a || memcmp(want.data, line + s->a, want.len))
 			goto out;
-		delta = (int64_t)put.len - (int64_t)want.len;
-		dl->nsize = dl->size + (uint64_t)delta;
+		s->nsize = s->size + (uint64_t)delta;
 		*why = "the line table grows too large";
-		if (dl->nsize - 4 >= 0xfffffff0u || rd32(line + 6) + delta > 0xffffffffll) {
+		if (s->nsize - 4 >= 0xfffffff0u || rd32(line + 6) + delta > 0xffffffffll) {
 			rc = DBG_UNMODELLED;
 			goto out;
 		}
-		start = dl->off;
 	}
-
-	/* The PTX's lines. */
-	if (e.pt >= 0) {
-		if (relay_ptx_txt(d + e.s[e.pt].off, e.s[e.pt].size, from, to, &txt, why) < 0)
-			goto out;
-		e.s[e.pt].nsize = txt.len;
-		if (e.s[e.pt].off < start)
-			start = e.s[e.pt].off;
-	} else if (view_lines(from) != view_lines(to)) {
+	if (!e.ptx && view_lines(from) != view_lines(to)) {
 		*why = "no .nv_debug_ptx_txt to give the PTX's lines";
 		rc = DBG_UNMODELLED;
 		goto out;
 	}
-	if (elf_refs(&e, a, b, delta, &patches, &np, why) < 0)
+	if (elf_refs(&e, delta, &patches, &np, why) < 0)
 		goto out;
 
 	/* Where everything lies, and will. */
@@ -1368,86 +1501,56 @@ static int relocate(const unsigned char *d, size_t n, const struct dbg_view *fro
 	*why = "out of memory";
 	if (e.phnum && buf_append(&ph, d + e.phoff, (size_t)e.phnum * PHDR) < 0)
 		goto out;
-	for (unsigned i = 0; i < e.phnum; i++) {
-		unsigned char *p = (unsigned char *)ph.data + (size_t)i * PHDR;
-		uint64_t off = rd64(p + 8), fsz = rd64(p + 32);
-		*why = "a program header covers what moves";
-		if (off > n || fsz > n - off)
+	for (unsigned i = 0; i < e.phnum; i++)
+		if ((rc = elf_segment(&e, (unsigned char *)ph.data + (size_t)i * PHDR, phoff,
+				      why)) < 0)
 			goto out;
-		if (off == e.phoff) {
-			wr64(p + 8, phoff);
-			continue;
-		}
-		if (off < start) {
-			if (off + fsz > start)
-				goto out;
-			continue;
-		}
-		/* Every section it starts at or covers moves alike. */
-		int found = 0;
-		uint64_t shift = 0;
-		for (unsigned k = 1; k < e.shnum; k++) {
-			const struct sec *s = &e.s[k];
-			if (s->off < start || s->off < off || (s->off >= off + fsz && s->off != off))
-				continue;
-			if ((int)k == e.dl || (int)k == e.pt)
-				goto out;
-			if (found && s->noff - s->off != shift) {
-				*why = "the sections of a segment would move apart";
-				rc = DBG_UNMODELLED;
-				goto out;
-			}
-			found = 1;
-			shift = s->noff - s->off;
-		}
-		if (!found)
-			goto out;
-		wr64(p + 8, off + shift);
-	}
+	rc = -1;
 
 	/* The new cubin. */
 	*why = "out of memory";
-	if (total > SIZE_MAX / 2 || buf_reserve(out, (size_t)total) < 0)
+	if (total > SIZE_MAX / 2 || buf_reserve(out, (size_t)total) < 0 ||
+	    buf_append(out, d, (size_t)start) < 0)
 		goto out;
-	buf_append(out, d, (size_t)start);
 	wr64((unsigned char *)out->data + base + 0x20, phoff);
 	wr64((unsigned char *)out->data + base + 0x28, shoff);
-	static const unsigned char zeros[256];
 	for (unsigned k = 0; k + 1 < e.shnum; k++) {
 		const struct sec *s = &e.s[e.order[k]];
-		if (s->off < start)
+		if (s->off < start || s->alias >= 0)
 			continue;
-		while (out->len - base < s->noff)
-			buf_append(out, zeros, (size_t)(s->noff - (out->len - base)) < sizeof zeros ?
-					       (size_t)(s->noff - (out->len - base)) : sizeof zeros);
+		if (pad_to(out, base, s->noff) < 0)
+			goto out;
 		if (s->type == SHT_NOBITS_)
 			continue;
-		if (s == dl) {
+		if (s->role == LINE) {
+			const unsigned char *line = d + s->off;
 			size_t at = out->len;
-			buf_append(out, line, a);
-			buf_append(out, put.data, put.len);
-			buf_append(out, line + b, (size_t)dl->size - b);
+			if (buf_append(out, line, s->a) < 0 || buf_append(out, put.data, put.len) < 0 ||
+			    buf_append(out, line + s->b, (size_t)s->size - s->b) < 0)
+				goto out;
 			unsigned char *w = (unsigned char *)out->data + at;
-			wr32(w, (uint32_t)(dl->nsize - 4));
+			wr32(w, (uint32_t)(s->nsize - 4));
 			wr32(w + 6, (uint32_t)(rd32(line + 6) + delta));
-		} else if ((int)(s - e.s) == e.pt) {
-			buf_append(out, txt.data, txt.len);
-		} else {
-			buf_append(out, d + s->off, (size_t)s->size);
+		} else if (s->role == PTX_TXT) {
+			if (buf_append(out, txt.data, txt.len) < 0)
+				goto out;
+		} else if (buf_append(out, d + s->off, (size_t)s->size) < 0) {
+			goto out;
 		}
 	}
-	while (out->len - base < shoff)
-		buf_append(out, zeros, (size_t)(shoff - (out->len - base)) < sizeof zeros ?
-				       (size_t)(shoff - (out->len - base)) : sizeof zeros);
+	if (pad_to(out, base, shoff) < 0)
+		goto out;
 	for (unsigned i = 0; i < e.shnum; i++) {
 		size_t at = out->len;
-		buf_append(out, d + e.shoff + (size_t)i * SHDR, SHDR);
+		if (buf_append(out, d + e.shoff + (size_t)i * SHDR, SHDR) < 0)
+			goto out;
 		if (i) {
 			wr64((unsigned char *)out->data + at + 0x18, e.s[i].noff);
 			wr64((unsigned char *)out->data + at + 0x20, e.s[i].nsize);
 		}
 	}
-	buf_append(out, ph.data, ph.len);
+	if (buf_append(out, ph.data, ph.len) < 0)
+		goto out;
 	for (size_t i = 0; i < np; i++)
 		wr64((unsigned char *)out->data + base + e.s[patches[i].sec].noff + patches[i].at,
 		     patches[i].val);
