@@ -94,7 +94,7 @@ static const struct setting settings[] = {
 	{ "namespace-per-uid", C_BOOL, F(namespace_per_uid), "no", 0, 0, 0,
 	  "give each user their own cache entries (no sharing between users)" },
 	{ "lineinfo-loose", C_BOOL, F(lineinfo_loose), "no", 0, 0, 1,
-	  "accept a -lineinfo cubin whose line table names another source path or stamp "
+	  "accept a -lineinfo cubin whose line table names another client's source paths "
 	  "(counted in lineinfo_loose_hits); default: each client gets its own bytes exactly" },
 	{ "artifact-max-value", C_SIZE, F(artifact_max_value), "256M", 1024, G, 1,
 	  "largest JIT cache artifact a client may store" },
