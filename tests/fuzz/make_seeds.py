@@ -206,6 +206,22 @@ def cubin_debug_seeds():
                         b = bytearray(cubin)
                         b[off] ^= 0xff
                         out.append(head + bytes(b))
+        # The corpus's own paths, which its DWARF spells too (runs), and the
+        # layouts of other targets (sm_80's REL relocations, sm_100a's
+        # second line table and sections naming another's bytes).
+        for _, f in ptxs[:1]:
+            text = open(os.path.join(corpus, f), "rb").read()
+            path = re.search(rb'\.file\t1 "([^"]*)"', text).group(1)
+            for arch in (b"sm_90a", b"sm_80", b"sm_100a"):
+                ptx = re.sub(rb"\.target\s+sm_90a", b".target " + arch, text)
+                p = os.path.join(t, "k.ptx")
+                with open(p, "wb") as fo:
+                    fo.write(ptx.replace(b'"' + path + b'"', b'"' + path + b'", 1700000000, 4'))
+                r = subprocess.run([ptxas, "-lineinfo", "--gpu-name=" + arch.decode(), p, "-o",
+                                    p + ".o"], capture_output=True)
+                if r.returncode == 0:
+                    out.append(path + b"\t1700000000:4\n\0" + ptx + b"\0" +
+                               open(p + ".o", "rb").read())
         out.append(b"\0\0")
         out.append(b"/a/b.py\t-\n\0\t.file\t1 \"/a/b.py\"\n.section .debug_info\n{\n.b8 98\n.b8 46\n"
                    b".b8 112\n.b8 121\n.b8 0\n}\n\0\x7fELF")
