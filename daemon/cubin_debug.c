@@ -1301,11 +1301,13 @@ static size_t view_lines(const struct dbg_view *v)
 }
 
 /* from's .nv_debug_ptx_txt sec[0..n) with to's line count: each run's
- * entries (which must be empty) that many for to. 0, or -1 (why). */
+ * entries (which must be empty) that many for to, appended to out (NULL:
+ * only checked); its size in *nsize. 0, or -1 (why). */
 static int relay_ptx_txt(const unsigned char *sec, size_t n, const struct dbg_view *from,
-			 const struct dbg_view *to, struct buf *out, const char **why)
+			 const struct dbg_view *to, struct buf *out, uint64_t *nsize,
+			 const char **why)
 {
-	size_t i = 0, entry = 0, extra = 0;
+	size_t i = 0, entry = 0, extra = 0, copied = 0;
 
 	*why = ".nv_debug_ptx_txt does not hold the PTX's lines";
 	if (!n || sec[n - 1])
@@ -1315,36 +1317,39 @@ static int relay_ptx_txt(const unsigned char *sec, size_t n, const struct dbg_vi
 		size_t at = run->line + extra, lf = run_len(from, run), lt = run_len(to, run);
 		if (r && run->line <= from->runs[r - 1].line)
 			return -1;
-		while (entry < at) {    /* copy up to the run's first line */
+		for (; entry < at; entry++) {   /* up to the run's first line */
 			const unsigned char *z = memchr(sec + i, 0, n - i);
 			if (!z)
 				return -1;
-			size_t e = (size_t)(z - sec) + 1;
-			if (buf_append(out, sec + i, e - i) < 0)
-				goto oom;
-			i = e;
-			entry++;
+			i = (size_t)(z - sec) + 1;
 		}
+		if (out && buf_append(out, sec + copied, i - copied) < 0)
+			goto oom;
 		for (size_t k = 0; k < lf; k++, i++, entry++)
 			if (i >= n || sec[i])
 				return -1;      /* a byte of the run's shows */
-		for (size_t k = 0; k < lt; k++)
-			if (buf_append(out, "", 1) < 0)
+		copied = i;
+		if (out) {
+			if (buf_reserve(out, lt) < 0)
 				goto oom;
+			memset(out->data + out->len, 0, lt);
+			out->len += lt;
+		}
+		*nsize += lt - lf;
 		extra += lf - 1;
 	}
-	if (buf_append(out, sec + i, n - i) < 0)
+	if (out && buf_append(out, sec + copied, n - copied) < 0)
 		goto oom;
-	for (; i < n; i++)
-		entry += !sec[i];
+	for (const unsigned char *z; i < n && (z = memchr(sec + i, 0, n - i)); entry++)
+		i = (size_t)(z - sec) + 1;
 	if (entry != view_lines(from))
 		return -1;
+	*nsize += n;
 	return 0;
 oom:
 	*why = "out of memory";
 	return -1;
 }
-
 
 /* A relocation whose offset moves: entry `at` of section `sec`. */
 struct patch {
@@ -1430,7 +1435,7 @@ static int relocate(const unsigned char *d, size_t n, const struct dbg_view *fro
 		    const struct dbg_view *to, struct buf *out, const char **why)
 {
 	struct elf e;
-	struct buf want = BUF_INIT, put = BUF_INIT, txt = BUF_INIT, ph = BUF_INIT;
+	struct buf want = BUF_INIT, put = BUF_INIT, ph = BUF_INIT;
 	struct patch *patches = NULL;
 	size_t np = 0, base = out->len;
 	uint64_t start = UINT64_MAX, shoff, phoff, total;
@@ -1464,13 +1469,10 @@ static int relocate(const unsigned char *d, size_t n, const struct dbg_view *fro
 		if (s->off < start)
 			start = s->off;
 		if (s->role == PTX_TXT) {
-			if (txt.len) {
-				*why = "two copies of the PTX's lines";
+			s->nsize = 0;
+			if (relay_ptx_txt(d + s->off, (size_t)s->size, from, to, NULL, &s->nsize,
+					  why) < 0)
 				goto out;
-			}
-			if (relay_ptx_txt(d + s->off, (size_t)s->size, from, to, &txt, why) < 0)
-				goto out;
-			s->nsize = txt.len;
 			continue;
 		}
 		const unsigned char *line = d + s->off;
@@ -1532,7 +1534,8 @@ static int relocate(const unsigned char *d, size_t n, const struct dbg_view *fro
 			wr32(w, (uint32_t)(s->nsize - 4));
 			wr32(w + 6, (uint32_t)(rd32(line + 6) + delta));
 		} else if (s->role == PTX_TXT) {
-			if (buf_append(out, txt.data, txt.len) < 0)
+			uint64_t z = 0;
+			if (relay_ptx_txt(d + s->off, (size_t)s->size, from, to, out, &z, why) < 0)
 				goto out;
 		} else if (buf_append(out, d + s->off, (size_t)s->size) < 0) {
 			goto out;
@@ -1563,7 +1566,6 @@ out:
 	free(patches);
 	buf_free(&want);
 	buf_free(&put);
-	buf_free(&txt);
 	buf_free(&ph);
 	elf_free(&e);
 	return rc;
