@@ -30,10 +30,18 @@
  *    come after the code, so no instruction changes its line).
  *  - The sections are laid out in file order from the ELF header on, each
  *    at the next multiple of its alignment (zeros between, NOBITS taking
- *    no room), then the section headers at the next multiple of 8, then
- *    the program headers; a program header's offset is that of the first
- *    section it covers (or of the program headers). Symbols and other
- *    relocations name section offsets, not file offsets.
+ *    no room; a section of the offset and size of an earlier one names its
+ *    bytes, sm_100's .nv.merc.* copies), then the section headers at the
+ *    next multiple of 8, then the program headers. A program header starts
+ *    where the sections at its offset go (or at the program headers), its
+ *    file size ends where the sections ending its bytes (or the NOBITS
+ *    starting there) go, and its memory size keeps what it adds to that
+ *    (sm_80 has one over .nv.constant* and .text). Symbols and other
+ *    relocations name section offsets, not file offsets; REL (sm_80) and
+ *    RELA relocations into the line program move with it.
+ *  - sm_100 on: a second line table, .nv.merc.debug_line, with the same
+ *    header (and its .nv.merc.rela relocations), and .nv.merc.nv_debug_
+ *    ptx_txt naming .nv_debug_ptx_txt's bytes. Both are laid out alike.
  *  - The .debug_info byte lists are not copied; only their line count
  *    shows (above), nor are the DWARF values their lengths decide (the
  *    unit's length, DIE offsets such as DW_AT_abstract_origin).
