@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Portable -lineinfo cubins relocated to paths and stamps of any length
 (daemon/cubin_debug.c's dbg_rewrite()): the widened oracle.
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * relocdrive: daemon/cubin_debug.c on its own against cubins of the real
  * ptxas, for tests/test_reloc.py's oracle.

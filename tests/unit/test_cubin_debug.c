@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * daemon/cubin_debug.c without CUDA: the shape (what the key hashes) of
  * PTX whose paths differ in length, the views, and layouts of a real
