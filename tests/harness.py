@@ -152,6 +152,17 @@ class Daemon:
     def stats(self):
         return json.loads(self.cli("stats", "--json").stdout)
 
+    def wait_stats(self, pred, what, limit=60):
+        """The first stats for which pred holds, polled; fails after limit s
+        naming what never happened."""
+        deadline = time.time() + limit
+        while True:
+            s = self.stats()
+            if pred(s):
+                return s
+            assert time.time() < deadline, "%s never happened: %s" % (what, s)
+            time.sleep(0.01)
+
     def workers(self, background=False):
         """Pids of the daemon's worker processes, once all have started;
         background: its background (confirmation) workers instead, named

@@ -137,16 +137,6 @@ def test_hits_never_wait_behind_compiles():
         assert all(r["status"] == 0 and r["output"] for r in rest), rest
 
 
-def wait_stats(d, pred, what, limit=60):
-    deadline = time.time() + limit
-    while True:
-        s = d.stats()
-        if pred(s):
-            return s
-        assert time.time() < deadline, "%s never happened: %s" % (what, s)
-        time.sleep(0.01)
-
-
 def padded(tag, size):
     """A small kernel whose request is about size bytes (a long comment)."""
     return small(tag) + b"; " + b"x" * size + b"\n"
@@ -165,9 +155,9 @@ def test_flood_waits_its_turn_and_another_users_request_goes_first():
         try:
             flood = Raw(d.socket, timeout=120)
             flood.send(b"".join(compile_frame(i, small("flood%d" % i)) for i in range(1, 9)))
-            wait_stats(d, lambda s: s["jobs_running"] == 1 and s["jobs_queued"] == 7, "the flood")
+            d.wait_stats(lambda s: s["jobs_running"] == 1 and s["jobs_queued"] == 7, "the flood")
             other = RawAs(d.socket, nobody, compile_frame(1, small("single")))
-            s = wait_stats(d, lambda s: s["jobs_queued"] == 8, "the other user's request")
+            s = d.wait_stats(lambda s: s["jobs_queued"] == 8, "the other user's request")
             assert s["users_waiting"] == 2 and s["refused_jobs"] == 0, s
             time.sleep(0.3)     # the flood's running job: worker time, a quantum's worth
         finally:
@@ -204,7 +194,7 @@ def test_per_user_running_cap_queues_the_rest():
         try:
             c = Raw(d.socket, timeout=120)
             c.send(b"".join(compile_frame(i, small("capped%d" % i)) for i in range(1, 4)))
-            s = wait_stats(d, lambda s: s["jobs_running"] + s["jobs_queued"] == 3, "queued")
+            s = d.wait_stats(lambda s: s["jobs_running"] + s["jobs_queued"] == 3, "queued")
             time.sleep(0.2)
             s = d.stats()
             assert s["jobs_running"] == 1 and s["jobs_queued"] == 2, s
@@ -232,7 +222,7 @@ def test_memory_bound_refuses_with_the_reason():
         try:
             root = Raw(d.socket, timeout=120)
             root.send(compile_frame(1, padded("big1", 40000)))
-            wait_stats(d, lambda s: s["jobs_running"] == 1, "the first compile")
+            d.wait_stats(lambda s: s["jobs_running"] == 1, "the first compile")
             root.send(compile_frame(2, padded("big2", 40000)) +
                       compile_frame(3, padded("big1", 40000)))  # joins 1: holds nothing
             t, body = root.recv_frame()
@@ -240,14 +230,14 @@ def test_memory_bound_refuses_with_the_reason():
             assert t == 0xff and e["id"] == 2 and e["code"] == "busy", e
             assert "uid 0" in e["message"] and "max-queued-bytes-per-uid" in e["message"], e
             ok_b = RawAs(d.socket, b, compile_frame(1, padded("big3", 40000)))
-            wait_stats(d, lambda s: s["jobs_queued"] == 1, "the second user's compile")
+            d.wait_stats(lambda s: s["jobs_queued"] == 1, "the second user's compile")
             refused_c = RawAs(d.socket, c, compile_frame(1, padded("big4", 40000)))
             (_, typ, body), = refused_c.replies()
             e = mp_unpack(body)
             assert typ == 0xff and e["code"] == "busy", e
             assert "max-queued-bytes " in e["message"] and "per-uid" not in e["message"], e
             ok_c = RawAs(d.socket, c, compile_frame(2, small("fits")))
-            s = wait_stats(d, lambda s: s["jobs_queued"] == 2, "the small compile")
+            s = d.wait_stats(lambda s: s["jobs_queued"] == 2, "the small compile")
             assert s["refused_jobs"] == 2 and s["dedup_joins"] == 1, s
             assert 80000 < s["queued_bytes"] < 100000, s
         finally:

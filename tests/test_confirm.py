@@ -40,16 +40,6 @@ def daemon(**kw):
     return d
 
 
-def wait_stats(d, pred, what, limit=60):
-    deadline = time.time() + limit
-    while True:
-        s = d.stats()
-        if pred(s):
-            return s
-        assert time.time() < deadline, "%s never happened: %s" % (what, s)
-        time.sleep(0.02)
-
-
 def test_one_user_pays_nothing_in_the_foreground_then_everyone_hits():
     """A first user's compiles are answered as they come; each new entry is
     confirmed afterwards, in idle time, by a worker of its own; then a
@@ -60,7 +50,7 @@ def test_one_user_pays_nothing_in_the_foreground_then_everyone_hits():
             assert d.cli("llc", *FLAGS, input=k).stdout == llc_bytes(k)
         s = d.stats()
         assert s["compiles"] == 4 and s["sharing"] == "confirm", s
-        s = wait_stats(d, lambda s: s["confirmations"] == 4, "four confirmations")
+        s = d.wait_stats(lambda s: s["confirmations"] == 4, "four confirmations")
         assert s["confirm_compiles"] == 4 and s["confirm_mismatches"] == 0, s
         assert s["confirms_pending"] == 0 and s["confirms_dropped"] == 0, s
         for k in kernels:                       # confirmed: everyone hits
@@ -99,7 +89,7 @@ def test_confirmation_stops_while_foreground_jobs_wait():
     with Daemon(workers=1, binary=PROBE_DAEMON) as d:
         r = d.cli("compile", "--json", "-", input=spin, check=False)
         assert b"spin: ok" in r.stdout, r.stdout
-        wait_stats(d, lambda s: s["confirms_running"] == 1, "the confirmation running")
+        d.wait_stats(lambda s: s["confirms_running"] == 1, "the confirmation running")
         (bg,) = d.workers(background=True)
         c = Raw(d.socket, timeout=60)
         t0 = time.time()
@@ -130,7 +120,7 @@ def test_confirmation_stops_while_foreground_jobs_wait():
         assert busy and all(x["confirms_running"] == 0 for x in busy), busy
         assert any(x["confirms_paused"] == 1 for x in busy), busy
         assert len(ticks) >= 2 and ticks[-1] - ticks[0] <= 2, ticks
-        s = wait_stats(d, lambda s: s["confirmations"] == 1, "the confirmation")
+        s = d.wait_stats(lambda s: s["confirmations"] == 1, "the confirmation")
         assert s["confirm_pauses"] >= 1 and s["confirm_compiles"] == 1, s
         assert s["confirm_mismatches"] == 0 and s["worker_crashes"] == 0, s
     print("     4 compiles of 0.15 s answered in %.2f s beside a stopped 1.5 s confirmation "
@@ -149,7 +139,7 @@ def test_pending_confirmations_are_bounded_oldest_dropped():
                         for i, k in enumerate(big)))
         replies = [mp_unpack(c.recv_frame()[1]) for _ in range(8)]
         assert all(x["status"] == 0 for x in replies), replies
-        s = wait_stats(d, lambda s: s["confirmations"] + s["confirms_dropped"] == 8,
+        s = d.wait_stats(lambda s: s["confirmations"] + s["confirms_dropped"] == 8,
                        "the confirmations")
         # 64 KiB holds three of these (20 KB and a flight's overhead each).
         assert s["confirms_dropped"] == 5 and s["confirmations"] == 3, s
