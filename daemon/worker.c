@@ -707,8 +707,10 @@ static void handle_reply(struct worker *w, const struct frame_hdr *h,
 		if (res.status == JOB_FATAL || res.status == JOB_FATAL_EXIT) {
 			/* The worker ends after sending this (LLVM's state is
 			 * not to be trusted after a fatal error). */
-			if (res.status == JOB_FATAL)
-				w->pool->counters.crashes++;
+			if (res.status == JOB_FATAL && !w->background)
+				w->pool->counters.crashes++;   /* a confirmation that
+				                                  reproduces a recorded fatal
+				                                  error is no new crash */
 			mark_dying(w);
 		} else if (w->background) {
 			retire(w);      /* one job each: a fresh tenant per job */

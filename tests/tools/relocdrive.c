@@ -63,20 +63,31 @@ static int scan(const char *ptx, const char *src, struct buf *p, struct buf *s,
 	return dbg_scan(p->data, p->len, s->data, ds);
 }
 
+/* Every exit frees what it read (a sanitized build checks for leaks). */
+static struct buf p = BUF_INIT, s = BUF_INIT, c = BUF_INIT, stored = BUF_INIT;
+static struct dbg_scan base;
+
+static int finish(int rc)
+{
+	dbg_scan_free(&base);
+	buf_free(&p);
+	buf_free(&s);
+	buf_free(&c);
+	buf_free(&stored);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
-	struct buf p = BUF_INIT, s = BUF_INIT, c = BUF_INIT, stored = BUF_INIT;
-	struct dbg_scan base = { 0 };
 	const char *why = "";
 
 	if (argc == 4 && !strcmp(argv[1], "--shape")) {
-		int r = scan(argv[2], argv[3], &p, &s, &base);
-		if (r != 1)
-			return 2;
+		if (scan(argv[2], argv[3], &p, &s, &base) != 1)
+			return finish(2);
 		fwrite(base.layout.data, 1, base.layout.len, stdout);
 		fputc('\n', stdout);
 		fwrite(base.shape.data, 1, base.shape.len, stdout);
-		return 0;
+		return finish(0);
 	}
 	if (argc < 4 || (argc - 4) % 3) {
 		fprintf(stderr, "usage: relocdrive BASE.ptx BASE.src BASE.cubin [PTX SRC CUBIN]...\n");
@@ -84,14 +95,14 @@ int main(int argc, char **argv)
 	}
 	if (scan(argv[1], argv[2], &p, &s, &base) != 1) {
 		printf("base: not-portable\n");
-		return 2;
+		return finish(2);
 	}
 	if (slurp(argv[3], &c) < 0)
-		return 1;
+		return finish(1);
 	int r = dbg_rewrite(c.data, c.len, &base.view, &base.canon, &stored, &why);
 	if (r) {
 		printf("base: %s: %s\n", r == DBG_UNMODELLED ? "unmodelled" : "error", why);
-		return 2;
+		return finish(2);
 	}
 	for (int i = 4; i < argc; i += 3) {
 		struct buf vp = BUF_INIT, vs = BUF_INIT, vc = BUF_INIT, got = BUF_INIT;
@@ -127,10 +138,5 @@ int main(int argc, char **argv)
 		buf_free(&vc);
 		buf_free(&got);
 	}
-	dbg_scan_free(&base);
-	buf_free(&p);
-	buf_free(&s);
-	buf_free(&c);
-	buf_free(&stored);
-	return 0;
+	return finish(0);
 }
