@@ -356,21 +356,6 @@ static void lease_grant(struct slot *s, struct conn *c)
 static struct waiter *waiter_add(struct slot *s, struct conn *c, uint64_t id,
 				 int want_lease, int64_t wait_ms);
 
-/* A waiting request holds its connection, and keeps it from idling out. */
-static void conn_hold(struct conn *c)
-{
-	c->refs++;
-	c->waiting++;
-	conn_arm(c);
-}
-
-static void conn_unhold(struct conn *c)
-{
-	c->waiting--;
-	conn_arm(c);
-	conn_unref(c);
-}
-
 /* Free a waiter already off its slot's list (its slot may be gone). */
 static void waiter_free(struct waiter *w)
 {

@@ -113,9 +113,7 @@ int flight_add_waiter(struct flight *f, struct conn *c, uint64_t id)
 	wt->view = NULL;
 	wt->next = f->waiters;
 	f->waiters = wt;
-	c->refs++;
-	c->waiting++;
-	conn_arm(c);
+	conn_hold(c);
 	/* Acknowledged at once: the client now knows the daemon is at it. */
 	conn_send_progress(c, id, pool_job_running(&f->job) ? "running" : "queued");
 	return 0;
@@ -434,9 +432,7 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 		free(wt->then);
 		if (wt->view)
 			view_free(wt->view);
-		wt->conn->waiting--;
-		conn_arm(wt->conn);
-		conn_unref(wt->conn);
+		conn_unhold(wt->conn);
 		free(wt);
 	}
 	buf_free(&f->job.frame);

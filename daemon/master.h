@@ -157,6 +157,12 @@ void conn_arm(struct conn *c);
 /* Drop a reference to c; the last one frees it. */
 void conn_unref(struct conn *c);
 
+/* A request of c's now waits (a flight, an artifact's producer): it holds
+ * a reference, and c does not idle out meanwhile. conn_unhold() when it is
+ * answered or dropped. */
+void conn_hold(struct conn *c);
+void conn_unhold(struct conn *c);
+
 /* Forget a peer that holds nothing any more (NULL: nothing). */
 void peer_put(struct server *s, struct peer *p);
 

@@ -110,6 +110,20 @@ void conn_unref(struct conn *c)
 		free(c);
 }
 
+void conn_hold(struct conn *c)
+{
+	c->refs++;
+	c->waiting++;
+	conn_arm(c);
+}
+
+void conn_unhold(struct conn *c)
+{
+	c->waiting--;
+	conn_arm(c);
+	conn_unref(c);
+}
+
 static void conn_close(struct conn *c)
 {
 	if (c->state == CONN_CLOSED)
