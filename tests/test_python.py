@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 
-from harness import BUILD, CLI, ROOT, Daemon, Skip
+from harness import CLI, ROOT, Daemon, Skip
 from sysutil import make_reachable, setpriv
 
 PKG = os.path.join(ROOT, "python")
@@ -33,11 +33,14 @@ from ptxcache import artifacts, client, errors, wire  # noqa: E402
 
 def clean_env(tmp, sock=None, **extra):
     """The environment of a job: nothing of ptxcache's, Triton's or
-    PyTorch's from ours; the package and the stand-ins importable."""
+    PyTorch's from ours; the package and the stand-ins importable; the
+    ptxcache binary (the ptxas front's target) the one under test, which
+    need not be the source tree's build/ (make check-asan)."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PTXCACHE_", "TRITON_", "TORCH", "PYTHON", "XDG_"))}
     env.update(PYTHONPATH=PKG + os.pathsep + STUBS, HOME=tmp, XDG_CACHE_HOME=os.path.join(tmp, "xdg"),
-               TRITON_CACHE_DIR=os.path.join(tmp, "triton"), PYTHONDONTWRITEBYTECODE="1")
+               TRITON_CACHE_DIR=os.path.join(tmp, "triton"), PYTHONDONTWRITEBYTECODE="1",
+               PTXCACHE_BIN=CLI)
     if sock:
         env["PTXCACHE_SOCKET"] = sock
     env.update(extra)
@@ -556,8 +559,7 @@ def test_python_status_says_what_is_wired():
     try:
         with Daemon(workers=1) as d:
             need_artifacts(d)
-            env = clean_env(tmp, d.socket, PTXCACHE_TORCH="1", PYTHONUSERBASE=pth_site(tmp),
-                            PTXCACHE_BIN=os.path.join(BUILD, "ptxcache"))
+            env = clean_env(tmp, d.socket, PTXCACHE_TORCH="1", PYTHONUSERBASE=pth_site(tmp))
             r = subprocess.run([sys.executable, "-m", "ptxcache", "status", "--json"], env=env,
                                capture_output=True, text=True, timeout=60)
             assert r.returncode == 0, r.stderr
