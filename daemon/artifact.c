@@ -546,6 +546,14 @@ static int parse_name(const struct msg *m, char ns[NS_MAX + 1], char **key, cons
 	return 0;
 }
 
+/* One debug line per answer, to follow a JIT's lookups (--log-level debug). */
+static void trace(const struct conn *c, const char *what, const char *ns, const struct key *k,
+		  const char *outcome, size_t len)
+{
+	log_debug("conn %llu: artifact %s %s %.16s: %s (%zu bytes)",
+		  (unsigned long long)c->serial, what, ns, k->hex, outcome, len);
+}
+
 static void artifact_get(struct conn *c, uint64_t id, const struct msg *m)
 {
 	struct artifacts *a = c->srv->arts;
@@ -571,6 +579,7 @@ static void artifact_get(struct conn *c, uint64_t id, const struct msg *m)
 	}
 	if (store_get(a->store, k.hash, &r) == 1 && r.kind == STORE_ARTIFACT) {
 		a->n.hits++;
+		trace(c, "get", ns, &k, "hit", r.data.len);
 		reply_get(c, id, &r.data, 0);
 		store_result_free(&r);
 		goto out;
@@ -581,6 +590,7 @@ static void artifact_get(struct conn *c, uint64_t id, const struct msg *m)
 	if (s && s->holder == c) {
 		/* Its own lease: nothing to wait for. */
 		a->n.misses++;
+		trace(c, "get", ns, &k, "miss, its own lease", 0);
 		reply_get(c, id, NULL, s->token);
 		goto out;
 	}
@@ -594,6 +604,7 @@ static void artifact_get(struct conn *c, uint64_t id, const struct msg *m)
 			conn_send_error(c, id, "internal", "out of memory");
 		} else {
 			a->n.waits++;
+			trace(c, "get", ns, &k, s->fetching ? "waits for Redis" : "waits for its producer", 0);
 			conn_send_progress(c, id, "waiting");
 		}
 		goto out;
@@ -601,6 +612,7 @@ static void artifact_get(struct conn *c, uint64_t id, const struct msg *m)
 	a->n.misses++;
 	struct l2 *l2 = a->l2 ? *a->l2 : NULL;
 	if (!want_lease && !l2) {
+		trace(c, "get", ns, &k, "miss", 0);
 		reply_get(c, id, NULL, 0);
 		goto out;
 	}
@@ -626,10 +638,12 @@ static void artifact_get(struct conn *c, uint64_t id, const struct msg *m)
 		}
 		l2_space(scope, space, sizeof space);
 		s->fetching = 1;
+		trace(c, "get", ns, &k, "miss, asking Redis", 0);
 		l2_get_in(l2, space, s->key, on_l2, s);
 		goto out;
 	}
 	lease_grant(s, c);
+	trace(c, "get", ns, &k, "miss, a lease", 0);
 	reply_get(c, id, NULL, s->token);
 out:
 	free(ukey);
@@ -698,6 +712,7 @@ static void artifact_put(struct conn *c, uint64_t id, const struct msg *m)
 		struct buf value = { .data = (char *)val, .len = len };
 		slot_finish(s, &value);
 	}
+	trace(c, "put", ns, &k, stored ? "stored" : "not stored", len);
 	if (stored)
 		reply_simple(c, FRAME_ARTIFACT_PUT, id, "stored");
 	else

@@ -587,6 +587,8 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 		s->conns->prev = c;
 	s->conns = c;
 	c->uid = cr.uid;
+	log_debug("conn %llu: uid %u pid %d", (unsigned long long)c->serial, (unsigned)cr.uid,
+		  (int)cr.pid);
 	c->peer = peer_get(s, cr.uid);
 	if (c->peer)
 		c->peer->conns++;

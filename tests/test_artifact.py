@@ -97,6 +97,29 @@ def test_cli_put_get_exit_codes_and_bytes():
         assert "ptxcache_artifact_entries 1" in prom, prom
 
 
+def test_debug_log_follows_each_get_and_put_by_hash():
+    """--log-level debug: one line per answer, naming the connection (and,
+    once, its peer's pid), the namespace and the derived key's hash, never
+    the client's key."""
+    import re
+    with Daemon(workers=1, extra=["--log-level", "debug"]) as d:
+        with tempfile.NamedTemporaryFile() as f:
+            f.write(b"x" * 1000)
+            f.flush()
+            assert cli(d, "artifact", "put", "triton", "some/path/key", f.name).returncode == 0
+        assert cli(d, "artifact", "get", "triton", "some/path/key").returncode == 0
+        assert cli(d, "artifact", "get", "triton", "other/path/key").returncode == 1
+        text = d.logtext()
+        lines = re.findall(r"conn (\d+): artifact (get|put) triton ([0-9a-f]{16}): (.*) \((\d+) bytes\)",
+                           text)
+        assert [(op, out, n) for _c, op, _h, out, n in lines] == [
+            ("put", "stored", "1000"), ("get", "hit", "1000"), ("get", "miss", "0")], text
+        assert lines[0][2] == lines[1][2] != lines[2][2], lines
+        for conn, *_ in lines:
+            assert re.search(r"conn %s: uid %d pid \d+" % (conn, os.geteuid()), text), text
+        assert "path/key" not in text
+
+
 def test_artifacts_survive_restart_and_kill_9():
     with Daemon(workers=1) as d:
         c = Client(d.socket)

@@ -355,7 +355,7 @@ for cls, cid in ids.items():
     c.put("key-" + cls, {"data": "value of " + cls, "time_taken_ms": 1})
     out[cls] = [type(c.backend).__name__, isinstance(c.backend, rc.RemoteCacheBackend), miss,
                 c.get("key-" + cls)]
-out["stats"] = rc.cache_stats.stats
+out["stats"] = {name: vars(st) for name, st in rc.cache_stats._stats.items()}
 print(json.dumps(out))
 """
 

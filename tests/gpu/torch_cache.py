@@ -36,6 +36,7 @@ bundle: ptxcached, ptxcache, redis-server with its libraries, the package)
 and runs Triton's own ptxas, so every cubin is the one Triton would make.
 """
 import argparse
+import gzip
 import hashlib
 import json
 import os
@@ -131,6 +132,11 @@ if "ptxcache" in sys.modules:
     import ptxcache.artifacts, ptxcache.torch, ptxcache.inductor
     res["ptxcache"] = {"state": ptxcache.torch.state(), "counts": ptxcache.artifacts.store().counts,
                        "installed": ptxcache.inductor.installed()}
+try:
+    from torch._inductor import remote_cache
+    res["remote_cache_stats"] = {k: vars(v) for k, v in remote_cache.cache_stats._stats.items()}
+except Exception as e:
+    res["remote_cache_stats"] = repr(e)
 res["env"] = {k: os.environ.get(k) for k in ("TRITON_CACHE_MANAGER", "TRITON_PTXAS_PATH",
               "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE", "TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE")}
 with open(out_path, "w") as f:
@@ -191,13 +197,13 @@ class Redis:
 
 
 class Daemon:
-    def __init__(self, tools, work, name, redis=None, secret=None, workers=8):
+    def __init__(self, tools, work, name, redis=None, secret=None, workers=8, log_level="warning"):
         self.tools = tools
         self.dir = os.path.join(work, name)
         os.makedirs(self.dir)
         self.sock = os.path.join(self.dir, "s.sock")
         args = [tools.daemon, "--socket", self.sock, "--cache-dir", os.path.join(self.dir, "cache"),
-                "--workers", str(workers), "--log-level", "warning"]
+                "--workers", str(workers), "--log-level", log_level]
         p = triton_ptxas()
         if p:
             args += ["--ptxas", p]
@@ -311,6 +317,7 @@ def finish_child(p, out, t0, timeout):
     with open(out) as f:
         r = json.load(f)
     r["process_s"] = wall
+    r["pid"] = p.pid
     warns = [line for line in text.splitlines() if "ptxcache" in line and "WARNING" in line.upper()]
     if warns:
         r["warnings"] = warns[:5]
@@ -334,13 +341,16 @@ def one_case(args, tools, work, model, mode, results):
     res = results.setdefault(key, {})
     log("%s:" % key)
     t = args.timeout
+    runs = set(args.runs.split(","))
     pth = pth_base(work, tools)
     # Anchors: cold, then the cold run's own directories again.
-    env, dirs = child_env(work, tools, "cold")
-    res["cold"] = run_one(work, model, mode, env, "cold", t)
-    env, _ = child_env(work, tools, "local", dirs=dirs)
-    res["local"] = run_one(work, model, mode, env, "local", t)
-    save(args, results)
+    if "cold" in runs:
+        env, dirs = child_env(work, tools, "cold")
+        res["cold"] = run_one(work, model, mode, env, "cold", t)
+        if "local" in runs:
+            env, _ = child_env(work, tools, "local", dirs=dirs)
+            res["local"] = run_one(work, model, mode, env, "local", t)
+        save(args, results)
     # The package: a daemon with Redis, then a second one on that Redis.
     redis = secret = None
     if os.access(tools.redis, os.X_OK):
@@ -352,20 +362,22 @@ def one_case(args, tools, work, model, mode, results):
         except Exception as e:
             res["redis_error"] = str(e)
             redis = None
-    d1 = Daemon(tools, work, "d1-%s-%s" % (model, mode.replace("-", "")), redis, secret)
+    name = "d1-%s-%s" % (model, mode.replace("-", ""))
+    d1 = Daemon(tools, work, name, redis, secret, log_level=args.daemon_log)
     try:
-        env, _ = child_env(work, tools, "pkgcold", daemon=d1, pth=pth)
-        res["pkg-cold"] = run_one(work, model, mode, env, "pkg-cold", t)
-        env, _ = child_env(work, tools, "pkgwarm", daemon=d1, pth=pth)
-        res["pkg-warm"] = run_one(work, model, mode, env, "pkg-warm", t)
-        res["pkg-warm"]["daemon"] = {k: v for k, v in d1.stats().items() if k.startswith("artifact")}
-        save(args, results)
-        # Another fresh process on the same daemon: what the first warm
-        # one stored (Inductor's autotuning, redone there) is in too.
-        env, _ = child_env(work, tools, "pkgwarm2", daemon=d1, pth=pth)
-        res["pkg-warm2"] = run_one(work, model, mode, env, "pkg-warm2", t)
-        save(args, results)
-        if redis:
+        for tag in ("pkg-cold", "pkg-warm", "pkg-warm2"):
+            # pkg-warm2: another fresh process on the same daemon, with
+            # what the first warm one stored too.
+            env, _ = child_env(work, tools, tag.replace("-", ""), daemon=d1, pth=pth)
+            log_at = os.path.getsize(d1.log.name)
+            res[tag] = run_one(work, model, mode, env, tag, t)
+            res[tag]["daemon"] = {k: v for k, v in d1.stats().items() if k.startswith("artifact")}
+            res[tag]["daemon_log_at"] = log_at
+            save(args, results)
+        if args.daemon_log != "warning":
+            with open(d1.log.name, "rb") as f, gzip.open(os.path.join(args.out, name + ".log.gz"), "wb") as g:
+                shutil.copyfileobj(f, g)
+        if redis and "pkg-l2" in runs:
             time.sleep(2.0)     # the daemon publishes to Redis in the background
             d2 = Daemon(tools, work, "d2-%s-%s" % (model, mode.replace("-", "")), redis, secret)
             try:
@@ -375,13 +387,15 @@ def one_case(args, tools, work, model, mode, results):
                                            if k.startswith("artifact") or k.startswith("l2_")}
             finally:
                 d2.stop()
-        else:
+        elif "pkg-l2" in runs:
             res["pkg-l2"] = {"error": "not run: no redis-server (%s)" % res.get("redis_error", "not carried")}
     finally:
         d1.stop()
         if redis:
             redis.stop()
     save(args, results)
+    if "four" not in runs:
+        return
     # Four processes together on a cold daemon.
     d3 = Daemon(tools, work, "d3-%s-%s" % (model, mode.replace("-", "")))
     try:
@@ -449,6 +463,11 @@ def main():
     ap.add_argument("--models", default="cnn,mixer")
     ap.add_argument("--modes", default="default,max-autotune-no-cudagraphs")
     ap.add_argument("--timeout", type=int, default=400, help="seconds a run may take")
+    ap.add_argument("--runs", default="cold,local,pkg-l2,four",
+                    help="which runs besides pkg-cold, pkg-warm, pkg-warm2 (local needs cold)")
+    ap.add_argument("--daemon-log", default="warning",
+                    help="the first daemon's --log-level; other than warning, its log is "
+                         "written to OUT/d1-*.log.gz (debug: every artifact get and put)")
     ap.add_argument("--report", nargs="*", help="merge these results.json into one table")
     args = ap.parse_args()
     if args.report:

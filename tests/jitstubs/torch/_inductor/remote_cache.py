@@ -2,6 +2,8 @@
 """Test stand-in for torch/_inductor/remote_cache.py (PyTorch 2.11): the
 classes a backend override plugs into, with PyTorch's call shapes (see
 tests/jitstubs/README.md)."""
+import collections
+import dataclasses
 import json
 import sys
 
@@ -11,15 +13,32 @@ except ImportError:
     redis = None
 
 
-class _Stats:
+@dataclasses.dataclass
+class _CacheStat:
+    miss: int = 0
+    hit: int = 0
+    put: int = 0
+    exception: int = 0
+
+
+class _CacheStats:
     def __init__(self):
-        self.stats = {}
+        self._stats = collections.defaultdict(_CacheStat)
 
-    def add(self, name, what):
-        self.stats.setdefault(name, {"hit": 0, "miss": 0, "put": 0, "exception": 0})[what] += 1
+    def get(self, name, value):
+        if value is None:
+            self._stats[name].miss += 1
+        else:
+            self._stats[name].hit += 1
+
+    def put(self, name):
+        self._stats[name].put += 1
+
+    def exception(self, name):
+        self._stats[name].exception += 1
 
 
-cache_stats = _Stats()
+cache_stats = _CacheStats()
 
 
 class RemoteCacheBackend:
@@ -35,18 +54,18 @@ class RemoteCacheBackend:
     def get(self, key):
         try:
             value = self._get(key)
-            cache_stats.add(self._name, "miss" if value is None else "hit")
+            cache_stats.get(self._name, value)
         except Exception:
-            cache_stats.add(self._name, "exception")
+            cache_stats.exception(self._name)
             raise
         return value
 
     def put(self, key, data):
         try:
             self._put(key, data)
-            cache_stats.add(self._name, "put")
+            cache_stats.put(self._name)
         except Exception:
-            cache_stats.add(self._name, "exception")
+            cache_stats.exception(self._name)
             raise
 
 
