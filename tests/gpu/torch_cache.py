@@ -7,6 +7,7 @@ see tests/gpu/README.md.
 
     python3 tests/gpu/torch_cache.py --bundle gpu-carry-py/bundle.tar.xz --out $OUT \
         [--models cnn,mixer] [--modes default,max-autotune-no-cudagraphs]
+        [--runs cold,local,pkg-l2,four] [--daemon-log debug]
 
 Two models of this script's own: `cnn`, inference (a small convolutional
 net, eval, no_grad), and `mixer`, one training step (two MLP-Mixer blocks,
