@@ -42,13 +42,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-
-#include <grp.h>
 
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
+#include "daemon/config.h"
 #include "daemon/key.h"
 #include "daemon/l2.h"
 #include "daemon/log.h"
@@ -153,42 +151,25 @@ int64_t artifact_scope(struct artifacts *a, struct conn *c)
 {
 	if (a->cfg.trust)
 		return ARTIFACT_SCOPE_ALL;
-	if (a->ngroups) {
-		gid_t groups[256];
-		socklen_t len = sizeof groups;
-		int fd = c->bev ? bufferevent_getfd(c->bev) : -1, n = 0;
-		if (fd >= 0 && getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0)
-			n = (int)(len / sizeof groups[0]);
-		for (int g = 0; g < a->ngroups; g++)
-			for (int i = 0; i < n; i++)
-				if (groups[i] == a->groups[g])
-					return ARTIFACT_SCOPE_GROUP(a->groups[g]);
-	}
+	for (int g = 0; g < a->ngroups; g++)
+		for (int i = -1; i < c->ngroups; i++)
+			if ((i < 0 ? c->gid : c->groups[i]) == a->groups[g])
+				return ARTIFACT_SCOPE_GROUP(a->groups[g]);
 	return (int64_t)c->uid;
 }
 
 static void resolve_groups(struct artifacts *a)
 {
 	char item[256];
+	unsigned id;
 
 	a->ngroups = 0;
-	for (const char *p = a->cfg.groups; p && *p && a->ngroups < MAX_GROUPS;) {
-		size_t n = strcspn(p, ", ");
-		if (n && n < sizeof item) {
-			memcpy(item, p, n);
-			item[n] = '\0';
-			char *end;
-			unsigned long v = strtoul(item, &end, 10);
-			struct group *g = *end ? getgrnam(item) : NULL;
-			if (!*end)
-				a->groups[a->ngroups++] = (gid_t)v;
-			else if (g)
-				a->groups[a->ngroups++] = g->gr_gid;
-			else
-				log_warn("artifact-groups: no group '%s'", item);
-		}
-		p += n;
-		p += strspn(p, ", ");
+	for (const char *p = a->cfg.groups;
+	     a->ngroups < MAX_GROUPS && config_list_next(&p, item, sizeof item);) {
+		if (config_list_id(item, 1, &id))
+			a->groups[a->ngroups++] = (gid_t)id;
+		else
+			log_warn("artifact-groups: no group '%s'", item);
 	}
 }
 

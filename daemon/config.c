@@ -13,6 +13,8 @@
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -508,4 +510,41 @@ int config_reload(struct server_config *cfg, struct buf *err)
 	}
 	log_threshold = (enum log_level)cfg->log_level;
 	return 0;
+}
+
+int config_list_next(const char **p, char *item, size_t n)
+{
+	while (*p && **p) {
+		size_t len = strcspn(*p, ", ");
+		const char *at = *p;
+		*p += len;
+		*p += strspn(*p, ", ");
+		if (len && len < n) {
+			memcpy(item, at, len);
+			item[len] = '\0';
+			return 1;
+		}
+	}
+	return 0;
+}
+
+int config_list_id(const char *item, int is_group, unsigned *id)
+{
+	char *end;
+	unsigned long v = strtoul(item, &end, 10);
+
+	if (!*end && end != item) {
+		*id = (unsigned)v;
+		return 1;
+	}
+	if (is_group) {
+		struct group *g = getgrnam(item);
+		if (g)
+			*id = g->gr_gid;
+		return g != NULL;
+	}
+	struct passwd *pw = getpwnam(item);
+	if (pw)
+		*id = pw->pw_uid;
+	return pw != NULL;
 }

@@ -33,4 +33,13 @@ int config_load(struct server_config *cfg, int argc, char **argv,
  * logged. */
 int config_reload(struct server_config *cfg, struct buf *err);
 
+/* Lists of users or groups ("alice, 1001 render", the access and sharing
+ * settings): copies the next item of *p into item (n bytes, NUL included;
+ * longer items are skipped) and returns 1, or 0 at the list's end. */
+int config_list_next(const char **p, char *item, size_t n);
+
+/* The id an item names: a number, or a group's (is_group) or user's name.
+ * 1 and *id set, or 0 where no such group or user exists. */
+int config_list_id(const char *item, int is_group, unsigned *id);
+
 #endif

@@ -55,6 +55,9 @@ struct conn {
 	uint64_t serial;
 	struct peer *peer;      /* NULL if it could not be allocated */
 	uid_t uid;              /* SO_PEERCRED: who it is, always set */
+	gid_t gid;              /* its primary group */
+	gid_t *groups;          /* and its others (SO_PEERGROUPS), or NULL */
+	int ngroups;
 	struct event *timer;    /* header or idle timeout, see conn_arm() */
 	enum { TIMER_NONE, TIMER_HEADER, TIMER_IDLE } timer_mode;
 	int partial;            /* a frame has started but not arrived whole */

@@ -29,8 +29,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
-#include <grp.h>
-#include <pwd.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,8 +104,10 @@ void peer_put(struct server *s, struct peer *p)
 
 void conn_unref(struct conn *c)
 {
-	if (--c->refs == 0)
+	if (--c->refs == 0) {
+		free(c->groups);
 		free(c);
+	}
 }
 
 void conn_hold(struct conn *c)
@@ -499,50 +499,39 @@ static void on_conn_event(struct bufferevent *bev, short what, void *arg)
 static int listed(const char *list, unsigned id, int is_group)
 {
 	char item[256];
+	unsigned v;
 
-	for (const char *p = list; p && *p;) {
-		size_t n = strcspn(p, ", ");
-		if (n && n < sizeof item) {
-			memcpy(item, p, n);
-			item[n] = '\0';
-			char *end;
-			unsigned long v = strtoul(item, &end, 10);
-			if (!*end) {
-				if (v == id)
-					return 1;
-			} else if (is_group) {
-				struct group *g = getgrnam(item);
-				if (g && g->gr_gid == id)
-					return 1;
-			} else {
-				struct passwd *pw = getpwnam(item);
-				if (pw && pw->pw_uid == id)
-					return 1;
-			}
-		}
-		p += n;
-		p += strspn(p, ", ");
-	}
+	for (const char *p = list; config_list_next(&p, item, sizeof item);)
+		if (config_list_id(item, is_group, &v) && v == id)
+			return 1;
 	return 0;
+}
+
+/* The peer's supplementary groups (SO_PEERGROUPS, however many), read
+ * once at accept: the access policy and the artifact scopes ask. None if
+ * memory is short. */
+static void peer_groups(struct conn *c, int fd)
+{
+	socklen_t len = 0;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, NULL, &len) == 0 || errno != ERANGE ||
+	    !(c->groups = malloc(len)))
+		return;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, c->groups, &len) == 0)
+		c->ngroups = (int)(len / sizeof *c->groups);
 }
 
 /*
  * The access policy: root, the daemon's own user, members of the socket's
  * group, and the configured users and groups. The peer's groups come from
- * SO_PEERGROUPS (all of them, not only the primary one).
+ * peer_groups() (all of them, not only the primary one).
  */
-static int allowed(struct server *s, int fd, const struct ucred *cr)
+static int allowed(struct server *s, const struct conn *c)
 {
-	if (cr->uid == 0 || cr->uid == geteuid() ||
-	    listed(s->cfg->allow_users, cr->uid, 0))
+	if (c->uid == 0 || c->uid == geteuid() || listed(s->cfg->allow_users, c->uid, 0))
 		return 1;
-	gid_t groups[256];
-	socklen_t len = sizeof groups;
-	int n = 0;
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0)
-		n = (int)(len / sizeof groups[0]);
-	for (int i = -1; i < n; i++) {
-		gid_t g = i < 0 ? cr->gid : groups[i];
+	for (int i = -1; i < c->ngroups; i++) {
+		gid_t g = i < 0 ? c->gid : c->groups[i];
 		if ((g == s->socket_gid && s->socket_gid != 0) ||
 		    listed(s->cfg->allow_groups, g, 1))
 			return 1;
@@ -587,6 +576,8 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 		s->conns->prev = c;
 	s->conns = c;
 	c->uid = cr.uid;
+	c->gid = cr.gid;
+	peer_groups(c, fd);
 	log_debug("conn %llu: uid %u pid %d", (unsigned long long)c->serial, (unsigned)cr.uid,
 		  (int)cr.pid);
 	c->peer = peer_get(s, cr.uid);
@@ -597,7 +588,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 	bufferevent_setcb(c->bev, on_conn_read, on_conn_write, on_conn_event, c);
 	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
 
-	if (!allowed(s, fd, &cr)) {
+	if (!allowed(s, c)) {
 		s->n.denied_connections++;
 		log_warn("refused connection from uid %u (pid %d): not allowed",
 			 (unsigned)cr.uid, (int)cr.pid);

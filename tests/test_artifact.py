@@ -178,6 +178,9 @@ def test_a_group_shares_one_scope():
         assert r.returncode == 0, r.stderr
         r = cli_as(d.socket, 54321, 54321, "artifact", "get", "triton", "k", groups=(gid,))
         assert r.returncode == 0 and r.stdout == b"shared", r
+        # The group as a primary group, with no supplementary ones, is in too.
+        r = cli_as(d.socket, 54321, gid, "artifact", "get", "triton", "k")
+        assert r.returncode == 0 and r.stdout == b"shared", r
         # Outside the group: a miss, for the same uid too.
         assert cli_as(d.socket, 54321, 54321, "artifact", "get", "triton", "k").returncode == 1
         assert cli_as(d.socket, B, B, "artifact", "get", "triton", "k").returncode == 1
