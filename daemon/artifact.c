@@ -566,6 +566,14 @@ static void artifact_get(struct conn *c, uint64_t id, const struct msg *m)
 		goto out;
 	}
 	store_result_free(&r);
+	if (c->srv->stopping) {
+		/* Nothing waits through a stop (artifacts_stop()), and nobody is
+		 * made a producer: a plain miss. Puts are still stored. */
+		a->n.misses++;
+		trace(c, "get", ns, &k, "miss, the daemon is stopping", 0);
+		reply_get(c, id, NULL, 0);
+		goto out;
+	}
 
 	struct slot *s = slot_find(a, k.hash);
 	if (s && s->holder == c) {

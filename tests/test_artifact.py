@@ -302,6 +302,50 @@ def test_a_waiters_own_timeout_is_a_miss():
         assert d.stats()["artifact_wait_timeouts"] == 1
 
 
+def test_a_stopping_daemon_answers_gets_at_once_and_stores_puts():
+    """SIGTERM while a compile finishes: a get on a connection already open
+    is a miss at once, with no lease and no wait (the loop ends when the
+    compile does, and nobody would be answered then); a put is stored."""
+    import threading
+    from sysutil import small_ir
+    with Daemon(workers=1, extra=["--log-level", "info"]) as d:
+        (w,) = d.workers()
+        a, b = Client(d.socket), Client(d.socket)
+        assert a.put("triton", "before", b"old")["stored"]
+        os.kill(w, signal.SIGSTOP)      # hold a compile in flight
+        out = {}
+        t = threading.Thread(target=lambda: out.update(
+            r=d.cli("compile", "-", input=small_ir("stop"), check=False)))
+        t.start()
+        try:
+            deadline = time.time() + 60
+            while d.stats()["jobs_running"] < 1:
+                assert time.time() < deadline, "the compile never started"
+                time.sleep(0.02)
+            d.proc.send_signal(signal.SIGTERM)
+            deadline = time.time() + 60
+            while "stopping; 1 compiles in flight" not in d.logtext():
+                assert time.time() < deadline, d.logtext()
+                time.sleep(0.02)
+            t0 = time.time()
+            got = a.get("triton", "new", lease=True)
+            assert got.get("found") is False and "lease" not in got, got
+            got = b.get("triton", "new", lease=True)
+            assert got.get("found") is False and "lease" not in got, got
+            assert time.time() - t0 < 5 and a.progress == b.progress == 0
+            assert a.get("triton", "before")["value"] == b"old"
+            assert a.put("triton", "new", b"made while stopping")["stored"]
+        finally:
+            os.kill(w, signal.SIGCONT)
+        t.join(120)
+        assert d.proc.wait(60) == 0, d.logtext()
+        a.close()
+        b.close()
+        d.log.close()
+        d.start()
+        assert cli(d, "artifact", "get", "triton", "new").stdout == b"made while stopping"
+
+
 def test_bad_input_gets_clear_errors_and_the_daemon_serves_on():
     with Daemon(workers=1, extra=["--artifact-max-value", "4096",
                                   "--artifact-max-leases", "50"]) as d:
