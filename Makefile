@@ -222,7 +222,8 @@ $(B)/bench/bench: bench/bench.c $(B)/libptxcache.a
 bench: deps
 	@$(MAKE) --no-print-directory all corpus $(B)/bench/bench
 	@./mk/deps.sh bench || true
-	$(B)/bench/bench --out $(B)/bench --corpus $(B)/corpus/triton $(if $(QUICK),--quick)
+	$(B)/bench/bench --daemon $(B)/ptxcached --out $(B)/bench --corpus $(B)/corpus/triton \
+	  $(if $(QUICK),--quick)
 	@$(PLOT_PYTHON) bench/plot.py $(B)/bench/results.json $(B)/bench/latency.png
 
 # The kernels the tests and the bench compile (tests/corpus/README.md),
@@ -241,7 +242,7 @@ run: deps
 
 test: deps
 	@$(MAKE) --no-print-directory all corpus
-	@python3 tests/run.py $(TEST_ARGS)
+	@PTXCACHE_BUILD=$(B) python3 tests/run.py $(TEST_ARGS)
 
 check: test
 
