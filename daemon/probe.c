@@ -35,7 +35,6 @@
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 
