@@ -198,13 +198,13 @@ class Redis:
 
 
 class Daemon:
-    def __init__(self, tools, work, name, redis=None, secret=None, workers=8, log_level="warning"):
+    def __init__(self, tools, work, name, redis=None, secret=None, log_level="warning"):
         self.tools = tools
         self.dir = os.path.join(work, name)
         os.makedirs(self.dir)
         self.sock = os.path.join(self.dir, "s.sock")
         args = [tools.daemon, "--socket", self.sock, "--cache-dir", os.path.join(self.dir, "cache"),
-                "--workers", str(workers), "--log-level", log_level]
+                "--log-level", log_level]     # workers: the default, one per core
         p = triton_ptxas()
         if p:
             args += ["--ptxas", p]
