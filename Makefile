@@ -52,7 +52,7 @@ endif
 
 PROTO_SRC  := proto/buf.c proto/frame.c proto/msg.c proto/ptxas_args.c proto/llc_args.c
 DAEMON_SRC := daemon/main.c daemon/config.c daemon/log.c daemon/server.c daemon/compile.c \
-              daemon/cubin_req.c daemon/manage.c daemon/flight.c daemon/worker.c daemon/sandbox.c \
+              daemon/cubin_req.c daemon/manage.c daemon/flight.c daemon/worker.c daemon/worker_loop.c daemon/sandbox.c \
               daemon/confirm.c daemon/store.c daemon/key.c daemon/codegen.c daemon/cubin.c \
               daemon/cubin_debug.c daemon/l2.c daemon/artifact.c
 DAEMON_CXX := daemon/llvm_shim.cpp
@@ -113,8 +113,9 @@ $(B)/obj/probe/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC  $< (probes)"
 	$(Q)$(CC) $(CFLAGS) -DPTXCACHE_PROBES $(DEP_CFLAGS) -MMD -MP -c $< -o $@
-$(B)/ptxcached-probe: $(call obj,$(filter-out daemon/worker.c,$(DAEMON_SRC)) $(PROTO_SRC)) \
-		$(B)/obj/probe/daemon/worker.o $(B)/obj/probe/daemon/probe.o $(B)/obj/daemon/llvm_shim.o
+$(B)/ptxcached-probe: $(call obj,$(filter-out daemon/worker_loop.c,$(DAEMON_SRC)) $(PROTO_SRC)) \
+		$(B)/obj/probe/daemon/worker_loop.o $(B)/obj/probe/daemon/probe.o \
+		$(B)/obj/daemon/llvm_shim.o
 	@echo "  LD  $@"
 	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS)
 
