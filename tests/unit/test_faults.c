@@ -16,7 +16,7 @@
  *    open counts in the file;
  *  - SQLite holds no more allocations than before the store was opened.
  *
- * The seam (store_fault_inject()) is a malloc wrapper installed with
+ * The seam (store_fault_inject(), daemon/store_fault.c) is a malloc wrapper installed with
  * SQLITE_CONFIG_MALLOC and a VFS shim; see store.h.
  */
 #include "tests/unit/unit.h"
@@ -32,6 +32,7 @@
 #include "daemon/key.h"
 #include "daemon/log.h"
 #include "daemon/store.h"
+#include "daemon/store_fault.h"
 
 /* Bounds the loops: no store operation comes near this many allocations. */
 #define MAX_N 5000
