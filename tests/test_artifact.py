@@ -318,10 +318,7 @@ def test_a_stopping_daemon_answers_gets_at_once_and_stores_puts():
             r=d.cli("compile", "-", input=small_ir("stop"), check=False)))
         t.start()
         try:
-            deadline = time.time() + 60
-            while d.stats()["jobs_running"] < 1:
-                assert time.time() < deadline, "the compile never started"
-                time.sleep(0.02)
+            d.wait_stats(lambda s: s["jobs_running"] >= 1, "the compile's start")
             d.proc.send_signal(signal.SIGTERM)
             deadline = time.time() + 60
             while "stopping; 1 compiles in flight" not in d.logtext():

@@ -179,10 +179,7 @@ def test_sigterm_answers_inflight_compile_refuses_new_and_exits_0():
         t.start()
         open_conn = Raw(d.socket)
         try:
-            deadline = time.time() + 60
-            while d.stats()["jobs_running"] < 1:
-                assert time.time() < deadline, "the compile never started"
-                time.sleep(0.02)
+            d.wait_stats(lambda s: s["jobs_running"] >= 1, "the compile's start")
             d.proc.send_signal(signal.SIGTERM)
             wait_log(d, r"stopping; 1 compiles in flight")
             # New connections are refused while the compile finishes.
