@@ -73,6 +73,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include "daemon/flat.h"
 #include "daemon/log.h"
 #include "schema.h"
 
@@ -258,163 +259,6 @@ static int mkdirs(const char *dir)
 		return -1;
 	}
 	return 0;
-}
-
-/* ---- JSON output ---- */
-
-/* ---- the flat components format ---- */
-
-/* One field of a flat JSON object, pointing into the text: the name and,
- * for a string value, its contents as raw JSON (escapes kept, no quotes);
- * other scalars (numbers, true, false, null) raw, with is_str 0. Two texts
- * key.c wrote compare equal field by field exactly when their raw forms do. */
-struct field {
-	const char *name;
-	size_t name_len;
-	const char *val;
-	size_t val_len;
-	int is_str;
-};
-
-#define MAX_FIELDS 64
-
-static const char *skip_ws(const char *p)
-{
-	while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
-		p++;
-	return p;
-}
-
-static int is_hex(char c)
-{
-	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
-
-/* Scan a JSON string at p (at its opening quote); its contents go to *s,
- * *n. Returns the position after the closing quote, or NULL if malformed. */
-static const char *scan_str(const char *p, const char **s, size_t *n)
-{
-	if (*p != '"')
-		return NULL;
-	const char *start = ++p;
-	for (;;) {
-		unsigned char c = (unsigned char)*p;
-		if (c == '"')
-			break;
-		if (c < 0x20)
-			return NULL; /* includes the NUL at the end of the text */
-		if (c == '\\') {
-			p++;
-			if (*p == 'u') {
-				for (int i = 1; i <= 4; i++)
-					if (!is_hex(p[i]))
-						return NULL;
-				p += 4;
-			} else if (!*p || !strchr("\"\\/bfnrt", *p)) {
-				return NULL;
-			}
-		}
-		p++;
-	}
-	*s = start;
-	*n = (size_t)(p - start);
-	return p + 1;
-}
-
-/* Parse a flat object into f[0..max). Returns the field count, or -1 if the
- * text is not such an object (nested values are not part of the format). */
-static int flat_parse(const char *text, struct field *f, int max)
-{
-	const char *p = skip_ws(text);
-	int n = 0;
-
-	if (*p++ != '{')
-		return -1;
-	p = skip_ws(p);
-	if (*p == '}')
-		return *skip_ws(p + 1) ? -1 : 0;
-	for (;;) {
-		if (n == max)
-			return -1;
-		p = scan_str(skip_ws(p), &f[n].name, &f[n].name_len);
-		if (!p)
-			return -1;
-		p = skip_ws(p);
-		if (*p++ != ':')
-			return -1;
-		p = skip_ws(p);
-		if (*p == '"') {
-			p = scan_str(p, &f[n].val, &f[n].val_len);
-			if (!p)
-				return -1;
-			f[n].is_str = 1;
-		} else {
-			const char *v = p;
-			while (*p && strchr("+-.0123456789abcdefghijklmnopqrstuvwxyzE", *p))
-				p++;
-			if (p == v)
-				return -1;
-			f[n].val = v;
-			f[n].val_len = (size_t)(p - v);
-			f[n].is_str = 0;
-		}
-		n++;
-		p = skip_ws(p);
-		if (*p == ',') {
-			p++;
-			continue;
-		}
-		if (*p++ != '}')
-			return -1;
-		return *skip_ws(p) ? -1 : n;
-	}
-}
-
-static int field_eq_name(const struct field *a, const struct field *b)
-{
-	return a->name_len == b->name_len && !memcmp(a->name, b->name, a->name_len);
-}
-
-static int field_eq_val(const struct field *a, const struct field *b)
-{
-	return a->is_str == b->is_str && a->val_len == b->val_len &&
-	       !memcmp(a->val, b->val, a->val_len);
-}
-
-static const struct field *field_find(const struct field *f, int n,
-				      const struct field *like)
-{
-	for (int i = 0; i < n; i++)
-		if (field_eq_name(&f[i], like))
-			return &f[i];
-	return NULL;
-}
-
-/* Fields that differ between a and b, counting names present in one only. */
-static int flat_diff(const struct field *a, int na, const struct field *b, int nb)
-{
-	int d = 0;
-
-	for (int i = 0; i < na; i++) {
-		const struct field *o = field_find(b, nb, &a[i]);
-		if (!o || !field_eq_val(&a[i], o))
-			d++;
-	}
-	for (int i = 0; i < nb; i++)
-		if (!field_find(a, na, &b[i]))
-			d++;
-	return d;
-}
-
-static int field_val_json(struct buf *b, const struct field *f)
-{
-	if (!f)
-		return buf_puts(b, "null");
-	if (!f->is_str)
-		return buf_append(b, f->val, f->val_len);
-	if (buf_append(b, "\"", 1) < 0 || buf_append(b, f->val, f->val_len) < 0)
-		return -1;
-	return buf_append(b, "\"", 1);
 }
 
 /* ---- blobs ---- */
@@ -1344,7 +1188,7 @@ static int row_json(sqlite3_stmt *st, struct buf *j)
 	char hex[65];
 	const void *k = sqlite3_column_blob(st, 0);
 	unsigned char key[32] = { 0 };
-	struct field f[MAX_FIELDS];
+	struct flat_field f[FLAT_MAX_FIELDS];
 
 	if (k && sqlite3_column_bytes(st, 0) == 32)
 		memcpy(key, k, 32);
@@ -1371,7 +1215,7 @@ static int row_json(sqlite3_stmt *st, struct buf *j)
 		return -1;
 	/* Embed the components as an object when they are ours; anything else
 	 * (a damaged row) as a string, so the output is always valid JSON. */
-	if (flat_parse(comp, f, MAX_FIELDS) >= 0)
+	if (flat_parse(comp, f, FLAT_MAX_FIELDS) >= 0)
 		return buf_puts(j, comp);
 	return buf_json_str(j, comp, strlen(comp));
 }
@@ -1533,14 +1377,14 @@ int store_remove(struct store *s, const struct store_filter *f)
 
 int store_nearest(struct store *s, const char *components_json, struct buf *json)
 {
-	struct field want[MAX_FIELDS], have[MAX_FIELDS];
+	struct flat_field want[FLAT_MAX_FIELDS], have[FLAT_MAX_FIELDS];
 	struct buf best = BUF_INIT;
 	unsigned char best_key[32];
 	int64_t best_kind = 0;
 	int best_diff = -1, ret = -1, rc;
 	sqlite3_stmt *st;
 
-	int nw = flat_parse(components_json ? components_json : "", want, MAX_FIELDS);
+	int nw = flat_parse(components_json ? components_json : "", want, FLAT_MAX_FIELDS);
 	if (nw < 0)
 		return 0;
 	store_flush(s);
@@ -1552,7 +1396,7 @@ int store_nearest(struct store *s, const char *components_json, struct buf *json
 		const void *k = sqlite3_column_blob(st, 0);
 		if (!comp || !k || sqlite3_column_bytes(st, 0) != 32)
 			continue;
-		int nh = flat_parse(comp, have, MAX_FIELDS);
+		int nh = flat_parse(comp, have, FLAT_MAX_FIELDS);
 		if (nh < 0)
 			continue;
 		int d = flat_diff(have, nh, want, nw);
@@ -1575,7 +1419,7 @@ int store_nearest(struct store *s, const char *components_json, struct buf *json
 	}
 
 	char hex[65];
-	int nh = flat_parse(best.data, have, MAX_FIELDS);
+	int nh = flat_parse(best.data, have, FLAT_MAX_FIELDS);
 	int first = 1;
 	key_hex(best_key, hex);
 	if (buf_printf(json, "{\"key\":\"%s\",\"kind\":\"%s\",\"differing\":[", hex,
@@ -1583,26 +1427,26 @@ int store_nearest(struct store *s, const char *components_json, struct buf *json
 		goto out;
 	/* Requested order first, then the fields only the stored entry has. */
 	for (int i = 0; i < nw + nh; i++) {
-		const struct field *sf, *rf;
-		const struct field *name;
+		const struct flat_field *sf, *rf;
+		const struct flat_field *name;
 		if (i < nw) {
 			name = &want[i];
 			rf = name;
-			sf = field_find(have, nh, name);
-			if (sf && field_eq_val(sf, rf))
+			sf = flat_find(have, nh, name);
+			if (sf && flat_eq_value(sf, rf))
 				continue;
 		} else {
 			name = &have[i - nw];
 			sf = name;
-			if (field_find(want, nw, name))
+			if (flat_find(want, nw, name))
 				continue;
 			rf = NULL;
 		}
 		if ((!first && buf_puts(json, ",") < 0) ||
 		    buf_puts(json, "{\"name\":\"") < 0 ||
 		    buf_append(json, name->name, name->name_len) < 0 ||
-		    buf_puts(json, "\",\"stored\":") < 0 || field_val_json(json, sf) < 0 ||
-		    buf_puts(json, ",\"requested\":") < 0 || field_val_json(json, rf) < 0 ||
+		    buf_puts(json, "\",\"stored\":") < 0 || flat_value_json(json, sf) < 0 ||
+		    buf_puts(json, ",\"requested\":") < 0 || flat_value_json(json, rf) < 0 ||
 		    buf_puts(json, "}") < 0)
 			goto out;
 		first = 0;
