@@ -169,12 +169,13 @@ $(B)/relocdrive: $(call obj,tests/tools/relocdrive.c daemon/cubin_debug.c proto/
 # corpora through replay_* (the normal compiler: no clang needed);
 # `make fuzz` builds them with clang's libFuzzer, ASan and UBSan and runs
 # each for FUZZ_SECONDS from the seeds, keeping new inputs in $(B)/fuzz/.
-FUZZ_HARNESSES := frame request cubin_debug
+FUZZ_HARNESSES := frame request cubin_debug flat
 FUZZ_SECONDS   ?= 60
 FUZZ_CC        ?= clang
 all: $(patsubst %,$(B)/fuzz/replay_%,$(FUZZ_HARNESSES))
 .SECONDARY: $(patsubst %,$(B)/obj/tests/fuzz/fuzz_%.o,$(FUZZ_HARNESSES)) $(B)/obj/tests/fuzz/replay.o
 $(B)/fuzz/replay_cubin_debug: $(call obj,daemon/cubin_debug.c)
+$(B)/fuzz/replay_flat: $(call obj,daemon/flat.c)
 $(B)/fuzz/replay_%: $(B)/obj/tests/fuzz/fuzz_%.o $(B)/obj/tests/fuzz/replay.o $(call obj,$(PROTO_SRC))
 	@mkdir -p $(dir $@)
 	@echo "  LD  $@"
@@ -187,7 +188,7 @@ fuzz: deps
 	  echo "  FUZZ $$h ($(FUZZ_SECONDS) s)"; \
 	  $(FUZZ_CC) -g -O1 -std=gnu11 -I. -D_GNU_SOURCE $(DEP_CFLAGS) \
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	    -o $(B)/fuzz/libfuzzer_$$h tests/fuzz/fuzz_$$h.c $(PROTO_SRC) daemon/cubin_debug.c \
+	    -o $(B)/fuzz/libfuzzer_$$h tests/fuzz/fuzz_$$h.c $(PROTO_SRC) daemon/cubin_debug.c daemon/flat.c \
 	    $(DEP_LIBS) || exit 1; \
 	  mkdir -p $(B)/fuzz/corpus_$$h; \
 	  $(B)/fuzz/libfuzzer_$$h -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \

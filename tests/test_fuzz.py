@@ -36,3 +36,9 @@ def test_fuzz_cubin_debug_corpus_replays():
     bytes changed: cubin_debug.c reads within bounds and its rewrites are
     exact both ways."""
     replay("cubin_debug")
+
+
+def test_fuzz_flat_corpus_replays():
+    """Components texts, real and broken: flat.c reads within the text, and
+    what it parses writes out and parses again to the same fields."""
+    replay("flat")

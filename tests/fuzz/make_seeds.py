@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """Writes the seed corpus of the fuzz harnesses (tests/fuzz/corpus/): frame
-streams for fuzz_frame, request bodies for fuzz_request, and for
+streams for fuzz_frame, request bodies for fuzz_request, components texts
+for fuzz_flat, and for
 fuzz_cubin_debug SOURCES\0PTX\0CUBIN triples: small corpus kernels at
 fresh paths with the cubin the real ptxas wrote for them, then the same
 cut short and with header bytes changed (needs ptxas and `make corpus`;
@@ -228,8 +229,37 @@ def cubin_debug_seeds():
     return out
 
 
+def flat_seeds():
+    """Components texts as key.c writes them (one of each kind), then the
+    same cut short, with escapes, other scalars, nesting, duplicates and
+    too many fields."""
+    real = [
+        b'{"key_schema":"1","kind":"ptx","compiler":"LLVM 22.1.8 (NVPTX back end, static, host '
+        b'x86_64-pc-linux-gnu)","input_sha256":"b8833ac87eaabd0fd4e30eb88a4674de073d3e982c9653b0'
+        b'8b7cf9e005d1efb5","triple":"","march":"","cpu":"sm_90a","features":"","opt":"3",'
+        b'"pipeline":"","emit":"1","strict":"1","options":""}',
+        b'{"key_schema":"1","kind":"artifact","scope":"u0","namespace":"triton","key":"k/1"}',
+        b'{"key_schema":"1","kind":"cubin","assembler":"ptxas 13.0.88","ptx_sha256":"00ff",'
+        b'"arch":"sm_90a","options":"-O3 -lineinfo","paths":"portable"}',
+        b'{"kind":"artifact","from":"l2"}',
+    ]
+    out = list(real)
+    for r in real[:2]:
+        out += [r[:i] for i in (0, 1, 2, 10, len(r) // 2, len(r) - 1)]
+    out += [
+        b'{}', b' { } ', b'{} x', b'{"a":1}', b'{"a":-1.5e+3,"b":true,"c":false,"d":null}',
+        b'{"a":"\\u00e9\\n\\"q\\""}', b'{"a":"\\u00zz"}', b'{"a":"\\x"}',
+        b'{"a":{"b":1}}', b'{"a":[1]}', b'{"a":1,"a":2}', b'{"a":1,}', b'{"a" 1}', b'{"a":}',
+        b'{"a":"\x01"}', b'{"a":"b"', b'["a"]', b'{"\\"":"x"}',
+        b'{' + b','.join(b'"k%d":%d' % (i, i) for i in range(64)) + b'}',
+        b'{' + b','.join(b'"k%d":%d' % (i, i) for i in range(65)) + b'}',
+    ]
+    return out
+
+
 if __name__ == "__main__":
     print("frame: %d seeds, request: %d seeds" % (write("frame", frames()), write("request", requests())))
+    print("flat: %d seeds" % write("flat", flat_seeds()))
     cd = cubin_debug_seeds()
     if cd is not None:
         print("cubin_debug: %d seeds" % write("cubin_debug", cd))
