@@ -32,6 +32,24 @@ def _executable(p: str | None) -> bool:
     return bool(p) and os.path.isfile(p) and os.access(p, os.X_OK)  # type: ignore[arg-type]
 
 
+def user_cache_path(*parts: str) -> str:
+    """$XDG_CACHE_HOME/ptxcache/PARTS (~/.cache/ptxcache/PARTS)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "ptxcache", *parts)
+
+
+def link_to(link: str, target: str) -> None:
+    """Make link a symbolic link to target, replacing whatever it was in one
+    rename, so that a process reading it concurrently sees one or the other
+    (its directory made, 0700, if missing). Raises OSError."""
+    os.makedirs(os.path.dirname(link), mode=0o700, exist_ok=True)
+    tmp = "%s.%d" % (link, os.getpid())
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.symlink(target, tmp)
+    os.replace(tmp, link)
+
+
 def find_ptxcache_binary() -> tuple[str | None, str]:
     """(path of the ptxcache binary, how it was found), or (None, why not)."""
     p = os.environ.get("PTXCACHE_BIN")
@@ -63,20 +81,13 @@ def find_front(make_link: bool = True) -> tuple[str | None, str]:
             return link, "installed"
     if not binary:
         return None, how
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    d = os.path.join(cache, "ptxcache", "front")
-    link = os.path.join(d, "ptxas")
+    link = user_cache_path("front", "ptxas")
     try:
         if os.path.islink(link) and os.readlink(link) == binary:
             return link, "link to %s (%s)" % (binary, how)
         if not make_link:
             return None, "no installed front (ptxcache at %s)" % binary
-        os.makedirs(d, mode=0o700, exist_ok=True)
-        tmp = "%s.%d" % (link, os.getpid())
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        os.symlink(binary, tmp)
-        os.replace(tmp, link)
+        link_to(link, binary)
     except OSError as e:
         return None, "cannot make the front's link '%s': %s" % (link, e.strerror or e)
     return link, "link to %s (%s)" % (binary, how)

@@ -76,17 +76,10 @@ def _child_path() -> str | None:
     try:
         if set(os.listdir(_PACKAGE_PARENT)) <= {"ptxcache", "ptxcache.pth", "__pycache__"}:
             return _PACKAGE_PARENT
-        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        d = os.path.join(cache, "ptxcache", "python")
-        link = os.path.join(d, "ptxcache")
+        link = front.user_cache_path("python", "ptxcache")
         if not (os.path.islink(link) and os.readlink(link) == pkg):
-            os.makedirs(d, mode=0o700, exist_ok=True)
-            tmp = "%s.%d" % (link, os.getpid())
-            if os.path.lexists(tmp):
-                os.unlink(tmp)
-            os.symlink(pkg, tmp)
-            os.replace(tmp, link)
-        return d
+            front.link_to(link, pkg)
+        return os.path.dirname(link)
     except OSError as e:
         log.debug("ptxcache: no directory for PYTHONPATH: %s", e)
         return None
