@@ -43,20 +43,6 @@ int front_read_file(const char *path, struct buf *out)
 	return r;
 }
 
-static int write_all(int fd, const char *c, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(fd, c, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		c += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 int front_write_file(const char *path, const void *p, size_t n)
 {
 	struct buf tmp = BUF_INIT;
@@ -71,7 +57,7 @@ int front_write_file(const char *path, const void *p, size_t n)
 		fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
 		if (fd < 0)
 			return -1;
-		int bad = write_all(fd, p, n) < 0;
+		int bad = buf_write_fd(fd, p, n) < 0;
 		return close(fd) < 0 || bad ? -1 : 0;
 	}
 	if (buf_printf(&tmp, "%s.ptxcache-%d", path, (int)getpid()) < 0)
@@ -81,7 +67,7 @@ int front_write_file(const char *path, const void *p, size_t n)
 		buf_free(&tmp);
 		return -1;
 	}
-	int bad = write_all(fd, p, n) < 0;
+	int bad = buf_write_fd(fd, p, n) < 0;
 	if (close(fd) < 0 || bad || rename(tmp.data, path) < 0) {
 		unlink(tmp.data);
 		buf_free(&tmp);

@@ -65,20 +65,12 @@ static int read_file(const char *path, struct buf *out, size_t max)
 static int write_file(const char *path, const void *p, size_t n)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	const char *c = p;
 
 	if (fd < 0)
 		return -1;
-	while (n > 0) {
-		ssize_t w = write(fd, c, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0) {
-			close(fd);
-			return -1;
-		}
-		c += w;
-		n -= (size_t)w;
+	if (buf_write_fd(fd, p, n) < 0) {
+		close(fd);
+		return -1;
 	}
 	return close(fd);
 }

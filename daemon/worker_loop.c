@@ -39,21 +39,6 @@
 static int wfd = -1;            /* the socket to the master */
 static int started;             /* warmed up; stderr is the daemon's again */
 
-static int write_full(int fd, const void *p, size_t n)
-{
-	const char *c = p;
-	while (n > 0) {
-		ssize_t w = write(fd, c, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		c += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 static int read_full(int fd, void *p, size_t n)
 {
 	char *c = p;
@@ -81,7 +66,7 @@ static void send_reply(int status, const struct buf *ptx, const struct buf *lg,
 		msg_put_bin(&mw, "output", ptx->data, ptx->len);
 	msg_put_strn(&mw, "log", lg->data ? lg->data : "", lg->len);
 	msg_put_int(&mw, "compile_us", us);
-	if (msg_end(&mw) < 0 || write_full(wfd, out.data, out.len) < 0)
+	if (msg_end(&mw) < 0 || buf_write_fd(wfd, out.data, out.len) < 0)
 		_exit(1);
 	buf_free(&out);
 }
@@ -147,7 +132,7 @@ static void run_cubin_job(const struct msg *m)
 	msg_put_strn(&mw, "log", res.log.data ? res.log.data : "", res.log.len);
 	msg_put_int(&mw, "compile_us", elapsed_us());
 	msg_put_int(&mw, "exit_code", res.exit_code);
-	if (msg_end(&mw) < 0 || write_full(wfd, out.data, out.len) < 0)
+	if (msg_end(&mw) < 0 || buf_write_fd(wfd, out.data, out.len) < 0)
 		_exit(1);
 	buf_free(&out);
 	buf_free(&res.cubin);
@@ -365,7 +350,7 @@ int worker_run(void)
 		msg_put_str(&mw, "error", refused);
 	else
 		msg_put_str(&mw, "sandbox", said.data ? said.data : "");
-	if (msg_end(&mw) < 0 || write_full(wfd, out.data, out.len) < 0 || !ok || refused)
+	if (msg_end(&mw) < 0 || buf_write_fd(wfd, out.data, out.len) < 0 || !ok || refused)
 		_exit(0);
 
 	for (;;) {

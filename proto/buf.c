@@ -50,6 +50,22 @@ int buf_read_fd(struct buf *b, int fd, size_t max)
 	}
 }
 
+int buf_write_fd(int fd, const void *p, size_t n)
+{
+	const char *c = p;
+
+	while (n > 0) {
+		ssize_t w = write(fd, c, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		c += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
 int buf_append(struct buf *b, const void *p, size_t n)
 {
 	if (buf_reserve(b, n) < 0)

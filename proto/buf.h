@@ -33,6 +33,9 @@ int buf_printf(struct buf *b, const char *fmt, ...)
  * (0: no limit); b->data is set and NUL-terminated even if fd gave nothing.
  * 0, or -1 with errno set (EFBIG past max). fd stays open. */
 int buf_read_fd(struct buf *b, int fd, size_t max);
+/* Write p[0..n) to fd whole, going on after short writes and EINTR.
+ * 0, or -1 with errno set. */
+int buf_write_fd(int fd, const void *p, size_t n);
 /* Drop the first n bytes (n <= len). */
 void buf_consume(struct buf *b, size_t n);
 void buf_reset(struct buf *b);
