@@ -152,7 +152,7 @@ int64_t artifact_scope(struct artifacts *a, struct conn *c)
 	if (a->cfg.trust)
 		return ARTIFACT_SCOPE_ALL;
 	for (int g = 0; g < a->ngroups; g++)
-		for (int i = -1; i < c->ngroups; i++)
+		for (int i = -1, n = conn_groups(c); i < n; i++)
 			if ((i < 0 ? c->gid : c->groups[i]) == a->groups[g])
 				return ARTIFACT_SCOPE_GROUP(a->groups[g]);
 	return (int64_t)c->uid;
@@ -628,6 +628,7 @@ static void artifact_get(struct conn *c, uint64_t id, const struct msg *m)
 		l2_space(scope, space, sizeof space);
 		s->fetching = 1;
 		trace(c, "get", ns, &k, "miss, asking Redis", 0);
+		conn_send_progress(c, id, "waiting");
 		l2_get_in(l2, space, s->key, on_l2, s);
 		goto out;
 	}
@@ -672,14 +673,19 @@ static void artifact_put(struct conn *c, uint64_t id, const struct msg *m)
 		goto out;
 	}
 	struct slot *s = slot_find(a, k.hash);
+	if (token && (!s || s->holder != c || s->token != (uint64_t)token)) {
+		/* A lease names one key and one connection, and lives until its
+		 * put, release or end: a token that is not that is refused. */
+		conn_send_error(c, id, "denied", s && s->holder && s->holder != c ?
+				"that lease is held by another connection" :
+				"this connection holds no such lease on this key (it may have "
+				"ended: put without it)");
+		goto out;
+	}
 	if (s && s->holder && s->holder != c) {
-		if (token && (uint64_t)token == s->token) {
-			conn_send_error(c, id, "denied", "that lease is held by another connection");
-		} else {
-			a->n.conflicts++;
-			conn_send_error(c, id, "conflict", "another client holds the lease on this "
-				   "key and is producing its value");
-		}
+		a->n.conflicts++;
+		conn_send_error(c, id, "conflict", "another client holds the lease on this "
+			   "key and is producing its value");
 		goto out;
 	}
 	struct store_entry e = {

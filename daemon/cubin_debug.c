@@ -84,8 +84,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* More .file directives than this and the request is simply not portable. */
-#define DBG_MAX_FILES 4096
+/* More .file directives than this and the request is simply not portable
+ * (Triton and Inductor kernels name a handful). The scan compares every
+ * string of the debug sections with every file, on the master's loop, so
+ * this bound is also what one request may cost it. */
+#define DBG_MAX_FILES 256
 #define DBG_MAX_PATH 4096
 /* ptxas keeps 32 bits of a stamp (measured): larger ones stay exact. */
 #define DBG_MAX_STAMP 0xffffffffull
@@ -990,7 +993,8 @@ static int elf_parse(const unsigned char *d, size_t n, struct elf *e, const char
 	e->phnum = rd16(d + 0x38);
 	e->shnum = rd16(d + 0x3c);
 	*why = "bad ELF section table";
-	if (shentsize != SHDR || e->shnum == 0 || shstrndx >= e->shnum || e->shoff > n ||
+	if (shentsize != SHDR || e->shnum == 0 || shstrndx == 0 || shstrndx >= e->shnum ||
+	    e->shoff > n ||
 	    (uint64_t)e->shnum * SHDR > n - e->shoff)
 		return -1;
 	*why = "bad ELF program headers";
@@ -1017,7 +1021,9 @@ static int elf_parse(const unsigned char *d, size_t n, struct elf *e, const char
 		s->noff = s->off;
 		s->nsize = s->size;
 		s->alias = -1;
-		if (i && s->type != SHT_NOBITS_ && (s->off > n || s->size > n - s->off))
+		/* NOBITS sections have no bytes, but ptxas places them within
+		 * the file too, and elf_place() reads up to their offset. */
+		if (i && (s->off > n || (s->type != SHT_NOBITS_ && s->size > n - s->off)))
 			return -1;
 		if (s->align & (s->align - 1) || s->align > 65536)
 			return -1;

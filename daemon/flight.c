@@ -307,8 +307,10 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 				 f->key.hex, why);
 		}
 	}
-	if (unportable) {
-		/* nothing stored */
+	if (unportable || res->not_run) {
+		/* nothing stored: a job that never reached a compiler (its
+		 * worker could not start, the daemon is stopping) says nothing
+		 * about its input */
 	} else if (cubin ? res->status == JOB_OK || res->status == JOB_ERROR
 			 : JOB_CACHEABLE(res->status)) {
 		struct buf err = BUF_INIT;

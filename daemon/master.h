@@ -56,8 +56,8 @@ struct conn {
 	struct peer *peer;      /* NULL if it could not be allocated */
 	uid_t uid;              /* SO_PEERCRED: who it is, always set */
 	gid_t gid;              /* its primary group */
-	gid_t *groups;          /* and its others (SO_PEERGROUPS), or NULL */
-	int ngroups;
+	gid_t *groups;          /* and its others: conn_groups() */
+	int ngroups, groups_read;
 	struct event *timer;    /* header or idle timeout, see conn_arm() */
 	enum { TIMER_NONE, TIMER_HEADER, TIMER_IDLE } timer_mode;
 	int partial;            /* a frame has started but not arrived whole */
@@ -163,6 +163,10 @@ void conn_unref(struct conn *c);
 /* A request of c's now waits (a flight, an artifact's producer): it holds
  * a reference, and c does not idle out meanwhile. conn_unhold() when it is
  * answered or dropped. */
+/* The peer's supplementary groups (SO_PEERGROUPS, however many), read the
+ * first time the access policy or an artifact scope asks, then kept:
+ * c->groups[0..n). None if memory is short. */
+int conn_groups(struct conn *c);
 void conn_hold(struct conn *c);
 void conn_unhold(struct conn *c);
 

@@ -507,30 +507,32 @@ static int listed(const char *list, unsigned id, int is_group)
 	return 0;
 }
 
-/* The peer's supplementary groups (SO_PEERGROUPS, however many), read
- * once at accept: the access policy and the artifact scopes ask. None if
- * memory is short. */
-static void peer_groups(struct conn *c, int fd)
+int conn_groups(struct conn *c)
 {
 	socklen_t len = 0;
+	int fd = c->bev ? bufferevent_getfd(c->bev) : -1;
 
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, NULL, &len) == 0 || errno != ERANGE ||
-	    !(c->groups = malloc(len)))
-		return;
+	if (c->groups_read)
+		return c->ngroups;
+	c->groups_read = 1;
+	if (fd < 0 || getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, NULL, &len) == 0 ||
+	    errno != ERANGE || !(c->groups = malloc(len)))
+		return 0;
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, c->groups, &len) == 0)
 		c->ngroups = (int)(len / sizeof *c->groups);
+	return c->ngroups;
 }
 
 /*
  * The access policy: root, the daemon's own user, members of the socket's
  * group, and the configured users and groups. The peer's groups come from
- * peer_groups() (all of them, not only the primary one).
+ * conn_groups() (all of them, not only the primary one).
  */
-static int allowed(struct server *s, const struct conn *c)
+static int allowed(struct server *s, struct conn *c)
 {
 	if (c->uid == 0 || c->uid == geteuid() || listed(s->cfg->allow_users, c->uid, 0))
 		return 1;
-	for (int i = -1; i < c->ngroups; i++) {
+	for (int i = -1, n = conn_groups(c); i < n; i++) {
 		gid_t g = i < 0 ? c->gid : c->groups[i];
 		if ((g == s->socket_gid && s->socket_gid != 0) ||
 		    listed(s->cfg->allow_groups, g, 1))
@@ -577,7 +579,6 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 	s->conns = c;
 	c->uid = cr.uid;
 	c->gid = cr.gid;
-	peer_groups(c, fd);
 	log_debug("conn %llu: uid %u pid %d", (unsigned long long)c->serial, (unsigned)cr.uid,
 		  (int)cr.pid);
 	c->peer = peer_get(s, cr.uid);

@@ -373,11 +373,12 @@ static void mark_dying(struct worker *w)
 {
 	if (w->state == W_DYING)
 		return;
+	/* A stopped process never gets to its exit: let it go on (its timer
+	 * again bounds how long that takes). */
+	pause_worker(w, 0);
 	set_state(w, W_DYING);
 	if (w->background) {
 		w->pool->nbg--;
-		if (w->paused)
-			w->pool->counters.bg_paused--;
 	} else {
 		w->pool->nworkers--;
 	}
@@ -1081,7 +1082,7 @@ static enum placed place(struct pool *p, struct pool_job *job, struct owner *o, 
 		return FAILED;
 	}
 	if (p->backoff_ms > 0) {
-		struct timeval tv = { 0, p->backoff_ms * 1000 };
+		struct timeval tv = { p->backoff_ms / 1000, p->backoff_ms % 1000 * 1000 };
 		if (!evtimer_pending(p->respawn, NULL))
 			evtimer_add(p->respawn, &tv);
 		return WAIT;
@@ -1328,7 +1329,7 @@ again:
 	 * with nothing queued (no job will call dispatch() to do it). */
 	if (wait <= 0 && p->backoff_ms > 0 && (p->nworkers < p->cfg.size || !TAILQ_EMPTY(&p->bg)) &&
 	    !evtimer_pending(p->respawn, NULL)) {
-		struct timeval tv = { 0, p->backoff_ms * 1000 };
+		struct timeval tv = { p->backoff_ms / 1000, p->backoff_ms % 1000 * 1000 };
 		evtimer_add(p->respawn, &tv);
 	}
 	while (wait <= 0 && idle && p->nworkers < p->cfg.size && p->backoff_ms == 0)
@@ -1542,11 +1543,12 @@ void pool_free(struct pool *p)
 
 	if (!p)
 		return;
+	p->dispatching = 1;     /* what done() sets off must not dispatch now */
 	struct owner *o;
 	while ((o = TAILQ_FIRST(&p->owners))) {
 		while ((j = TAILQ_FIRST(&o->jobs))) {
 			struct job_result res = { .status = JOB_UNAVAILABLE,
-						  .log = "the daemon is shutting down" };
+						  .log = "the daemon is shutting down", .not_run = 1 };
 			res.log_len = strlen(res.log);
 			TAILQ_REMOVE(&o->jobs, j, q);
 			j->done(j, &res);

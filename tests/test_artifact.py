@@ -370,6 +370,13 @@ def test_bad_input_gets_clear_errors_and_the_daemon_serves_on():
         tok = o.get("x", "held", lease=True)["lease"]
         assert c.put("x", "held", b"v")["code"] == "conflict"
         assert c.put("x", "held", b"v", lease=tok)["code"] == "denied"
+        # A token of this connection's own but for another key, or one that
+        # names no lease at all, is denied too, and nothing is stored.
+        mine = c.get("x", "mine", lease=True)["lease"]
+        assert c.put("x", "other", b"v", lease=mine)["code"] == "denied"
+        assert c.put("x", "mine", b"v", lease=mine + 1000)["code"] == "denied"
+        assert not c.get("x", "other", wait_ms=0)["found"]
+        assert c.put("x", "mine", b"v", lease=mine)["stored"]
         assert c.call(RELEASE, lease=tok)[1]["code"] == "invalid"
         assert c.call(RELEASE, lease=123456789)[1]["code"] == "invalid"
         # A flood of distinct keys: leases past the scope's bound are busy.

@@ -8,7 +8,8 @@ fresh paths with the cubin the real ptxas wrote for them, then the same
 cut short and with header bytes changed (needs ptxas and `make corpus`;
 without them that set is left as it is). Run once and commit
 the output; `make test` replays it and `make fuzz` starts from it. Rerunning
-rewrites the same files (names are a digest of the content).
+rewrites the same files (names are a digest of the content); files named
+regress-* are inputs that once found a bug, kept as they are.
 
 usage: tests/fuzz/make_seeds.py
 """
@@ -160,7 +161,8 @@ def write(kind, items):
     d = os.path.join(HERE, "corpus", kind)
     os.makedirs(d, exist_ok=True)
     for old in os.listdir(d):
-        os.unlink(os.path.join(d, old))
+        if not old.startswith("regress-"):     # inputs that once crashed: kept
+            os.unlink(os.path.join(d, old))
     for data in items:
         name = hashlib.sha1(data).hexdigest()[:16]
         with open(os.path.join(d, name), "wb") as f:
