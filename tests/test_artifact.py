@@ -335,6 +335,7 @@ def test_a_stopping_daemon_answers_gets_at_once_and_stores_puts():
         finally:
             os.kill(w, signal.SIGCONT)
         t.join(120)
+        assert out["r"].returncode == 0, out["r"].stderr     # the compile was answered
         assert d.proc.wait(60) == 0, d.logtext()
         a.close()
         b.close()

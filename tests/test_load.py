@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 
-from harness import LLC, TRITON_FLAGS, Daemon, Skip, cli_for_others, llc, small_ir, triton_kernels
+from harness import TRITON_FLAGS, Daemon, Skip, cli_for_others, llc, small_ir, triton_kernels
 from sysutil import make_reachable, setpriv
 from test_llc_front import normalise_stderr
 
@@ -103,10 +103,15 @@ def test_users_at_once_all_answered_as_llc_fairly():
             want.append((r.returncode, hashlib.sha256(r.stdout).hexdigest(),
                          normalise_stderr(r.stderr)))
         assert sum(w[0] != 0 for w in want) == 3, "the broken inputs must fail in llc"
+        # The front's own fallback must not run: every answer is the daemon's.
+        no_llc = os.path.join(t, "no-llc")
+        with open(no_llc, "w") as f:
+            f.write("#!/bin/sh\necho 'the real llc ran' >&2\nexit 99\n")
+        os.chmod(no_llc, 0o755)
         drivers = {}
         t0 = time.monotonic()
         for uid in USERS:
-            job = {"cli": cli_for_others(), "sock": d.socket, "llc": LLC, "flags": TRITON_FLAGS,
+            job = {"cli": cli_for_others(), "sock": d.socket, "llc": no_llc, "flags": TRITON_FLAGS,
                    "inputs": paths, "plan": plans(len(paths), uid)}
             p = subprocess.Popen(setpriv(uid, uid) + [sys.executable, "-c", _DRIVER],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -134,6 +139,8 @@ def test_users_at_once_all_answered_as_llc_fairly():
         total = sum(len(r) for r in results.values())
         assert s["refused_jobs"] == 0, s
         assert s["hits"] + s["misses"] == total, s
+        # The cache served: each input compiled at most once per user.
+        assert s["hits"] > 0 and s["compiles"] <= len(USERS) * len(paths), s
         assert s["worker_crashes"] == 0 and s["jobs_queued"] == 0, s
 
         lat = {uid: sorted(r[5] for r in rows) for uid, rows in results.items()}

@@ -306,6 +306,7 @@ def test_reloc_oracle_model_other_targets():
     real = real_ptxas()
     rng = random.Random(7)
     n = 0
+    per_arch = {}
     with tempfile.TemporaryDirectory() as t:
         for arch in ("sm_80", "sm_100a", "sm_120"):
             for ki, ll in enumerate(corpus(".ll")[1::30]):
@@ -318,7 +319,10 @@ def test_reloc_oracle_model_other_targets():
                     continue    # llc does not take this kernel for this target
                 assert out == ["identical"] * len(out), (arch, ll, out)
                 n += len(out)
-    assert n >= 12, n
+                per_arch[arch] = per_arch.get(arch, 0) + len(out)
+    # No target may drop out unnoticed (llc 22 takes every kernel for each).
+    assert n >= 12 and all(per_arch.get(a, 0) >= 3 for a in ("sm_80", "sm_100a", "sm_120")), \
+        per_arch
     print("other targets: %d layouts, all byte-identical" % n)
 
 
@@ -377,25 +381,27 @@ USERS = ["alice", "bob", "x", "mallory", "a" * 32, "u12345678901234567890", "eve
 
 def run_users(real, d, t, front, ks, users, check=True):
     """Each user runs each kernel through the front; each answer must be
-    the real ptxas's for that user's PTX and files. Returns the stats
+    the real ptxas's for that user's PTX and files (check: every answer;
+    "first": each user's first kernel's; False: none). Returns the stats
     deltas of each user's pass."""
     passes = []
     for ui, user in enumerate(users):
         before = d.stats()
         for i, k in enumerate(ks):
+            check_this = check is True or (check == "first" and i == 0)
             text, files = users_ptx(read(k), t, user, i, [1700000000, 0, 100][ui % 3])
             p = os.path.join(t, "%s-%d.ptx" % (user, i))
             with open(p, "wb") as f:
                 f.write(text)
             args = ["-lineinfo", "-v", "--gpu-name=sm_90a", p, "-o", p + ".o"]
-            if check:
+            if check_this:
                 w = subprocess.run([real] + args, capture_output=True, timeout=600)
                 assert w.returncode == 0, w.stderr
                 want = read(p + ".o")
                 os.unlink(p + ".o")
             g = front.run(args)
             assert g.returncode == 0, g.stderr
-            if check:
+            if check_this:
                 assert read(p + ".o") == want, "%s, %s: the front's cubin differs" % (user, k)
                 assert unvary(g.stderr) == unvary(w.stderr), (g.stderr, w.stderr)
             os.unlink(p)
@@ -448,9 +454,12 @@ def test_reloc_corpus_layout_misses_none():
     users = ["alice", "bob", "x", "a" * 40]
     with tempfile.TemporaryDirectory() as t, Daemon(workers=2) as d:
         front = Front(t, d.socket)
-        passes = run_users(real, d, t, front, ks, users, check=FULL)
+        # Answers checked against ptxas: all with PTXCACHE_RELOC_FULL=1,
+        # else the first kernel's at each user (cheap; the rest by counters).
+        passes = run_users(real, d, t, front, ks, users, check=True if FULL else "first")
     for u, p in zip(users, passes):
         print("%-40s %s" % (u, p))
     for p in passes[1:]:
         assert p["compiles"] == 0 and p["lineinfo_layout_misses"] == 0, passes
         assert p["lineinfo_hits"] == len(ks), passes
+        assert p["lineinfo_unportable"] == 0 and p["lineinfo_rewrite_errors"] == 0, passes
