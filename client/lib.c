@@ -263,8 +263,15 @@ static int send_all(ptxcache *pc, const struct buf *b, struct bounds *bd)
 			continue;
 		}
 		if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
-			if (wait_fd(pc, POLLOUT, bd) < 0)
+			if (wait_fd(pc, POLLOUT, bd) < 0) {
+				/* Part of a frame is out: the stream is unusable.
+				 * End it, so that a later call on this handle
+				 * fails at once instead of sending into the middle
+				 * of a frame. */
+				if (off)
+					shutdown(pc->fd, SHUT_RDWR);
 				return -1;
+			}
 			continue;
 		}
 		int e = w < 0 ? errno : EPIPE;

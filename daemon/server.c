@@ -179,6 +179,23 @@ void conn_arm(struct conn *c)
 }
 
 /* Queue a finished frame from out on c (dropped if c has gone). */
+/* Write p[0..n) to c. With nothing queued before it, now: bufferevent_write()
+ * would copy it, turn EPOLLOUT on and send it on the next loop iterations,
+ * 16 KB each, then turn EPOLLOUT off again (bench/NOTES.md). Only what the
+ * socket does not take is queued; errors are left to the bufferevent, which
+ * sees them on its own write. -1 if the rest cannot be queued. */
+static int conn_write_now(struct conn *c, const void *p, size_t n)
+{
+	size_t off = 0;
+
+	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
+		ssize_t w = send(bufferevent_getfd(c->bev), p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (w > 0)
+			off = (size_t)w;
+	}
+	return off < n ? bufferevent_write(c->bev, (const char *)p + off, n - off) : 0;
+}
+
 void conn_send(struct conn *c, const struct buf *out)
 {
 	if (c->state == CONN_CLOSED)
@@ -192,26 +209,16 @@ void conn_send(struct conn *c, const struct buf *out)
 		conn_close(c);
 		return;
 	}
-	/* Nothing queued before it: write it now. bufferevent_write() would
-	 * copy it, turn EPOLLOUT on and send it on the next loop iterations,
-	 * 16 KB each, then turn EPOLLOUT off again (bench/NOTES.md). Only
-	 * what the socket does not take is queued; errors are left to the
-	 * bufferevent, which sees them on its own write. */
-	size_t off = 0;
-	if (evbuffer_get_length(o) == 0) {
-		ssize_t w = send(bufferevent_getfd(c->bev), out->data, out->len,
-				 MSG_DONTWAIT | MSG_NOSIGNAL);
-		if (w > 0)
-			off = (size_t)w;
-	}
-	if (off < out->len && bufferevent_write(c->bev, out->data + off, out->len - off) < 0) {
+	if (conn_write_now(c, out->data, out->len) < 0) {
 		log_warn("conn %llu: cannot queue reply; closing",
 			 (unsigned long long)c->serial);
 		conn_close(c);
 	}
 }
 
-/* Answer request id with an error frame. */
+/* A progress frame, only where nothing else is queued (a reply on its way
+ * says enough): it never closes the connection, since the request walks
+ * that call it must go on. */
 void conn_send_progress(struct conn *c, uint64_t id, const char *state)
 {
 	struct buf b = BUF_INIT;
@@ -223,16 +230,12 @@ void conn_send_progress(struct conn *c, uint64_t id, const char *state)
 	msg_begin(&w, &b, FRAME_PROGRESS);
 	msg_put_int(&w, "id", (int64_t)id);
 	msg_put_str(&w, "state", state);
-	if (msg_end(&w) == 0 && b.len <= (size_t)c->srv->cfg->max_output) {
-		int fd = bufferevent_getfd(c->bev);
-		ssize_t n = send(fd, b.data, b.len, MSG_DONTWAIT | MSG_NOSIGNAL);
-		size_t off = n > 0 ? (size_t)n : 0;
-		if (off < b.len && bufferevent_write(c->bev, b.data + off, b.len - off) < 0)
-			shutdown(fd, SHUT_RDWR);
-	}
+	if (msg_end(&w) == 0 && conn_write_now(c, b.data, b.len) < 0)
+		shutdown(bufferevent_getfd(c->bev), SHUT_RDWR);
 	buf_free(&b);
 }
 
+/* Answer request id with an error frame. */
 void conn_send_error(struct conn *c, uint64_t id, const char *code,
 		     const char *message)
 {
