@@ -122,8 +122,9 @@ static const struct setting settings[] = {
 	  "use the shared tier's entries but never publish" },
 	{ "l2-timeout-ms", C_INT, F(l2_timeout_ms), "50", 1, 60000, 1,
 	  "connect and command timeout for Redis" },
-	{ "l2-max-value", C_SIZE, F(l2_max_value), "64M", 1024, G, 1,
-	  "largest value written to or read from Redis" },
+	{ "l2-max-value", C_SIZE, F(l2_max_value), "1G", 1024, 4 * G, 1,
+	  "largest value written to or read from Redis (values over 1 MiB go as 1 MiB chunks "
+	  "and a manifest; keep it above artifact-max-value)" },
 	{ "log-level", C_LEVEL, F(log_level), "info", 0, 0, 1,
 	  "error, warning, info or debug" },
 	{ "ptxas", C_STR, F(ptxas), "", 0, 0, 0,

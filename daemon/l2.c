@@ -94,9 +94,23 @@
 #define L2_OPEN_MS 1000                 /* first open period */
 #define L2_OPEN_MAX_MS 30000            /* cap of the doubling */
 #define L2_DEFAULT_TIMEOUT_MS 50
-#define L2_DEFAULT_MAX_VALUE (64LL << 20)
+#define L2_DEFAULT_MAX_VALUE (1LL << 30)
+/* Values: a sealed value of up to L2_INLINE bytes is stored whole under
+ * its key; a larger one as chunks of L2_CHUNK bytes, L2_WINDOW of them in
+ * flight per transfer, and a manifest under its key. */
+#define L2_INLINE (1 << 20)
+#define L2_CHUNK (1 << 20)
+#define L2_WINDOW 4
+#define L2_ID_LEN 16                    /* of the value's HMAC: its chunks' id */
+#define L2_MANIFEST_MAGIC "PXLM"
+/* magic, version, chunk_len u32, total u64, n_chunks u32, id */
+#define L2_MANIFEST_BODY (4 + 1 + 4 + 8 + 4 + L2_ID_LEN)
+#define L2_MANIFEST_LEN (L2_MANIFEST_BODY + L2_MAC_LEN)
+#define L2_CHUNK_MIN (4 << 10)          /* a reader's bounds on a writer's */
+#define L2_CHUNK_MAX (64 << 20)
 
-enum outcome { OUT_HIT, OUT_MISS, OUT_REJECT, OUT_WRITTEN, OUT_ERROR, OUT_TIMEOUT };
+/* How a transfer ends; OUT_REPLY: a command's reply, for its transfer to read. */
+enum outcome { OUT_HIT, OUT_MISS, OUT_REJECT, OUT_WRITTEN, OUT_ERROR, OUT_TIMEOUT, OUT_REPLY };
 enum breaker { BR_CLOSED, BR_OPEN, BR_HALF_OPEN };
 
 /* One generation of the tier's settings: l2_new() makes the first, each
@@ -125,8 +139,13 @@ struct l2_conf {
 	int read_only;
 	int connect_timeout_ms, command_timeout_ms;
 	int64_t max_value;
-	char range_end[24];             /* max_value, for GETRANGE */
 };
+
+/* What one command is: the lookup or write of a key, or of a chunk. */
+enum op { OP_GET, OP_SET, OP_GET_CHUNK, OP_SET_CHUNK };
+
+/* Room for prefix, space, 64 hex digits, and a chunk's ":id:index". */
+#define NAME_MAX_LEN (L2_PREFIX_MAX + L2_SPACE_MAX + 64 + 2 * L2_ID_LEN + 16)
 
 struct l2_cmd {
 	struct l2 *l2;
@@ -134,13 +153,32 @@ struct l2_cmd {
 	redisAsyncContext *ac;          /* the connection it went out on */
 	struct l2_cmd *prev, *next;     /* l2->pending, until completed */
 	struct event *timer;
+	struct l2_xfer *xfer;           /* the transfer it is a step of (a ref) */
+	enum op op;
+	uint32_t chunk;                 /* OP_*_CHUNK: which one */
+	int refs;                       /* completion + hiredis's callback */
+	int completed;
+	int fail;                       /* how a NULL reply counts */
+};
+
+/* One l2_get_in() or l2_put_in(): the commands it takes, the bytes it
+ * moves, and its one outcome. A value of up to L2_INLINE bytes sealed is
+ * one command; a larger one is chunks and a manifest (see the top). */
+struct l2_xfer {
+	struct l2 *l2;
+	struct l2_conf *conf;           /* the settings it began under (a ref) */
 	l2_get_cb cb;                   /* NULL: a put */
 	void *arg;
 	unsigned char key[32];
-	int refs;                       /* completion + hiredis's callback */
-	int completed;
+	char name[NAME_MAX_LEN];        /* the key's name in Redis */
+	size_t name_len;
 	int probe;                      /* the half-open breaker's probe */
-	int fail;                       /* how a NULL reply counts */
+	int refs;                       /* 1 until finished, + 1 a command */
+	int finished;
+	struct buf data;                /* put: the sealed value; get: assembly */
+	unsigned char id[L2_ID_LEN];    /* names this write's chunks */
+	size_t chunk_len;
+	uint32_t n_chunks, sent, done;  /* chunks in all, sent, answered */
 };
 
 #define L2_RETIRED_MAX 8
@@ -358,6 +396,60 @@ int l2_open(const unsigned char key[32], const void *bytes, size_t len,
 	off += data_len + 4;
 	v->log = (const char *)p + off;
 	v->log_len = log_len;
+	*why = NULL;
+	return 0;
+}
+
+/* The manifest of a chunked value, sealed like an envelope: the chunk
+ * size, the sealed value's length, the number of chunks and the id that
+ * names them (the first L2_ID_LEN bytes of the value's own HMAC, so
+ * another write of the key, or of another key, names other chunks). */
+static int manifest_seal(const unsigned char key[32], uint32_t chunk_len, uint64_t total,
+			 uint32_t n_chunks, const unsigned char id[L2_ID_LEN],
+			 const void *secret, size_t secret_len, unsigned char out[L2_MANIFEST_LEN])
+{
+	memcpy(out, L2_MANIFEST_MAGIC, 4);
+	out[4] = L2_VERSION;
+	put_be(out + 5, chunk_len, 4);
+	put_be(out + 9, total, 8);
+	put_be(out + 17, n_chunks, 4);
+	memcpy(out + 21, id, L2_ID_LEN);
+	return mac(secret, secret_len, key, out, L2_MANIFEST_BODY, out + L2_MANIFEST_BODY);
+}
+
+/* Open a manifest read under key: 0 with its fields, or -1 and why. The
+ * HMAC first, then every field against the bounds a reader keeps: a
+ * manifest cannot make a reader fetch more than max_value bytes, or
+ * chunks of a size outside [L2_CHUNK_MIN, L2_CHUNK_MAX]. */
+static int manifest_open(const unsigned char key[32], const void *bytes, size_t len,
+			 const void *secret, size_t secret_len, int64_t max_value,
+			 size_t *chunk_len, uint64_t *total, uint32_t *n_chunks,
+			 unsigned char id[L2_ID_LEN], const char **why)
+{
+	const unsigned char *p = bytes;
+	unsigned char want[L2_MAC_LEN];
+
+	*why = "bad length";
+	if (len != L2_MANIFEST_LEN)
+		return -1;
+	*why = "wrong version";
+	if (p[4] != L2_VERSION)
+		return -1;
+	*why = "bad hmac";
+	if (mac(secret, secret_len, key, p, L2_MANIFEST_BODY, want) < 0 ||
+	    CRYPTO_memcmp(want, p + L2_MANIFEST_BODY, L2_MAC_LEN))
+		return -1;
+	*chunk_len = (size_t)get_be(p + 5, 4);
+	*total = get_be(p + 9, 8);
+	*n_chunks = (uint32_t)get_be(p + 17, 4);
+	memcpy(id, p + 21, L2_ID_LEN);
+	*why = "bad manifest";
+	if (*chunk_len < L2_CHUNK_MIN || *chunk_len > L2_CHUNK_MAX || *total == 0 ||
+	    *n_chunks != (*total + *chunk_len - 1) / *chunk_len)
+		return -1;
+	*why = "larger than l2-max-value";
+	if (*total > (uint64_t)max_value)
+		return -1;
 	*why = NULL;
 	return 0;
 }
@@ -688,6 +780,15 @@ static void conf_unref(struct l2_conf *c)
 	free(c);
 }
 
+static void xfer_unref(struct l2_xfer *x)
+{
+	if (!x || --x->refs > 0)
+		return;
+	buf_free(&x->data);
+	conf_unref(x->conf);
+	free(x);
+}
+
 static void cmd_unref(struct l2_cmd *cmd)
 {
 	if (--cmd->refs > 0)
@@ -695,6 +796,7 @@ static void cmd_unref(struct l2_cmd *cmd)
 	if (cmd->timer)
 		event_free(cmd->timer);
 	conf_unref(cmd->conf);
+	xfer_unref(cmd->xfer);
 	free(cmd);
 }
 
@@ -719,8 +821,11 @@ static void log_reject(struct l2 *l2, const struct l2_conf *conf,
 	l2->reject_log_us = now + 1000000;
 }
 
-/* Finish cmd once: count it, feed the breaker, call back. */
-static void complete(struct l2_cmd *cmd, enum outcome o, const struct l2_value *v)
+static void xfer_step(struct l2_cmd *cmd, enum outcome o, const redisReply *r);
+
+/* Finish cmd once, by whichever comes first (its reply, its timer, the end
+ * of its connection), and hand the outcome to its transfer. */
+static void complete(struct l2_cmd *cmd, enum outcome o, const redisReply *reply)
 {
 	struct l2 *l2 = cmd->l2;
 
@@ -736,20 +841,7 @@ static void complete(struct l2_cmd *cmd, enum outcome o, const struct l2_value *
 	if (cmd->next)
 		cmd->next->prev = cmd->prev;
 	cmd->prev = cmd->next = NULL;
-
-	if (!l2->freeing) {
-		switch (o) {
-		case OUT_HIT:     l2->n.hits++; break;
-		case OUT_MISS:    l2->n.misses++; break;
-		case OUT_REJECT:  l2->n.rejects++; break;
-		case OUT_WRITTEN: l2->n.writes++; break;
-		case OUT_ERROR:   l2->n.errors++; break;
-		case OUT_TIMEOUT: l2->n.timeouts++; break;
-		}
-		breaker_note(l2, cmd->probe, o != OUT_ERROR && o != OUT_TIMEOUT);
-	}
-	if (cmd->cb)
-		cmd->cb(cmd->arg, o == OUT_HIT, o == OUT_HIT ? v : NULL);
+	xfer_step(cmd, o, reply);
 	cmd_unref(cmd);
 }
 
@@ -776,8 +868,6 @@ static void on_reply(redisAsyncContext *ac, void *r, void *privdata)
 	struct l2_cmd *cmd = privdata;
 	struct l2 *l2 = cmd->l2;
 	redisReply *reply = r;
-	struct l2_value v;
-	const char *why;
 
 	if (cmd->completed) {
 		/* Timed out or dropped already: a stale reply, ignored. */
@@ -794,28 +884,8 @@ static void on_reply(redisAsyncContext *ac, void *r, void *privdata)
 	} else if (reply->type == REDIS_REPLY_ERROR) {
 		note_error(l2, reply->str);
 		complete(cmd, OUT_ERROR, NULL);
-	} else if (!cmd->cb) {
-		if (reply->type == REDIS_REPLY_STATUS) {
-			complete(cmd, OUT_WRITTEN, NULL);
-		} else {
-			note_error(l2, "unexpected reply to SET");
-			complete(cmd, OUT_ERROR, NULL);
-		}
-	} else if (reply->type == REDIS_REPLY_NIL ||
-		   (reply->type == REDIS_REPLY_STRING && reply->len == 0)) {
-		complete(cmd, OUT_MISS, NULL);
-	} else if (reply->type != REDIS_REPLY_STRING) {
-		note_error(l2, "unexpected reply to GETRANGE");
-		complete(cmd, OUT_ERROR, NULL);
-	} else if ((int64_t)reply->len > cmd->conf->max_value) {
-		log_reject(l2, cmd->conf, cmd->key, "larger than l2-max-value");
-		complete(cmd, OUT_REJECT, NULL);
-	} else if (l2_open(cmd->key, reply->str, reply->len, cmd->conf->identity,
-			   cmd->conf->secret, cmd->conf->secret_len, &v, &why) < 0) {
-		log_reject(l2, cmd->conf, cmd->key, why);
-		complete(cmd, OUT_REJECT, NULL);
 	} else {
-		complete(cmd, OUT_HIT, &v);
+		complete(cmd, OUT_REPLY, reply);
 	}
 	cmd_unref(cmd);
 }
@@ -982,27 +1052,7 @@ static void fail_unsent(struct l2 *l2, int probe)
 	breaker_note(l2, probe, 0);
 }
 
-static struct l2_cmd *cmd_new(struct l2 *l2, const unsigned char key[32], int probe,
-			      l2_get_cb cb, void *arg)
-{
-	struct l2_cmd *cmd = calloc(1, sizeof *cmd);
-
-	if (!cmd)
-		return NULL;
-	cmd->l2 = l2;
-	cmd->conf = l2->conf;
-	l2->conf->refs++;
-	cmd->cb = cb;
-	cmd->arg = arg;
-	cmd->probe = probe;
-	cmd->refs = 1;                  /* until completed */
-	cmd->fail = OUT_ERROR;
-	memcpy(cmd->key, key, 32);
-	return cmd;
-}
-
-/* Room for prefix, space and 64 hex digits. */
-#define NAME_MAX_LEN (L2_PREFIX_MAX + L2_SPACE_MAX + 65)
+/* ---- transfers: a value whole, or its chunks and manifest --------------- */
 
 /* prefix + space + 64 hex digits into name (NAME_MAX_LEN bytes). */
 static size_t redis_key(const struct l2 *l2, const char *space, const unsigned char key[32],
@@ -1019,6 +1069,263 @@ static size_t redis_key(const struct l2 *l2, const char *space, const unsigned c
 	return n + 64;
 }
 
+/* Chunk i of x: its key's name + ":" + hex id + ":" + i, so that the
+ * chunks of a value sit beside its key (a purge of a space takes them
+ * too) and two writes of one key never share a chunk. */
+static size_t chunk_name(const struct l2_xfer *x, uint32_t i, char *name)
+{
+	size_t n = x->name_len;
+
+	memcpy(name, x->name, n);
+	name[n++] = ':';
+	for (int k = 0; k < L2_ID_LEN; k++, n += 2)
+		snprintf(name + n, 3, "%02x", x->id[k]);
+	return n + (size_t)snprintf(name + n, NAME_MAX_LEN - n, ":%u", i);
+}
+
+static struct l2_xfer *xfer_new(struct l2 *l2, const char *space, const unsigned char key[32],
+				int probe, l2_get_cb cb, void *arg)
+{
+	struct l2_xfer *x = calloc(1, sizeof *x);
+
+	if (!x)
+		return NULL;
+	x->l2 = l2;
+	x->conf = l2->conf;
+	l2->conf->refs++;
+	x->cb = cb;
+	x->arg = arg;
+	x->probe = probe;
+	x->refs = 1;                    /* until finished */
+	memcpy(x->key, key, 32);
+	x->name_len = redis_key(l2, space, key, x->name);
+	return x;
+}
+
+/* End x once: count it, feed the breaker, call back (v: a hit's value).
+ * The breaker hears once per transfer, however many commands it took. */
+static void xfer_finish(struct l2_xfer *x, enum outcome o, const struct l2_value *v)
+{
+	struct l2 *l2 = x->l2;
+
+	if (x->finished)
+		return;
+	x->finished = 1;
+	if (!l2->freeing) {
+		switch (o) {
+		case OUT_HIT:     l2->n.hits++; break;
+		case OUT_MISS:    l2->n.misses++; break;
+		case OUT_REJECT:  l2->n.rejects++; break;
+		case OUT_WRITTEN: l2->n.writes++; break;
+		case OUT_ERROR:   l2->n.errors++; break;
+		case OUT_TIMEOUT: l2->n.timeouts++; break;
+		case OUT_REPLY:   break;
+		}
+		breaker_note(l2, x->probe, o != OUT_ERROR && o != OUT_TIMEOUT);
+		/* No callbacks once l2_free() began: the caller is going away. */
+		if (x->cb)
+			x->cb(x->arg, o == OUT_HIT, o == OUT_HIT ? v : NULL);
+	}
+	xfer_unref(x);
+}
+
+static void reject(struct l2_xfer *x, const char *why)
+{
+	log_reject(x->l2, x->conf, x->key, why);
+	xfer_finish(x, OUT_REJECT, NULL);
+}
+
+static void fail(struct l2_xfer *x, const char *why)
+{
+	note_error(x->l2, why);
+	xfer_finish(x, OUT_ERROR, NULL);
+}
+
+/* Send one command of x; a failure to send ends x. */
+static void send_op(struct l2_xfer *x, enum op op, uint32_t chunk, int argc,
+		    const char **argv, const size_t *argvlen, size_t bytes)
+{
+	struct l2_cmd *cmd = calloc(1, sizeof *cmd);
+
+	if (!cmd) {
+		fail(x, "out of memory");
+		return;
+	}
+	cmd->l2 = x->l2;
+	cmd->conf = x->conf;
+	x->conf->refs++;
+	cmd->xfer = x;
+	x->refs++;
+	cmd->op = op;
+	cmd->chunk = chunk;
+	cmd->refs = 1;                  /* until completed */
+	cmd->fail = OUT_ERROR;
+	/* 1 ms more per 256 KiB the command or its reply carries. */
+	send_cmd(x->l2, cmd, argc, argv, argvlen,
+		 x->conf->command_timeout_ms + (int64_t)(bytes >> 18));
+}
+
+/* The bytes of chunk i: its offset and length in the sealed value. */
+static size_t chunk_span(const struct l2_xfer *x, uint32_t i, size_t *off)
+{
+	*off = (size_t)i * x->chunk_len;
+	return x->data.len - *off < x->chunk_len ? x->data.len - *off : x->chunk_len;
+}
+
+static void send_chunk(struct l2_xfer *x, uint32_t i)
+{
+	char name[NAME_MAX_LEN], end[24];
+	size_t off, len = chunk_span(x, i, &off), name_len = chunk_name(x, i, name);
+
+	if (x->cb) {
+		/* At most len + 1 bytes: a longer chunk is seen, never read whole. */
+		const char *argv[4] = { "GETRANGE", name, "0", end };
+		size_t argvlen[4] = { 8, name_len, 1, (size_t)snprintf(end, sizeof end, "%zu", len) };
+		send_op(x, OP_GET_CHUNK, i, 4, argv, argvlen, len);
+	} else {
+		const char *argv[3] = { "SET", name, x->data.data + off };
+		size_t argvlen[3] = { 3, name_len, len };
+		send_op(x, OP_SET_CHUNK, i, 3, argv, argvlen, len);
+	}
+}
+
+/* Every chunk of a get is in: the value is the whole sealed envelope. */
+static void assembled(struct l2_xfer *x)
+{
+	struct l2_value v;
+	const char *why;
+
+	if (l2_open(x->key, x->data.data, x->data.len, x->conf->identity, x->conf->secret,
+		    x->conf->secret_len, &v, &why) < 0)
+		reject(x, why);
+	else
+		xfer_finish(x, OUT_HIT, &v);
+}
+
+/* Every chunk of a put is written: now the manifest makes them a value. */
+static void send_manifest(struct l2_xfer *x)
+{
+	unsigned char m[L2_MANIFEST_LEN];
+	const char *argv[3] = { "SET", x->name, (const char *)m };
+	size_t argvlen[3] = { 3, x->name_len, sizeof m };
+
+	if (manifest_seal(x->key, (uint32_t)x->chunk_len, x->data.len, x->n_chunks, x->id,
+			  x->conf->secret, x->conf->secret_len, m) < 0) {
+		fail(x, "cannot seal a manifest");
+		return;
+	}
+	send_op(x, OP_SET, 0, 3, argv, argvlen, sizeof m);
+}
+
+/* Keep up to L2_WINDOW chunk commands of x in flight, so no one command
+ * holds a connection (or Redis) for long and others interleave; once every
+ * chunk is answered, open the value (a get) or write the manifest (a put). */
+static void pump(struct l2_xfer *x)
+{
+	x->refs++;                      /* a failed send may finish x */
+	while (!x->finished && x->sent < x->n_chunks && x->sent - x->done < L2_WINDOW)
+		send_chunk(x, x->sent++);
+	if (!x->finished && x->done == x->n_chunks)
+		x->cb ? assembled(x) : send_manifest(x);
+	xfer_unref(x);
+}
+
+/* The reply under the key itself: nothing, a value stored whole, or the
+ * manifest of a chunked one. */
+static void got_key(struct l2_xfer *x, const redisReply *r)
+{
+	const char *why;
+	struct l2_value v;
+	uint64_t total;
+
+	if (r->type == REDIS_REPLY_NIL || (r->type == REDIS_REPLY_STRING && r->len == 0)) {
+		xfer_finish(x, OUT_MISS, NULL);
+		return;
+	}
+	if (r->type != REDIS_REPLY_STRING) {
+		fail(x, "unexpected reply to GETRANGE");
+		return;
+	}
+	x->l2->n.bytes_read += (int64_t)r->len;
+	if (r->len >= 4 && !memcmp(r->str, L2_MANIFEST_MAGIC, 4)) {
+		if (manifest_open(x->key, r->str, r->len, x->conf->secret, x->conf->secret_len,
+				  x->conf->max_value, &x->chunk_len, &total, &x->n_chunks, x->id,
+				  &why) < 0)
+			reject(x, why);
+		else if (buf_reserve(&x->data, (size_t)total) < 0)
+			fail(x, "out of memory");
+		else {
+			x->data.len = (size_t)total;
+			pump(x);
+		}
+	} else if (r->len > L2_INLINE || (int64_t)r->len > x->conf->max_value) {
+		reject(x, "larger than l2-max-value");
+	} else if (l2_open(x->key, r->str, r->len, x->conf->identity, x->conf->secret,
+			   x->conf->secret_len, &v, &why) < 0) {
+		reject(x, why);
+	} else {
+		xfer_finish(x, OUT_HIT, &v);
+	}
+}
+
+/* Chunk i of a get. One that is gone (evicted, or its writer died before
+ * the manifest it belongs to was replaced) makes the value a miss; one of
+ * the wrong length was tampered with. Its bytes are checked with the rest,
+ * by the value's HMAC, once all are in. */
+static void got_chunk(struct l2_xfer *x, uint32_t i, const redisReply *r)
+{
+	size_t off, len = chunk_span(x, i, &off);
+
+	if (r->type == REDIS_REPLY_NIL || (r->type == REDIS_REPLY_STRING && r->len == 0))
+		xfer_finish(x, OUT_MISS, NULL);
+	else if (r->type != REDIS_REPLY_STRING)
+		fail(x, "unexpected reply to GETRANGE");
+	else if (r->len != len)
+		reject(x, "a chunk of the wrong length");
+	else {
+		memcpy(x->data.data + off, r->str, len);
+		x->l2->n.bytes_read += (int64_t)len;
+		x->done++;
+		pump(x);
+	}
+}
+
+static void xfer_step(struct l2_cmd *cmd, enum outcome o, const redisReply *r)
+{
+	struct l2_xfer *x = cmd->xfer;
+
+	if (x->finished)
+		return;                 /* another of its commands ended it */
+	if (o != OUT_REPLY) {
+		xfer_finish(x, o, NULL);
+		return;
+	}
+	switch (cmd->op) {
+	case OP_GET:
+		got_key(x, r);
+		break;
+	case OP_GET_CHUNK:
+		got_chunk(x, cmd->chunk, r);
+		break;
+	case OP_SET:
+	case OP_SET_CHUNK:
+		if (r->type != REDIS_REPLY_STATUS) {
+			fail(x, "unexpected reply to SET");
+			break;
+		}
+		if (cmd->op == OP_SET) {
+			x->l2->n.bytes_written += (int64_t)(x->n_chunks ? L2_MANIFEST_LEN : x->data.len);
+			xfer_finish(x, OUT_WRITTEN, NULL);
+		} else {
+			size_t off;
+			x->l2->n.bytes_written += (int64_t)chunk_span(x, cmd->chunk, &off);
+			x->done++;
+			pump(x);
+		}
+		break;
+	}
+}
+
 void l2_get(struct l2 *l2, const unsigned char key[32], l2_get_cb cb, void *arg)
 {
 	l2_get_in(l2, NULL, key, cb, arg);
@@ -1032,71 +1339,73 @@ void l2_put(struct l2 *l2, const unsigned char key[32], const struct l2_value *v
 void l2_get_in(struct l2 *l2, const char *space, const unsigned char key[32], l2_get_cb cb,
 	       void *arg)
 {
-	char name[NAME_MAX_LEN];
+	static const char inline_end[] = "1048576";     /* L2_INLINE */
 	const char *argv[4];
 	size_t argvlen[4];
-	struct l2_cmd *cmd;
+	struct l2_xfer *x;
 	int probe;
 
+	_Static_assert(L2_INLINE == 1048576, "inline_end is L2_INLINE");
 	if (l2->off || !admit(l2, &probe)) {
 		cb(arg, 0, NULL);
 		return;
 	}
-	if (!(cmd = cmd_new(l2, key, probe, cb, arg))) {
+	if (!(x = xfer_new(l2, space, key, probe, cb, arg))) {
 		fail_unsent(l2, probe);
 		cb(arg, 0, NULL);
 		return;
 	}
+	/* GETRANGE rather than GET: at most L2_INLINE + 1 bytes come back, so
+	 * a huge value planted under our name is never buffered whole. */
 	argv[0] = "GETRANGE";
 	argvlen[0] = 8;
-	argv[1] = name;
-	argvlen[1] = redis_key(l2, space, key, name);
+	argv[1] = x->name;
+	argvlen[1] = x->name_len;
 	argv[2] = "0";
 	argvlen[2] = 1;
-	argv[3] = l2->conf->range_end;
-	argvlen[3] = strlen(l2->conf->range_end);
-	send_cmd(l2, cmd, 4, argv, argvlen, l2->conf->command_timeout_ms);
+	argv[3] = inline_end;
+	argvlen[3] = sizeof inline_end - 1;
+	send_op(x, OP_GET, 0, 4, argv, argvlen, L2_INLINE);
 }
 
 void l2_put_in(struct l2 *l2, const char *space, const unsigned char key[32],
 	       const struct l2_value *v)
 {
-	char name[NAME_MAX_LEN];
-	const char *argv[3];
-	size_t argvlen[3], total;
-	struct buf sealed = BUF_INIT;
-	struct l2_cmd *cmd;
+	struct l2_xfer *x;
+	size_t total;
 	int probe;
 
 	if (l2->off || l2->conf->read_only)
 		return;
 	total = sealed_len(v, strlen(l2->conf->identity));
 	if (!total || (int64_t)total > l2->conf->max_value) {
-		log_debug("l2: not publishing a %zu-byte value (l2-max-value %lld)",
-			  v->data_len + v->log_len, (long long)l2->conf->max_value);
+		log_info("l2: not publishing a %zu-byte value: larger than l2-max-value (%lld)",
+			 v->data_len + v->log_len, (long long)l2->conf->max_value);
 		return;
 	}
 	if (!admit(l2, &probe))
 		return;
-	if (!(cmd = cmd_new(l2, key, probe, NULL, NULL)) ||
-	    l2_seal(key, v, l2->conf->identity, l2->conf->secret, l2->conf->secret_len, &sealed) < 0) {
-		if (cmd)
-			cmd_unref(cmd);
-		buf_free(&sealed);
+	if (!(x = xfer_new(l2, space, key, probe, NULL, NULL))) {
 		fail_unsent(l2, probe);
 		return;
 	}
-	argv[0] = "SET";
-	argvlen[0] = 3;
-	argv[1] = name;
-	argvlen[1] = redis_key(l2, space, key, name);
-	argv[2] = sealed.data;
-	argvlen[2] = sealed.len;
-	/* hiredis copies the command into its output buffer. A large value
-	 * takes longer to send: 1 ms more per 256 KiB. */
-	send_cmd(l2, cmd, 3, argv, argvlen,
-		 l2->conf->command_timeout_ms + (int64_t)(sealed.len >> 18));
-	buf_free(&sealed);
+	if (l2_seal(key, v, l2->conf->identity, l2->conf->secret, l2->conf->secret_len,
+		    &x->data) < 0) {
+		fail(x, "cannot seal a value");
+		return;
+	}
+	if (x->data.len <= L2_INLINE) {
+		const char *argv[3] = { "SET", x->name, x->data.data };
+		size_t argvlen[3] = { 3, x->name_len, x->data.len };
+		send_op(x, OP_SET, 0, 3, argv, argvlen, x->data.len);
+		return;
+	}
+	/* The chunks first, the manifest last: a reader finds a manifest only
+	 * once every chunk it names was written. */
+	memcpy(x->id, x->data.data + x->data.len - L2_MAC_LEN, L2_ID_LEN);
+	x->chunk_len = L2_CHUNK;
+	x->n_chunks = (uint32_t)((x->data.len + L2_CHUNK - 1) / L2_CHUNK);
+	pump(x);
 }
 
 void l2_counters(struct l2 *l2, struct l2_counters *c)
@@ -1128,7 +1437,6 @@ static struct l2_conf *conf_new(const struct l2_config *cfg, const struct l2_con
 	c->command_timeout_ms = cfg->command_timeout_ms > 0 ? cfg->command_timeout_ms :
 				L2_DEFAULT_TIMEOUT_MS;
 	c->max_value = cfg->max_value > 0 ? cfg->max_value : L2_DEFAULT_MAX_VALUE;
-	snprintf(c->range_end, sizeof c->range_end, "%lld", (long long)c->max_value);
 	if (strlen(prefix) > L2_PREFIX_MAX) {
 		buf_printf(err, "l2 prefix is longer than %d bytes", L2_PREFIX_MAX);
 		goto fail;
@@ -1315,8 +1623,6 @@ void l2_free(struct l2 *l2)
 		return;
 	/* No callbacks from here on: the caller is going away. */
 	l2->freeing = 1;
-	for (struct l2_cmd *c = l2->pending; c; c = c->next)
-		c->cb = NULL;
 	drop_connection(l2, OUT_ERROR);
 	for (int i = 0; i < L2_RETIRED_MAX; i++) {
 		redisAsyncContext *ac = l2->retired[i];

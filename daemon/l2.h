@@ -49,6 +49,7 @@ struct l2_value {
 
 struct l2_counters {
 	int64_t hits, misses, errors, timeouts, rejects, writes, breaker_opens;
+	int64_t bytes_read, bytes_written;      /* sealed values, chunks, manifests */
 	int breaker_open;       /* 1 while requests skip Redis */
 };
 

@@ -119,10 +119,12 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 		j.len--;        /* reopen the object */
 		buf_printf(&j, ",\"l2_hits\":%lld,\"l2_misses\":%lld,\"l2_errors\":%lld,"
 			   "\"l2_timeouts\":%lld,\"l2_rejects\":%lld,\"l2_writes\":%lld,"
-			   "\"l2_breaker_opens\":%lld,\"l2_breaker_open\":%d}",
+			   "\"l2_breaker_opens\":%lld,\"l2_breaker_open\":%d,"
+			   "\"l2_bytes_read\":%lld,\"l2_bytes_written\":%lld}",
 			   (long long)lc.hits, (long long)lc.misses, (long long)lc.errors,
 			   (long long)lc.timeouts, (long long)lc.rejects, (long long)lc.writes,
-			   (long long)lc.breaker_opens, lc.breaker_open);
+			   (long long)lc.breaker_opens, lc.breaker_open,
+			   (long long)lc.bytes_read, (long long)lc.bytes_written);
 	}
 	if (j.len) {
 		struct artifact_counters ac;

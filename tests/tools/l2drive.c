@@ -13,6 +13,12 @@
  *   get HEX [PATH]    answers "hit sync=S len=N status=N" (and writes the
  *                     data to PATH) or "miss sync=S"; S is 1 when the
  *                     callback ran inside l2_get()
+ *   lat HEX N         N gets of HEX one after another; answers "lat n=N
+ *                     hits=H p50_us=.. p99_us=.. max_us=.." (each get timed
+ *                     on the loop, from l2_get() to its callback)
+ *   lat HEX N         N gets of HEX one after another; answers "lat n=N
+ *                     hits=H p50_us=.. p99_us=.. max_us=.." (each get timed
+ *                     on the loop, from l2_get() to its callback)
  *   sleep MS          let the loop run MS ms, then "slept"
  *   counters          "hits=.. misses=.. errors=.. timeouts=.. rejects=..
  *                     writes=.. breaker_opens=.. breaker_open=.."
@@ -24,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -94,6 +101,49 @@ static void got(void *arg, int found, const struct l2_value *v)
 		next_command();
 }
 
+/* lat: gets of one key one after another, each timed from l2_get() to
+ * its callback on this loop (no pipe in the figure). */
+#define LAT_MAX 100000
+static unsigned char lat_key[32];
+static int lat_left, lat_n, lat_hits;
+static double lat_us[LAT_MAX];
+static struct timespec lat_t0;
+
+static void lat_next(void);
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static void lat_got(void *arg, int found, const struct l2_value *v)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	lat_us[lat_n++] = (t.tv_sec - lat_t0.tv_sec) * 1e6 + (t.tv_nsec - lat_t0.tv_nsec) / 1e3;
+	lat_hits += found;
+	if (--lat_left > 0) {
+		/* From the loop, not from inside the callback: as a daemon would. */
+		event_base_once(base, -1, EV_TIMEOUT, (void (*)(evutil_socket_t, short, void *))lat_next,
+				NULL, NULL);
+		return;
+	}
+	qsort(lat_us, (size_t)lat_n, sizeof lat_us[0], cmp_double);
+	printf("lat n=%d hits=%d p50_us=%.0f p99_us=%.0f max_us=%.0f\n", lat_n, lat_hits,
+	       lat_us[lat_n / 2], lat_us[(lat_n * 99) / 100], lat_us[lat_n - 1]);
+	fflush(stdout);
+	busy = 0;
+	next_command();
+}
+
+static void lat_next(void)
+{
+	clock_gettime(CLOCK_MONOTONIC, &lat_t0);
+	l2_get(l2, lat_key, lat_got, NULL);
+}
+
 static void on_slept(evutil_socket_t fd, short what, void *arg)
 {
 	printf("slept\n");
@@ -131,6 +181,16 @@ static void run(char *cmd)
 		in_get = 1;
 		l2_get(l2, key, got, NULL);
 		in_get = 0;
+	} else if (!strcmp(argv[0], "lat") && argc == 3 && !from_hex(argv[1], key)) {
+		memcpy(lat_key, key, 32);
+		lat_left = atoi(argv[2]);
+		lat_n = lat_hits = 0;
+		if (lat_left < 1 || lat_left > LAT_MAX) {
+			printf("error bad count\n");
+		} else {
+			busy = 1;
+			lat_next();
+		}
 	} else if (!strcmp(argv[0], "sleep") && argc == 2) {
 		long ms = atol(argv[1]);
 		struct timeval tv = { ms / 1000, ms % 1000 * 1000 };
@@ -140,10 +200,12 @@ static void run(char *cmd)
 		struct l2_counters c;
 		l2_counters(l2, &c);
 		printf("hits=%lld misses=%lld errors=%lld timeouts=%lld rejects=%lld "
-		       "writes=%lld breaker_opens=%lld breaker_open=%d\n",
+		       "writes=%lld breaker_opens=%lld breaker_open=%d bytes_read=%lld "
+		       "bytes_written=%lld\n",
 		       (long long)c.hits, (long long)c.misses, (long long)c.errors,
 		       (long long)c.timeouts, (long long)c.rejects, (long long)c.writes,
-		       (long long)c.breaker_opens, c.breaker_open);
+		       (long long)c.breaker_opens, c.breaker_open, (long long)c.bytes_read,
+		       (long long)c.bytes_written);
 	} else if (!strcmp(argv[0], "quit")) {
 		event_base_loopbreak(base);
 		busy = 1;
@@ -186,7 +248,7 @@ int main(int argc, char **argv)
 {
 	struct l2_config cfg = {
 		.prefix = "ptxcache:", .connect_timeout_ms = 50, .command_timeout_ms = 50,
-		.max_value = 64 << 20, .identity = "l2drive test compiler",
+		.max_value = 0, .identity = "l2drive test compiler",
 	};
 	struct buf err = BUF_INIT;
 	int i;
