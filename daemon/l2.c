@@ -75,7 +75,6 @@
 #include <event2/util.h>
 #include <hiredis/hiredis.h>
 #include <hiredis/async.h>
-#include <hiredis/adapters/libevent.h>
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -159,6 +158,7 @@ struct l2_cmd {
 	int refs;                       /* completion + hiredis's callback */
 	int completed;
 	int fail;                       /* how a NULL reply counts */
+	uint64_t io_mark;               /* its connection's I/O when armed */
 };
 
 /* One l2_get_in() or l2_put_in(): the commands it takes, the bytes it
@@ -946,13 +946,97 @@ static void on_connect_timeout(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+/* ---- the loop's side of a connection ------------------------------------
+ *
+ * hiredis's own libevent adapter, but counting each time the connection
+ * reads or writes: a command's timer that finds the count moved re-arms
+ * rather than fail, so a timeout bounds silence, never size. A connection
+ * whose peer stopped reading soon stops being writable, and counts no more. */
+struct l2_events {
+	redisAsyncContext *ac;
+	struct event *rev, *wev;
+	uint64_t io;                    /* read and write events handled */
+};
+
+static void on_readable(evutil_socket_t fd, short what, void *arg)
+{
+	struct l2_events *e = arg;
+
+	e->io++;
+	redisAsyncHandleRead(e->ac);
+}
+
+static void on_writable(evutil_socket_t fd, short what, void *arg)
+{
+	struct l2_events *e = arg;
+
+	e->io++;
+	redisAsyncHandleWrite(e->ac);
+}
+
+static void ev_add_read(void *p) { event_add(((struct l2_events *)p)->rev, NULL); }
+static void ev_del_read(void *p) { event_del(((struct l2_events *)p)->rev); }
+static void ev_add_write(void *p) { event_add(((struct l2_events *)p)->wev, NULL); }
+static void ev_del_write(void *p) { event_del(((struct l2_events *)p)->wev); }
+
+static void ev_cleanup(void *p)
+{
+	struct l2_events *e = p;
+
+	event_free(e->rev);
+	event_free(e->wev);
+	free(e);
+}
+
+static int attach(redisAsyncContext *ac, struct event_base *base)
+{
+	struct l2_events *e = calloc(1, sizeof *e);
+
+	if (!e || ac->ev.data)
+		goto fail;
+	e->ac = ac;
+	e->rev = event_new(base, ac->c.fd, EV_READ, on_readable, e);
+	e->wev = event_new(base, ac->c.fd, EV_WRITE, on_writable, e);
+	if (!e->rev || !e->wev)
+		goto fail;
+	ac->ev.addRead = ev_add_read;
+	ac->ev.delRead = ev_del_read;
+	ac->ev.addWrite = ev_add_write;
+	ac->ev.delWrite = ev_del_write;
+	ac->ev.cleanup = ev_cleanup;
+	ac->ev.data = e;
+	event_add(e->rev, NULL);
+	event_add(e->wev, NULL);
+	return 0;
+fail:
+	if (e && e->rev)
+		event_free(e->rev);
+	if (e && e->wev)
+		event_free(e->wev);
+	free(e);
+	return -1;
+}
+
+static uint64_t io_of(const redisAsyncContext *ac)
+{
+	return ((const struct l2_events *)ac->ev.data)->io;
+}
+
 static void on_cmd_timeout(evutil_socket_t fd, short what, void *arg)
 {
 	struct l2_cmd *cmd = arg;
 	struct l2 *l2 = cmd->l2;
 
-	snprintf(l2->last_error, sizeof l2->last_error, "no answer within %d ms",
-		 l2->conf->command_timeout_ms);
+	/* Its connection moved bytes meanwhile: busy, not silent. */
+	if (cmd->ac && io_of(cmd->ac) != cmd->io_mark) {
+		struct timeval tv;
+		cmd->io_mark = io_of(cmd->ac);
+		ms_to_tv(cmd->conf->command_timeout_ms, &tv);
+		evtimer_add(cmd->timer, &tv);
+		return;
+	}
+	snprintf(l2->last_error, sizeof l2->last_error, "no answer and no bytes moved in %d ms",
+		 cmd->conf->command_timeout_ms);
 	if (cmd->ac && cmd->ac == l2->ac) {
 		drop_connection(l2, OUT_TIMEOUT);   /* completes cmd too */
 	} else {
@@ -984,7 +1068,7 @@ static int l2_connect(struct l2 *l2)
 		return -1;
 	}
 	ac->data = l2;
-	if (redisLibeventAttach(ac, l2->base) != REDIS_OK) {
+	if (attach(ac, l2->base) < 0) {
 		note_error(l2, "cannot attach to the event loop");
 		redisAsyncFree(ac);
 		return -1;
@@ -1013,7 +1097,7 @@ static int l2_connect(struct l2 *l2)
 /* Send one command for cmd (which the caller has set up); on any failure
  * to send, cmd completes as an error at once. */
 static void send_cmd(struct l2 *l2, struct l2_cmd *cmd, int argc, const char **argv,
-		     const size_t *argvlen, int64_t timeout_ms)
+		     const size_t *argvlen)
 {
 	struct timeval tv;
 
@@ -1039,8 +1123,9 @@ static void send_cmd(struct l2 *l2, struct l2_cmd *cmd, int argc, const char **a
 		return;
 	}
 	cmd->ac = l2->ac;
+	cmd->io_mark = io_of(cmd->ac);
 	cmd->refs++;                    /* hiredis's callback */
-	ms_to_tv(timeout_ms, &tv);
+	ms_to_tv(cmd->conf->command_timeout_ms, &tv);
 	evtimer_add(cmd->timer, &tv);
 }
 
@@ -1143,7 +1228,7 @@ static void fail(struct l2_xfer *x, const char *why)
 
 /* Send one command of x; a failure to send ends x. */
 static void send_op(struct l2_xfer *x, enum op op, uint32_t chunk, int argc,
-		    const char **argv, const size_t *argvlen, size_t bytes)
+		    const char **argv, const size_t *argvlen)
 {
 	struct l2_cmd *cmd = calloc(1, sizeof *cmd);
 
@@ -1160,9 +1245,7 @@ static void send_op(struct l2_xfer *x, enum op op, uint32_t chunk, int argc,
 	cmd->chunk = chunk;
 	cmd->refs = 1;                  /* until completed */
 	cmd->fail = OUT_ERROR;
-	/* 1 ms more per 256 KiB the command or its reply carries. */
-	send_cmd(x->l2, cmd, argc, argv, argvlen,
-		 x->conf->command_timeout_ms + (int64_t)(bytes >> 18));
+	send_cmd(x->l2, cmd, argc, argv, argvlen);
 }
 
 /* The bytes of chunk i: its offset and length in the sealed value. */
@@ -1181,11 +1264,11 @@ static void send_chunk(struct l2_xfer *x, uint32_t i)
 		/* At most len + 1 bytes: a longer chunk is seen, never read whole. */
 		const char *argv[4] = { "GETRANGE", name, "0", end };
 		size_t argvlen[4] = { 8, name_len, 1, (size_t)snprintf(end, sizeof end, "%zu", len) };
-		send_op(x, OP_GET_CHUNK, i, 4, argv, argvlen, len);
+		send_op(x, OP_GET_CHUNK, i, 4, argv, argvlen);
 	} else {
 		const char *argv[3] = { "SET", name, x->data.data + off };
 		size_t argvlen[3] = { 3, name_len, len };
-		send_op(x, OP_SET_CHUNK, i, 3, argv, argvlen, len);
+		send_op(x, OP_SET_CHUNK, i, 3, argv, argvlen);
 	}
 }
 
@@ -1214,7 +1297,7 @@ static void send_manifest(struct l2_xfer *x)
 		fail(x, "cannot seal a manifest");
 		return;
 	}
-	send_op(x, OP_SET, 0, 3, argv, argvlen, sizeof m);
+	send_op(x, OP_SET, 0, 3, argv, argvlen);
 }
 
 /* Keep up to L2_WINDOW chunk commands of x in flight, so no one command
@@ -1365,7 +1448,7 @@ void l2_get_in(struct l2 *l2, const char *space, const unsigned char key[32], l2
 	argvlen[2] = 1;
 	argv[3] = inline_end;
 	argvlen[3] = sizeof inline_end - 1;
-	send_op(x, OP_GET, 0, 4, argv, argvlen, L2_INLINE);
+	send_op(x, OP_GET, 0, 4, argv, argvlen);
 }
 
 void l2_put_in(struct l2 *l2, const char *space, const unsigned char key[32],
@@ -1397,7 +1480,7 @@ void l2_put_in(struct l2 *l2, const char *space, const unsigned char key[32],
 	if (x->data.len <= L2_INLINE) {
 		const char *argv[3] = { "SET", x->name, x->data.data };
 		size_t argvlen[3] = { 3, x->name_len, x->data.len };
-		send_op(x, OP_SET, 0, 3, argv, argvlen, x->data.len);
+		send_op(x, OP_SET, 0, 3, argv, argvlen);
 		return;
 	}
 	/* The chunks first, the manifest last: a reader finds a manifest only

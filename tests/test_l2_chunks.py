@@ -1,0 +1,223 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Values of any size through the shared tier (daemon/l2.c), on its default
+timeout (50 ms) and against a real redis-server: a sealed value over 1 MiB
+goes as 1 MiB chunks and a sealed manifest written last. Checked here: 1 to
+100 MB values cross exact with no timeout and no breaker opening, over a
+Unix socket and TCP; the layout in Redis is the documented one (rebuilt
+from it in Python); a tampered, missing or foreign chunk or manifest is a
+miss, never an answer; a manifest cannot make a reader fetch more than
+l2-max-value; a writer killed between chunks leaves the key's earlier value
+(or nothing) readable, never a mix. Two daemons carrying 1-100 MB
+artifacts on their defaults: tests/test_artifact.py."""
+import hashlib
+import hmac
+import os
+import signal
+import struct
+
+from redis_fixture import RedisServer
+from test_l2_live import KEY, KEY2, SECRET, Drive, seal
+
+MB = 1 << 20
+CHUNK = 1 << 20
+DEFAULTS = ("--timeout", "50")          # the daemon's l2-timeout-ms
+
+
+def manifest(key_hex, total, n_chunks, ident, chunk_len=CHUNK, version=1, secret=SECRET):
+    """A manifest as ARCHITECTURE.md documents it."""
+    body = (b"PXLM" + bytes([version]) + struct.pack(">IQI", chunk_len, total, n_chunks)
+            + ident)
+    return body + hmac.new(secret, bytes.fromhex(key_hex) + body, hashlib.sha256).digest()
+
+
+def _chunks(r, key_hex):
+    """The chunk names under key_hex in Redis, in order."""
+    names = [k for k in r.keys() if k.startswith("ptxcache:%s:" % key_hex)]
+    return sorted(names, key=lambda k: int(k.rsplit(":", 1)[1]))
+
+
+def _written(d, n=1):
+    before = d.counters()["writes"]
+    return lambda c: c["writes"] >= before + n
+
+
+def _got(d, key, tmp):
+    out = os.path.join(tmp, "got")
+    if os.path.exists(out):
+        os.unlink(out)
+    word, _ = d.get(key, out)
+    if word != "hit":
+        return None
+    with open(out, "rb") as f:
+        return f.read()
+
+
+def _cross(url, tmp, sizes):
+    a, b = Drive(url, tmp, *DEFAULTS), Drive(url, tmp, *DEFAULTS)
+    try:
+        for i, size in enumerate(sizes):
+            key = ("%02x" % (i + 1)) * 32
+            data = os.urandom(size)
+            done = _written(a)
+            a.put(key, data)
+            a.wait(done, "the %d MB write" % (size // MB), tries=3000)
+            assert _got(b, key, tmp) == data, "%d MB value not exact" % (size // MB)
+        for d in (a, b):
+            c = d.counters()
+            assert (c["timeouts"], c["errors"], c["breaker_opens"], c["rejects"]) == (0, 0, 0, 0), c
+        assert b.counters()["hits"] == len(sizes)
+        assert b.counters()["bytes_read"] >= sum(sizes)
+        assert a.counters()["bytes_written"] >= sum(sizes)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_l2_values_of_1_to_100_mb_cross_on_the_default_timeout():
+    with RedisServer() as r:
+        _cross(r.url, r.tmp, [1 * MB, 8 * MB, 40 * MB, 100 * MB])
+
+
+def test_l2_large_values_cross_over_tcp():
+    with RedisServer(tcp=True) as r:
+        _cross(r.tcp_url(), r.tmp, [8 * MB, 40 * MB])
+
+
+def test_l2_chunked_layout_is_the_documented_one():
+    with RedisServer() as r:
+        d = Drive(r.url, r.tmp, *DEFAULTS)
+        try:
+            data = os.urandom(2 * MB + 12345)
+            done = _written(d)
+            d.put(KEY, data)
+            d.wait(done, "the write")
+            sealed = seal(KEY, data)
+            ident = hmac.new(SECRET, bytes.fromhex(KEY) + sealed[:-32],
+                             hashlib.sha256).digest()[:16]
+            names = _chunks(r, KEY)
+            assert names == ["ptxcache:%s:%s:%d" % (KEY, ident.hex(), i) for i in range(3)], names
+            assert b"".join(r.get(n) for n in names) == sealed
+            assert r.get("ptxcache:" + KEY) == manifest(KEY, len(sealed), 3, ident)
+            # A value of up to 1 MiB sealed is still one key, as before.
+            done = _written(d)
+            d.put(KEY2, b"x" * 1000)
+            d.wait(done, "the small write")
+            assert _chunks(r, KEY2) == [] and r.get("ptxcache:" + KEY2) == seal(KEY2, b"x" * 1000)
+        finally:
+            d.close()
+
+
+def test_l2_tampered_missing_or_foreign_chunks_and_manifests_are_misses():
+    with RedisServer() as r:
+        a, b = Drive(r.url, r.tmp, *DEFAULTS), Drive(r.url, r.tmp, *DEFAULTS)
+        try:
+            data = os.urandom(3 * MB)
+            for key in (KEY, KEY2):
+                done = _written(a)
+                a.put(key, data)
+                a.wait(done, "the write")
+            names = _chunks(r, KEY)
+            assert len(names) == 4
+            good_chunk, good_manifest = r.get(names[1]), r.get("ptxcache:" + KEY)
+            assert _got(b, KEY, r.tmp) == data
+
+            def restore():
+                r.set(names[1], good_chunk)
+                r.set("ptxcache:" + KEY, good_manifest)
+
+            flipped = bytearray(good_chunk)
+            flipped[777] ^= 1
+            m_total = bytearray(good_manifest)
+            m_total[16] ^= 1                        # total length
+            sealed_len = struct.unpack(">Q", good_manifest[9:17])[0]
+            ident = good_manifest[21:37]
+            cases = [
+                ("a chunk with a flipped byte", lambda: r.set(names[1], bytes(flipped)), "rejects"),
+                ("a chunk one byte short", lambda: r.set(names[1], good_chunk[:-1]), "rejects"),
+                ("a chunk one byte long", lambda: r.set(names[1], good_chunk + b"x"), "rejects"),
+                ("a chunk gone", lambda: r.command("DEL", names[1]), "misses"),
+                ("a manifest's total changed", lambda: r.set("ptxcache:" + KEY, bytes(m_total)),
+                 "rejects"),
+                ("another key's manifest", lambda: r.set("ptxcache:" + KEY,
+                                                         r.get("ptxcache:" + KEY2)), "rejects"),
+                ("a manifest cut short", lambda: r.set("ptxcache:" + KEY, good_manifest[:-1]),
+                 "rejects"),
+                # Sealed with the secret but outside a reader's bounds: a
+                # chunk size it does not take, a count that does not add up.
+                ("a manifest of 1-byte chunks", lambda: r.set(
+                    "ptxcache:" + KEY, manifest(KEY, sealed_len, sealed_len, ident, chunk_len=1)),
+                 "rejects"),
+                ("a manifest with one chunk too few", lambda: r.set(
+                    "ptxcache:" + KEY, manifest(KEY, sealed_len, 3, ident)), "rejects"),
+                ("a manifest of version 2", lambda: r.set(
+                    "ptxcache:" + KEY, manifest(KEY, sealed_len, 4, ident, version=2)), "rejects"),
+            ]
+            for what, spoil, counter in cases:
+                spoil()
+                before = b.counters()
+                assert _got(b, KEY, r.tmp) is None, what
+                after = b.counters()
+                assert after[counter] == before[counter] + 1, (what, before, after)
+                assert after["errors"] == before["errors"], what
+                restore()
+                assert _got(b, KEY, r.tmp) == data, "after %s, restored" % what
+        finally:
+            a.close()
+            b.close()
+
+
+def test_l2_a_manifest_cannot_make_a_reader_fetch_past_its_max_value():
+    with RedisServer() as r:
+        # This reader takes at most 4 MiB; the value is 6.
+        a = Drive(r.url, r.tmp, *DEFAULTS)
+        b = Drive(r.url, r.tmp, *DEFAULTS, "--max-value", str(4 * MB))
+        try:
+            done = _written(a)
+            a.put(KEY, os.urandom(6 * MB))
+            a.wait(done, "the write")
+            calls = r.calls("getrange")
+            assert _got(b, KEY, r.tmp) is None
+            assert b.counters()["rejects"] == 1
+            assert r.calls("getrange") == calls + 1, "fetched chunks past its bound"
+            # Nor does a writer bounded so publish it.
+            b.put(KEY2, os.urandom(5 * MB))
+            b.cmd("sleep 200")
+            assert r.get("ptxcache:" + KEY2) is None and b.counters()["writes"] == 0
+        finally:
+            a.close()
+            b.close()
+
+
+def test_l2_a_writer_killed_between_chunks_leaves_no_mixed_value():
+    with RedisServer() as r:
+        a, b = Drive(r.url, r.tmp, *DEFAULTS), Drive(r.url, r.tmp, *DEFAULTS)
+        try:
+            old = os.urandom(3 * MB)
+            done = _written(a)
+            a.put(KEY, old)
+            a.wait(done, "the first write")
+        finally:
+            a.close()
+        # A second writer of the same key, and of a new one, killed while
+        # its chunks are going out: it wrote some, not its manifest.
+        w = Drive(r.url, r.tmp, *DEFAULTS)
+        try:
+            new = os.urandom(100 * MB)
+            w.put(KEY, new)
+            w.put(KEY2, new)
+            for _ in range(2000):
+                if len(_chunks(r, KEY)) > 4:
+                    break
+                w.cmd("sleep 1")
+            w.proc.send_signal(signal.SIGKILL)
+            w.proc.wait()
+            assert len(_chunks(r, KEY)) > 4, "no chunk of the second write seen"
+            assert _got(b, KEY, r.tmp) == old
+            assert _got(b, KEY2, r.tmp) is None
+            c = b.counters()
+            assert (c["hits"], c["misses"], c["rejects"]) == (1, 1, 0), c
+        finally:
+            w.proc.stdout.close()
+            w.proc.stderr.close()
+            w.proc.stdin.close()
+            b.close()
