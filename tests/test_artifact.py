@@ -462,14 +462,47 @@ def test_ls_evict_purge_know_artifacts():
         assert cli(d, "artifact", "get", "triton", "t1").returncode == 1
 
 
-def _node(redis, tmp, name):
+def _node(redis, tmp, name, url=None):
+    """A daemon on the tier's defaults (l2-timeout-ms, l2-max-value)."""
     secret = os.path.join(tmp, "secret")
     with open(secret, "wb") as f:
         f.write(b"artifact test secret\n")
-    d = Daemon(workers=1, extra=["--l2", redis.url, "--l2-secret-file", secret,
-                                 "--l2-timeout-ms", "2000", "--allow-users", "%d,54321" % B])
+    d = Daemon(workers=1, extra=["--l2", url or redis.url, "--l2-secret-file", secret,
+                                 "--allow-users", "%d,54321" % B])
     make_reachable(d.socket)
     return d
+
+
+def test_artifacts_of_1_to_100_mb_cross_nodes_on_the_defaults():
+    """What a fresh node meets: FX graphs of tens of MB put on one node are
+    got, exact, on another, with no timeout and no breaker opening."""
+    if os.geteuid() != 0:
+        raise Skip("needs root to make the socket reachable")
+    for tcp in (False, True):
+        r = RedisServer(tcp=tcp)
+        tmp = tempfile.mkdtemp()
+        url = r.tcp_url() if tcp else r.url
+        try:
+            with _node(r, tmp, "a", url) as a, _node(r, tmp, "b", url) as b:
+                sizes = [1, 8, 40, 100] if not tcp else [8, 40]
+                for mb in sizes:
+                    value = os.urandom(mb << 20)
+                    key = "graph-%d" % mb
+                    writes = a.stats()["l2_writes"]
+                    assert cli(a, "artifact", "put", "inductor-fx", key, "-",
+                               input=value).returncode == 0
+                    a.wait_stats(lambda s: s["l2_writes"] > writes, "the %d MB publish" % mb)
+                    got = cli(b, "artifact", "get", "inductor-fx", key)
+                    assert got.returncode == 0, got.stderr
+                    assert got.stdout == value, "%d MB: not the bytes put" % mb
+                for d in (a, b):
+                    s = d.stats()
+                    assert (s["l2_timeouts"], s["l2_errors"], s["l2_breaker_opens"],
+                            s["l2_rejects"]) == (0, 0, 0, 0), s
+                assert b.stats()["artifact_l2_hits"] == len(sizes)
+                assert b.stats()["l2_bytes_read"] > sum(sizes) << 20
+        finally:
+            r.cleanup()
 
 
 def test_redis_carries_artifacts_within_their_scope():

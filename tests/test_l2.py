@@ -15,12 +15,13 @@ from test_l2_live import unseal
 SECRET = b"cluster secret for the tests\n"
 
 
-def node(redis, tmp, *extra, timeout_ms=2000):
+def node(redis, tmp, *extra, timeout_ms=None):
+    """A daemon on the tier's defaults, or the timeout a test is about."""
     secret = os.path.join(tmp, "secret")
     with open(secret, "wb") as f:
         f.write(SECRET)
-    return Daemon(extra=["--l2", redis.url, "--l2-secret-file", secret,
-                         "--l2-timeout-ms", str(timeout_ms)] + list(extra))
+    timeout = ["--l2-timeout-ms", str(timeout_ms)] if timeout_ms else []
+    return Daemon(extra=["--l2", redis.url, "--l2-secret-file", secret] + timeout + list(extra))
 
 
 def compile_all(d, kernels):
@@ -265,8 +266,7 @@ def test_host_name_resolved_again_when_reconnecting():
                 f.write(SECRET)
             wrap = ["unshare", "-m", "sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"', hosts]
             with Daemon(wrap=wrap, extra=["--l2", "redis://%s:%d/0" % (name, ra.port),
-                                          "--l2-secret-file", secret, "--l2-timeout-ms", "2000",
-                                          "--log-level", "info"]) as d:
+                                          "--l2-secret-file", secret, "--log-level", "info"]) as d:
                 kernels = triton_kernels()
                 compile_all(d, kernels[:1])
                 wait_for(lambda: d.stats()["l2_writes"] == 1, "the write to A")

@@ -209,7 +209,7 @@ class Daemon:
         if p:
             args += ["--ptxas", p]
         if redis:
-            args += ["--l2", "unix:" + redis.sock, "--l2-secret-file", secret, "--l2-timeout-ms", "2000"]
+            args += ["--l2", "unix:" + redis.sock, "--l2-secret-file", secret]
         self.log = open(os.path.join(self.dir, "log"), "wb")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=self.log)
         deadline = time.time() + 60
