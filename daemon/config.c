@@ -121,7 +121,7 @@ static const struct setting settings[] = {
 	{ "l2-read-only", C_BOOL, F(l2_read_only), "no", 0, 0, 1,
 	  "use the shared tier's entries but never publish" },
 	{ "l2-timeout-ms", C_INT, F(l2_timeout_ms), "50", 1, 60000, 1,
-	  "connect and command timeout for Redis" },
+	  "milliseconds a connect to Redis may take, and a command may go with no byte moving" },
 	{ "l2-max-value", C_SIZE, F(l2_max_value), "1G", 1024, 4 * G, 1,
 	  "largest value written to or read from Redis (values over 1 MiB go as 1 MiB chunks "
 	  "and a manifest; keep it above artifact-max-value)" },

@@ -3,15 +3,45 @@
  * l2: the shared second tier on Redis; see l2.h for the contract.
  *
  * What: one hiredis asynchronous connection per daemon, on the master's
- * libevent loop. l2_get() sends GETRANGE prefix+hex 0 max_value and opens
+ * libevent loop. l2_get() sends GETRANGE prefix+hex 0 1048576 and opens
  * the envelope in the reply; l2_put() seals the value and sends SET in the
  * background. Nothing else is ever sent but AUTH and SELECT when the
  * connection opens (and nothing but those four commands needs the ACL).
  *
+ * Values of any size (up to l2-max-value, 1 GiB by default): a sealed
+ * value of up to 1 MiB (L2_INLINE) is stored whole under its key. A
+ * larger one is a transfer (struct l2_xfer): its sealed bytes cut into
+ * 1 MiB chunks under "<key's name>:<id>:<i>", written with at most
+ * L2_WINDOW (4) chunk commands in flight, and, once every chunk is
+ * written, a manifest under the key itself. A reader finds the manifest,
+ * checks it, fetches the chunks it names with the same window, and opens
+ * the whole as one envelope. So:
+ *  - no one command carries more than 1 MiB: none holds Redis, or a
+ *    connection other lookups share, for long (bench/tier.py measures the
+ *    small lookups of another node while 100 MB crosses);
+ *  - the id is the first 16 bytes of the value's own HMAC: another write
+ *    of the key (other bytes) names other chunks, so a reader never
+ *    assembles one value from the chunks of two writes; a writer that dies
+ *    between chunks wrote no manifest, and the key still names the value
+ *    before it (or nothing); its chunks are left to Redis's eviction;
+ *  - the manifest is sealed like an envelope (HMAC over the key and its
+ *    body) and bounded before it is believed: a chunk size in
+ *    [4 KiB, 64 MiB], a count that matches the length, a length within
+ *    l2-max-value, so no one without the secret makes a reader fetch or
+ *    allocate anything;
+ *  - a chunk that is gone is a miss, one of the wrong length a reject, and
+ *    the assembled bytes pass the envelope's own HMAC or are a reject;
+ *  - a transfer, however many commands it takes, is counted once (a hit,
+ *    a miss, a write...) and feeds the breaker once.
+ *
  * Why it is built this way:
  *  - hiredis 0.14 has no timeouts in its asynchronous API, so every command
- *    and every connect carries a libevent timer of ours. A command that
- *    times out drops the whole connection with redisAsyncFree() (not
+ *    and every connect carries a libevent timer of ours. A timeout bounds
+ *    silence, not size: the connection's libevent adapter is ours
+ *    (attach()), counting its reads and writes, and a command's timer that
+ *    finds the count moved since it was armed is armed again; only a
+ *    connection that moved no byte for l2-timeout-ms times out. A command
+ *    that times out drops the whole connection with redisAsyncFree() (not
  *    redisAsyncDisconnect(), which waits politely for the pending replies
  *    of a server that is not answering): the replies still owed on it can
  *    never be matched to newer requests, and each pending command is
@@ -21,9 +51,10 @@
  *    connection; hiredis calls our reply callback exactly once too (with a
  *    NULL reply when the connection goes away), so a command holds two
  *    references, one for each, and is freed when both are gone.
- *  - GETRANGE rather than GET: Redis itself then sends at most max_value+1
- *    bytes, so a huge value planted under our prefix cannot make every node
- *    buffer it (a missing key reads as "", which no envelope is).
+ *  - GETRANGE rather than GET: Redis itself then sends at most 1 MiB + 1
+ *    bytes for a key (a chunk's own length + 1 for a chunk), so a huge
+ *    value planted under our prefix cannot make every node buffer it (a
+ *    missing key reads as "", which no envelope is).
  *  - hiredis 0.14 calls getaddrinfo() on every connect, which would block
  *    the loop: it only ever gets a numeric address. A host name is
  *    resolved (blocking) in l2_new() and on a reload that names a new one;
@@ -55,6 +86,12 @@
  *   "PXL2" | version u8 (1) | kind u8 | status i32 | identity_len u16 |
  *   identity | data_len u32 | data | log_len u32 | log |
  *   HMAC-SHA-256(secret, key[32] || every byte above)
+ * Manifest of a chunked envelope (69 bytes):
+ *   "PXLM" | version u8 (1) | chunk_len u32 | total u64 | n_chunks u32 |
+ *   id[16] (the envelope's HMAC's first 16 bytes) |
+ *   HMAC-SHA-256(secret, key[32] || every byte above)
+ * Chunk i (0-based) of it: bytes [i * chunk_len, (i + 1) * chunk_len) of
+ * the envelope, under the key's name + ":" + hex(id) + ":" + decimal i.
  */
 #include "daemon/l2.h"
 

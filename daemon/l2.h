@@ -62,7 +62,7 @@ typedef void (*l2_get_cb)(void *arg, int found, const struct l2_value *v);
  * resolved here, blocking, and again in the background before each
  * reconnect: hiredis would block the loop on every connect), or an
  * unreadable, empty or over-4-KiB secret. Zero timeouts and max_value
- * take the defaults (50 ms, 64 MiB); NULL prefix: "ptxcache:". */
+ * take the defaults (50 ms of silence, 1 GiB); NULL prefix: "ptxcache:". */
 struct l2 *l2_new(struct event_base *base, const struct l2_config *cfg,
 		  struct buf *err);
 /* Apply new settings (SIGHUP): address, credentials, secret file (read
