@@ -47,6 +47,7 @@
 #include <event2/event.h>
 
 #include "daemon/config.h"
+#include "daemon/fleet.h"
 #include "daemon/key.h"
 #include "daemon/l2.h"
 #include "daemon/log.h"
@@ -79,8 +80,9 @@ struct slot {
 	struct conn *holder;    /* the producer; NULL while Redis is asked */
 	uint64_t token;         /* the holder's lease */
 	struct event *expiry;   /* the lease's bound */
-	int fetching;           /* an l2 lookup is in flight */
-	int gone;               /* unlinked while the lookup is in flight */
+	int fetching;           /* the tier is asked (fleet_get()) */
+	struct fleet_wait *fw;  /* the tier's lookup, and the fleet's lease */
+	int published;          /* its value went to the tier */
 	struct waiter *waiters; /* oldest first */
 	struct artifacts *a;
 	struct slot *next;      /* bucket chain */
@@ -98,12 +100,12 @@ struct artifacts {
 	struct event_base *base;
 	struct store *store;
 	struct l2 **l2;
+	struct fleet *fleet;
 	struct artifact_config cfg;
 	gid_t groups[MAX_GROUPS];       /* cfg.groups, resolved */
 	int ngroups;
 	struct slot *buckets[SLOT_BUCKETS];
 	struct slot *all;               /* every slot, for connection close */
-	struct slot *limbo;             /* unlinked, awaiting their l2 answer */
 	struct scope_count *scopes;
 	uint64_t next_token;
 	struct artifact_counters n;
@@ -286,7 +288,9 @@ static struct slot *slot_new(struct artifacts *a, const struct key *k, int64_t s
 	return s;
 }
 
-/* Take s out of the tables; freed now, or by the l2 callback it awaits. */
+/* Take s out of the tables and free it; its wait in the tier ends (no
+ * callback comes after fleet_end()), and a fleet lease it holds is left to
+ * lapse if its value was published, else dropped for another node. */
 static void slot_unlink(struct slot *s)
 {
 	struct artifacts *a = s->a;
@@ -312,13 +316,8 @@ static void slot_unlink(struct slot *s)
 	if (s->holder)
 		a->n.leases_held--;
 	event_free(s->expiry);
-	if (s->fetching) {
-		s->gone = 1;
-		s->next = a->limbo;
-		a->limbo = s;
-	} else {
-		free(s);
-	}
+	fleet_end(s->fw, s->published);
+	free(s);
 }
 
 /* Give c the lease on s. */
@@ -423,10 +422,15 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
 {
 	struct waiter *w = arg;
 
-	w->slot->a->n.wait_timeouts++;
+	struct slot *s = w->slot;
+
+	s->a->n.wait_timeouts++;
 	waiter_unlink(w);
 	reply_get(w->conn, w->id, NULL, 0);
 	waiter_free(w);
+	/* Nobody left to answer: stop asking the tier for it. */
+	if (s->fetching && !s->waiters)
+		slot_finish(s, NULL);
 }
 
 static struct waiter *waiter_add(struct slot *s, struct conn *c, uint64_t id,
@@ -464,21 +468,16 @@ void artifacts_progress(struct artifacts *a)
 
 /* ---- the Redis tier --------------------------------------------------- */
 
-static void on_l2(void *arg, int found, const struct l2_value *v)
+/* The tier answered for s: its value (from any node of the fleet), or
+ * that this node is to produce it (a lease of the fleet's, or none to be
+ * had), or a miss. */
+static void on_fleet(void *arg, enum fleet_answer answer, const struct l2_value *v)
 {
 	struct slot *s = arg;
 	struct artifacts *a = s->a;
 
 	s->fetching = 0;
-	if (s->gone) {
-		struct slot **pp = &a->limbo;
-		while (*pp != s)
-			pp = &(*pp)->next;
-		*pp = s->next;
-		free(s);
-		return;
-	}
-	if (found && v->kind == STORE_ARTIFACT && v->status == 0) {
+	if (answer == FLEET_VALUE && v->kind == STORE_ARTIFACT && v->status == 0) {
 		struct buf value = BUF_INIT, comp = BUF_INIT;
 		struct store_entry e = {
 			.kind = STORE_ARTIFACT, .data = v->data, .data_len = v->data_len,
@@ -626,10 +625,14 @@ static void artifact_get(struct conn *c, uint64_t id, const struct msg *m)
 			goto out;
 		}
 		l2_space(scope, space, sizeof space);
-		s->fetching = 1;
 		trace(c, "get", ns, &k, "miss, asking Redis", 0);
 		conn_send_progress(c, id, "waiting");
-		l2_get_in(l2, space, s->key, on_l2, s);
+		/* A get with a lease would produce: the fleet's lease too, so
+		 * that a node that misses meanwhile waits for this one. */
+		if ((s->fw = fleet_get(a->fleet, space, s->key, want_lease, wait_ms, on_fleet, s)))
+			s->fetching = 1;
+		else
+			lease_pass_on(s);
 		goto out;
 	}
 	lease_grant(s, c);
@@ -701,6 +704,8 @@ static void artifact_put(struct conn *c, uint64_t id, const struct msg *m)
 		struct l2_value lv = { .kind = STORE_ARTIFACT, .data = val, .data_len = len };
 		l2_space(scope, space, sizeof space);
 		l2_put_in(l2, space, k.hash, &lv);
+		if (s)
+			s->published = 1;
 	}
 	/* Waiters get the value whether or not it could be stored. */
 	if (s) {
@@ -779,7 +784,8 @@ again:
 /* ---- life ------------------------------------------------------------- */
 
 struct artifacts *artifacts_new(struct event_base *base, struct store *store,
-				struct l2 **l2, const struct artifact_config *cfg)
+				struct l2 **l2, struct fleet *fleet,
+				const struct artifact_config *cfg)
 {
 	struct artifacts *a = calloc(1, sizeof *a);
 
@@ -788,6 +794,7 @@ struct artifacts *artifacts_new(struct event_base *base, struct store *store,
 	a->base = base;
 	a->store = store;
 	a->l2 = l2;
+	a->fleet = fleet;
 	artifacts_configure(a, cfg);
 	return a;
 }
@@ -810,12 +817,6 @@ void artifacts_free(struct artifacts *a)
 	if (!a)
 		return;
 	artifacts_stop(a);
-	/* The loop has stopped: their l2 callbacks will never run. */
-	while (a->limbo) {
-		struct slot *s = a->limbo;
-		a->limbo = s->next;
-		free(s);
-	}
 	free(a);
 }
 

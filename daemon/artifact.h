@@ -22,6 +22,7 @@
 struct conn;
 struct event_base;
 struct request_table;
+struct fleet;
 struct l2;
 struct msg;
 struct store;
@@ -52,7 +53,8 @@ struct artifacts;
 /* NULL when memory runs out. l2 may be NULL (no shared tier); it is read
  * through *l2 at each use, so a reload that replaces it is seen. */
 struct artifacts *artifacts_new(struct event_base *base, struct store *store,
-				struct l2 **l2, const struct artifact_config *cfg);
+				struct l2 **l2, struct fleet *fleet,
+				const struct artifact_config *cfg);
 
 /* New settings (SIGHUP). Group names are resolved here, not per request.
  * A bound that shrinks applies to leases and waits taken from now on. */

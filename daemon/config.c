@@ -125,6 +125,9 @@ static const struct setting settings[] = {
 	{ "l2-max-value", C_SIZE, F(l2_max_value), "1G", 1024, 4 * G, 1,
 	  "largest value written to or read from Redis (values over 1 MiB go as 1 MiB chunks "
 	  "and a manifest; keep it above artifact-max-value)" },
+	{ "l2-lease-timeout", C_INT, F(l2_lease_timeout_s), "10", 0, 3600, 1,
+	  "seconds a node producing a key the fleet misses may go unheard (it renews its lease "
+	  "in Redis) before another node takes over; 0: every node produces its own" },
 	{ "log-level", C_LEVEL, F(log_level), "info", 0, 0, 1,
 	  "error, warning, info or debug" },
 	{ "ptxas", C_STR, F(ptxas), "", 0, 0, 0,

@@ -178,7 +178,7 @@ struct l2_conf {
 };
 
 /* What one command is: the lookup or write of a key, or of a chunk. */
-enum op { OP_GET, OP_SET, OP_GET_CHUNK, OP_SET_CHUNK };
+enum op { OP_GET, OP_SET, OP_GET_CHUNK, OP_SET_CHUNK, OP_CLAIM };
 
 /* Room for prefix, space, 64 hex digits, and a chunk's ":id:index". */
 #define NAME_MAX_LEN (L2_PREFIX_MAX + L2_SPACE_MAX + 64 + 2 * L2_ID_LEN + 16)
@@ -204,7 +204,9 @@ struct l2_cmd {
 struct l2_xfer {
 	struct l2 *l2;
 	struct l2_conf *conf;           /* the settings it began under (a ref) */
-	l2_get_cb cb;                   /* NULL: a put */
+	l2_get_cb cb;                   /* NULL: a put or a claim */
+	l2_claim_cb claim_cb;           /* a claim's, if it wants the answer */
+	int claim;                      /* a fleet lease's SET, not a value's */
 	void *arg;
 	unsigned char key[32];
 	char name[NAME_MAX_LEN];        /* the key's name in Redis */
@@ -246,6 +248,7 @@ struct l2 {
 	int64_t period_ms;
 	char last_error[160];
 
+	char node[96];                  /* this daemon, as its fleet leases name it */
 	int64_t reject_log_us;          /* rate limit of reject log lines */
 	int64_t rejects_unlogged;
 	int freeing;
@@ -1233,7 +1236,12 @@ static void xfer_finish(struct l2_xfer *x, enum outcome o, const struct l2_value
 	if (x->finished)
 		return;
 	x->finished = 1;
-	if (!l2->freeing) {
+	if (!l2->freeing && x->claim) {
+		breaker_note(l2, x->probe, o != OUT_ERROR && o != OUT_TIMEOUT);
+		if (x->claim_cb)
+			x->claim_cb(x->arg, o == OUT_WRITTEN ? L2_CLAIM_WON :
+				    o == OUT_MISS ? L2_CLAIM_HELD : L2_CLAIM_FAILED);
+	} else if (!l2->freeing) {
 		switch (o) {
 		case OUT_HIT:     l2->n.hits++; break;
 		case OUT_MISS:    l2->n.misses++; break;
@@ -1424,6 +1432,15 @@ static void xfer_step(struct l2_cmd *cmd, enum outcome o, const redisReply *r)
 	case OP_GET:
 		got_key(x, r);
 		break;
+	case OP_CLAIM:
+		/* SET ... NX or XX: OK if it was set, nil if not. */
+		if (r->type == REDIS_REPLY_STATUS)
+			xfer_finish(x, OUT_WRITTEN, NULL);
+		else if (r->type == REDIS_REPLY_NIL)
+			xfer_finish(x, OUT_MISS, NULL);
+		else
+			fail(x, "unexpected reply to SET");
+		break;
 	case OP_GET_CHUNK:
 		got_chunk(x, cmd->chunk, r);
 		break;
@@ -1526,6 +1543,44 @@ void l2_put_in(struct l2 *l2, const char *space, const unsigned char key[32],
 	x->chunk_len = L2_CHUNK;
 	x->n_chunks = (uint32_t)((x->data.len + L2_CHUNK - 1) / L2_CHUNK);
 	pump(x);
+}
+
+/* ---- fleet leases --------------------------------------------------- */
+
+void l2_claim_in(struct l2 *l2, const char *space, const unsigned char key[32],
+		 enum l2_claim_op op, int64_t ttl_ms, l2_claim_cb cb, void *arg)
+{
+	char name[NAME_MAX_LEN], ttl[24];
+	struct l2_xfer *x;
+	int probe;
+
+	if (l2->off || l2->conf->read_only || !admit(l2, &probe)) {
+		if (cb)
+			cb(arg, L2_CLAIM_FAILED);
+		return;
+	}
+	if (!(x = xfer_new(l2, space, key, probe, NULL, arg))) {
+		fail_unsent(l2, probe);
+		if (cb)
+			cb(arg, L2_CLAIM_FAILED);
+		return;
+	}
+	x->claim = 1;
+	x->claim_cb = cb;
+	/* The lease sits beside the key's value: "<name>:lease". Dropping it
+	 * is a SET with an expiry of 1 ms, so the ACL needs no DEL. */
+	memcpy(name, x->name, x->name_len);
+	memcpy(name + x->name_len, ":lease", 7);
+	const char *argv[6] = {
+		"SET", name, l2->node, "PX", ttl,
+		op == L2_CLAIM_TAKE ? "NX" : "XX",
+	};
+	size_t argvlen[6] = {
+		3, x->name_len + 6, strlen(l2->node), 2,
+		(size_t)snprintf(ttl, sizeof ttl, "%lld",
+				 (long long)(op == L2_CLAIM_DROP ? 1 : ttl_ms)), 2,
+	};
+	send_op(x, OP_CLAIM, 0, 6, argv, argvlen);
 }
 
 void l2_counters(struct l2 *l2, struct l2_counters *c)
@@ -1685,6 +1740,11 @@ struct l2 *l2_new(struct event_base *base, const struct l2_config *cfg, struct b
 		return NULL;
 	}
 	l2->base = base;
+	{
+		char host[64] = "";
+		gethostname(host, sizeof host - 1);
+		snprintf(l2->node, sizeof l2->node, "%s:%ld", host, (long)getpid());
+	}
 	l2->period_ms = L2_OPEN_MS;
 	l2->state = BR_CLOSED;
 	if (!(l2->conf = conf_new(cfg, NULL, err)))

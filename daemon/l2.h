@@ -100,6 +100,21 @@ void l2_get_in(struct l2 *l2, const char *space, const unsigned char key[32], l2
 void l2_put_in(struct l2 *l2, const char *space, const unsigned char key[32],
 	       const struct l2_value *v);
 
+/* Fleet leases (fleet.c): at most one node of the fleet produces a key
+ * at a time. TAKE sets "<key's name>:lease" to this node's name (host:pid)
+ * with an expiry of ttl_ms if no node holds it; RENEW sets the expiry
+ * again if a node (this one, unless it let it lapse) holds it; DROP lets
+ * it lapse now. cb (NULL: nobody asks) is called once: WON (taken or
+ * renewed), HELD (another node holds it; for RENEW: nobody does), or
+ * FAILED (the tier is off, read-only, unreachable or its breaker open: do
+ * without a lease). A lease is an economy, never a proof: a value is
+ * still only believed if its seal verifies. */
+enum l2_claim_op { L2_CLAIM_TAKE, L2_CLAIM_RENEW, L2_CLAIM_DROP };
+enum l2_claim { L2_CLAIM_WON, L2_CLAIM_HELD, L2_CLAIM_FAILED };
+typedef void (*l2_claim_cb)(void *arg, enum l2_claim result);
+void l2_claim_in(struct l2 *l2, const char *space, const unsigned char key[32],
+		 enum l2_claim_op op, int64_t ttl_ms, l2_claim_cb cb, void *arg);
+
 void l2_counters(struct l2 *l2, struct l2_counters *c);
 
 /* The envelope, exposed for tests: seal v under secret into out, and open

@@ -24,6 +24,7 @@
 #include "daemon/codegen.h"
 #include "daemon/compile.h"
 #include "daemon/cubin_req.h"
+#include "daemon/fleet.h"
 #include "daemon/key.h"
 #include "daemon/l2.h"
 #include "daemon/store.h"
@@ -125,6 +126,15 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 			   (long long)lc.timeouts, (long long)lc.rejects, (long long)lc.writes,
 			   (long long)lc.breaker_opens, lc.breaker_open,
 			   (long long)lc.bytes_read, (long long)lc.bytes_written);
+		struct fleet_counters fc;
+		fleet_counters(s->fleet, &fc);
+		j.len--;
+		buf_printf(&j, ",\"fleet_leases\":%lld,\"fleet_waits\":%lld,"
+			   "\"fleet_wait_hits\":%lld,\"fleet_takeovers\":%lld,"
+			   "\"fleet_wait_timeouts\":%lld,\"fleet_alone\":%lld}",
+			   (long long)fc.leases, (long long)fc.waits, (long long)fc.wait_hits,
+			   (long long)fc.takeovers, (long long)fc.wait_timeouts,
+			   (long long)fc.alone);
 	}
 	if (j.len) {
 		struct artifact_counters ac;

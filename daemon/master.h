@@ -89,6 +89,7 @@ struct server {
 	struct server_config *cfg;
 	struct event_base *base;
 	struct l2 *l2;          /* the Redis tier, or NULL */
+	struct fleet *fleet;    /* fleet leases, through l2 */
 	struct artifacts *arts; /* the JIT's own entries (artifact.c) */
 	struct evconnlistener *listener;
 	struct store *store;

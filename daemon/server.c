@@ -49,6 +49,7 @@
 #include "daemon/compile.h"
 #include "daemon/config.h"
 #include "daemon/flight.h"
+#include "daemon/fleet.h"
 #include "daemon/cubin.h"
 #include "daemon/key.h"
 #include "daemon/l2.h"
@@ -786,6 +787,7 @@ static void on_reload(evutil_socket_t sig, short what, void *arg)
 		store_set_max_size(s->store, s->cfg->max_size);
 		pool_reconfigure(s->pool, &s->cfg->pool);
 		reload_l2(s);
+		fleet_set_lease_ms(s->fleet, (int64_t)s->cfg->l2_lease_timeout_s * 1000);
 		struct artifact_config ac;
 		artifact_config_of(s, &ac);
 		artifacts_configure(s->arts, &ac);
@@ -986,7 +988,8 @@ int server_run(struct server_config *cfg)
 	}
 	struct artifact_config ac;
 	artifact_config_of(&s, &ac);
-	if (!(s.arts = artifacts_new(s.base, s.store, &s.l2, &ac))) {
+	if (!(s.fleet = fleet_new(s.base, &s.l2, (int64_t)cfg->l2_lease_timeout_s * 1000)) ||
+	    !(s.arts = artifacts_new(s.base, s.store, &s.l2, s.fleet, &ac))) {
 		buf_puts(&err, "out of memory");
 		goto out;
 	}
@@ -1041,6 +1044,7 @@ out:
 		conn_close(s.conns);
 	flight_abandon_all(&s);
 	artifacts_free(s.arts);
+	fleet_free(s.fleet);    /* after everyone ended their waits */
 	if (s.flush_timer)
 		event_free(s.flush_timer);
 	if (s.progress_timer)

@@ -45,6 +45,7 @@ struct server_config {
 	int l2_read_only;
 	int l2_timeout_ms;
 	int64_t l2_max_value;
+	int l2_lease_timeout_s;
 	int log_level;          /* (live) */
 	const char *ptxas;      /* ptxas for cubin requests; "" search, "none" */
 	const char *nvjitlink;  /* libnvJitLink.so.13; "" search, "none" */
