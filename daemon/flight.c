@@ -39,6 +39,7 @@
 #include "daemon/compile.h"
 #include "daemon/confirm.h"
 #include "daemon/cubin_req.h"
+#include "daemon/fleet.h"
 #include "daemon/l2.h"
 #include "daemon/log.h"
 
@@ -204,16 +205,17 @@ static int flight_wanted(struct pool_job *job)
 	return 0;
 }
 
-/* The Redis tier answered for f: a verified value of the right stage
- * finishes the flight as a hit; anything else sends it to the pool. */
-static void flight_l2_done(void *arg, int found, const struct l2_value *v)
+/* The tier answered for f: a verified value of the right stage finishes
+ * the flight as a hit; anything else (a miss, this node's turn to produce)
+ * sends it to the pool. */
+static void flight_l2_done(void *arg, enum fleet_answer a, const struct l2_value *v)
 {
 	struct flight *f = arg;
 
 	/* Sealed by a node of the cluster, so authentic, but still a value
 	 * from outside: a status this daemon would never have stored (another
 	 * version, another bug) is no answer; compile instead. */
-	if (found && v->kind == (int)f->kind &&
+	if (a == FLEET_VALUE && v->kind == (int)f->kind &&
 	    v->status >= 0 && (f->kind == STORE_CUBIN ? v->status <= 255 :
 			       JOB_CACHEABLE(v->status))) {
 		struct job_result res = {
@@ -256,10 +258,15 @@ void flight_launch(struct server *s, struct flight *f, struct conn *c)
 	f->tenant = conn_tenant(c);
 	flight_register(s, f);
 	f->job.owner = (int64_t)c->uid;
-	if (s->l2)
-		l2_get(s->l2, f->key.hash, flight_l2_done, f);
-	else
-		pool_submit(s->pool, &f->job);
+	/* Once in the fleet where the result is published when it is done:
+	 * under sharing = confirm only a confirmed entry is, so another node
+	 * would wait for a confirmation in this node's idle time. */
+	if (s->l2 && (f->fw = fleet_get(s->fleet, NULL, f->key.hash,
+					s->sharing != SHARING_CONFIRM,
+					(int64_t)s->cfg->pool.job_timeout_s * 1000,
+					flight_l2_done, f)))
+		return;
+	pool_submit(s->pool, &f->job);
 }
 
 /* ---- its result ----------------------------------------------------- */
@@ -271,6 +278,7 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 			  int compiled)
 {
 	struct server *s = f->srv;
+	int published = 0;
 
 	if (compiled && !res->not_run && f->background) {
 		s->n.confirm_compiles++;
@@ -354,6 +362,7 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 				.log = res->log, .log_len = res->log_len,
 			};
 			l2_put(s->l2, f->key.hash, &lv);
+			published = 1;
 		} else if (compiled && s->sharing == SHARING_CONFIRM && v == SETTLE_STORE &&
 			   !f->background) {
 			/* New, one tenant's alone: confirmed in idle time, so
@@ -383,6 +392,7 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 		log_warn("%s of %.16s failed: %.*s", f->background ? "confirmation" : "compile",
 			 f->key.hex, (int)res->log_len, res->log ? res->log : "");
 	}
+	fleet_end(f->fw, published);
 	flight_unlink(s, f);
 	s->nflights--;
 	s->held -= f->held;

@@ -21,6 +21,7 @@
 #include "daemon/worker.h"
 
 struct asm_req;
+struct fleet_wait;
 
 struct waiter {
 	struct conn *conn;
@@ -47,6 +48,7 @@ struct flight {
 	int64_t tenant;         /* whose compile it is (confirm.h) */
 	int background;         /* a confirmation nobody waits for */
 	struct flight_dbg *dbg; /* a portable -lineinfo cubin, or NULL */
+	struct fleet_wait *fw;  /* its lookup in the tier, and the fleet's lease */
 };
 
 /* A portable cubin flight: whose paths the assembler ran with, the

@@ -211,6 +211,7 @@ struct l2_xfer {
 	unsigned char key[32];
 	char name[NAME_MAX_LEN];        /* the key's name in Redis */
 	size_t name_len;
+	char space[L2_SPACE_MAX + 1];
 	int probe;                      /* the half-open breaker's probe */
 	int refs;                       /* 1 until finished, + 1 a command */
 	int finished;
@@ -1224,6 +1225,7 @@ static struct l2_xfer *xfer_new(struct l2 *l2, const char *space, const unsigned
 	x->refs = 1;                    /* until finished */
 	memcpy(x->key, key, 32);
 	x->name_len = redis_key(l2, space, key, x->name);
+	snprintf(x->space, sizeof x->space, "%s", space ? space : "");
 	return x;
 }
 
@@ -1418,6 +1420,9 @@ static void got_chunk(struct l2_xfer *x, uint32_t i, const redisReply *r)
 	}
 }
 
+static void claim(struct l2 *l2, const char *space, const unsigned char key[32],
+		  enum l2_claim_op op, int64_t ttl_ms, l2_claim_cb cb, void *arg);
+
 static void xfer_step(struct l2_cmd *cmd, enum outcome o, const redisReply *r)
 {
 	struct l2_xfer *x = cmd->xfer;
@@ -1452,6 +1457,9 @@ static void xfer_step(struct l2_cmd *cmd, enum outcome o, const redisReply *r)
 		}
 		if (cmd->op == OP_SET) {
 			x->l2->n.bytes_written += (int64_t)(x->n_chunks ? L2_MANIFEST_LEN : x->data.len);
+			/* The value is there: whoever holds its fleet lease (or
+			 * held it and lapsed) has nothing left to do. */
+			claim(x->l2, x->space, x->key, L2_CLAIM_DROP, 0, NULL, NULL);
 			xfer_finish(x, OUT_WRITTEN, NULL);
 		} else {
 			size_t off;
@@ -1550,11 +1558,22 @@ void l2_put_in(struct l2 *l2, const char *space, const unsigned char key[32],
 void l2_claim_in(struct l2 *l2, const char *space, const unsigned char key[32],
 		 enum l2_claim_op op, int64_t ttl_ms, l2_claim_cb cb, void *arg)
 {
+	if (l2->off || l2->conf->read_only) {
+		if (cb)
+			cb(arg, L2_CLAIM_FAILED);
+		return;
+	}
+	claim(l2, space, key, op, ttl_ms, cb, arg);
+}
+
+static void claim(struct l2 *l2, const char *space, const unsigned char key[32],
+		  enum l2_claim_op op, int64_t ttl_ms, l2_claim_cb cb, void *arg)
+{
 	char name[NAME_MAX_LEN], ttl[24];
 	struct l2_xfer *x;
 	int probe;
 
-	if (l2->off || l2->conf->read_only || !admit(l2, &probe)) {
+	if (!admit(l2, &probe)) {
 		if (cb)
 			cb(arg, L2_CLAIM_FAILED);
 		return;
