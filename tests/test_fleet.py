@@ -186,3 +186,39 @@ def test_a_waiters_own_bound_holds_while_another_node_produces():
         finally:
             for d in (a, b):
                 d.cleanup()
+
+
+def test_a_compile_runs_once_in_the_fleet_when_a_node_joins_late():
+    """Under sharing = trust (a result is published when done): node b asks
+    for a kernel 1 s into node a's 4 s compile of it, waits for a's value
+    in the tier, and compiles nothing; the answer is the bytes a compiled."""
+    from harness import PROBE_DAEMON, small_ir
+    ir = b"; ptxcache-probe: slow 4\n" + small_ir("fleet_late")
+    with RedisServer() as r:
+        secret = os.path.join(r.tmp, "secret")
+        with open(secret, "wb") as f:
+            f.write(SECRET)
+        a, b = (Daemon(workers=1, binary=PROBE_DAEMON,
+                       extra=["--l2", r.url, "--l2-secret-file", secret, "--sharing", "trust"])
+                for _ in range(2))
+        try:
+            out = {}
+            t = threading.Thread(target=lambda: out.update(
+                a=a.cli("compile", "--arch", "sm_90a", "-", "-o", "-", input=ir)))
+            t.start()
+            a.wait_stats(lambda s: s["jobs_running"] >= 1, "a's compile")
+            time.sleep(1.0)
+            t0 = time.time()
+            got = b.cli("compile", "--arch", "sm_90a", "-", "-o", "-", input=ir)
+            took = time.time() - t0
+            t.join(60)
+            assert got.returncode == 0 and got.stdout == out["a"].stdout, got.stderr
+            assert b".entry k_fleet_late" in got.stdout, got.stdout[:200]
+            sa, sb = a.stats(), b.stats()
+            assert sa["compiles"] == 1 and sb["compiles"] == 0, (sa, sb)
+            assert sb["fleet_waits"] == 1 and sb["fleet_wait_hits"] == 1, sb
+            assert sa["fleet_leases"] == 1, sa
+            assert took < 4 + 2, took
+        finally:
+            for d in (a, b):
+                d.cleanup()
