@@ -6,8 +6,10 @@
  *
  *   ASK     l2_get_in(): the value answers; a miss goes on to CLAIM (or
  *           answers FLEET_MISS if the caller would not produce);
- *   CLAIM   l2_claim_in(TAKE): won, it answers FLEET_PRODUCE and renews
- *           the lease every third of its lifetime until fleet_end();
+ *   CLAIM   l2_claim_in(TAKE): won, it asks once more (a value written
+ *           between its lookup and its claim answers, and the lease goes),
+ *           then answers FLEET_PRODUCE and renews the lease every third of
+ *           its lifetime until fleet_end();
  *           failed (the tier unreachable), FLEET_PRODUCE on its own; held,
  *   WAIT    a timer (100 ms, doubling up to 1 s, never past the wait's
  *           bound), then ASK again. A lease that lapsed is taken over by
@@ -105,6 +107,7 @@ static void answer(struct fleet_wait *w, enum fleet_answer a, const struct l2_va
 }
 
 static void on_claimed(void *arg, enum l2_claim result);
+static void on_checked(void *arg, int found, const struct l2_value *v);
 
 static void on_got(void *arg, int found, const struct l2_value *v)
 {
@@ -156,13 +159,12 @@ static void on_claimed(void *arg, enum l2_claim result)
 	}
 	switch (result) {
 	case L2_CLAIM_WON:
+		/* A value written between our lookup and our claim (its writer
+		 * dropped the lease it held once the value was in): ask again
+		 * before producing it a second time. */
 		w->holding = 1;
-		if (w->waited)
-			w->f->n.takeovers++;
-		else
-			w->f->n.leases++;
-		arm(w, w->f->lease_ms / 3);
-		answer(w, FLEET_PRODUCE, NULL);
+		w->refs++;
+		l2_get_in(w->l2, w->space, w->key, on_checked, w);
 		break;
 	case L2_CLAIM_FAILED:
 		w->f->n.alone++;
@@ -180,6 +182,34 @@ static void on_claimed(void *arg, enum l2_claim result)
 		arm(w, w->poll_ms < left_ms ? w->poll_ms : left_ms);
 		w->poll_ms = w->poll_ms * 2 > POLL_MAX_MS ? POLL_MAX_MS : w->poll_ms * 2;
 		break;
+	}
+	unref(w);
+}
+
+/* The lookup again, once the lease is ours: the value after all (then
+ * the lease goes at once), or this node's turn to produce. */
+static void on_checked(void *arg, int found, const struct l2_value *v)
+{
+	struct fleet_wait *w = arg;
+
+	if (w->ended) {
+		unref(w);
+		return;
+	}
+	if (found) {
+		w->holding = 0;
+		if (*w->f->l2 == w->l2)
+			l2_claim_in(w->l2, w->space, w->key, L2_CLAIM_DROP, 0, NULL, NULL);
+		if (w->waited)
+			w->f->n.wait_hits++;
+		answer(w, FLEET_VALUE, v);
+	} else {
+		if (w->waited)
+			w->f->n.takeovers++;
+		else
+			w->f->n.leases++;
+		arm(w, w->f->lease_ms / 3);
+		answer(w, FLEET_PRODUCE, NULL);
 	}
 	unref(w);
 }

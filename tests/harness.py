@@ -281,16 +281,17 @@ class Raw:
             return hdr[3], body
 
     def _read(self, n):
-        out = b""
-        while len(out) < n:
+        out = bytearray(n)
+        view, got = memoryview(out), 0
+        while got < n:
             try:
-                c = self.s.recv(n - len(out))
+                k = self.s.recv_into(view[got:], n - got)
             except ConnectionResetError:
                 return None
-            if not c:
+            if not k:
                 return None
-            out += c
-        return out
+            got += k
+        return bytes(out)
 
     def closed(self):
         """True if the daemon closes the connection (reads to EOF)."""
