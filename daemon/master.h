@@ -93,11 +93,12 @@ struct server {
 /*
  * The request table, in parts: each request family (compile.c, manage.c,
  * artifact.c, and server.c's own hello and ping) exports one, and
- * handle_frame() in server.c walks them (conn.c hands it each frame). A handler gets the request's id and its validated
- * body (borrowed, for the call only), and answers on c, at once or later
- * (a flight holds a reference to c meanwhile). Checklist when adding a
- * request: frame.h's enum, frame_type_name(), PROTOCOL.md, the client, and
- * its family's table (or a new family's, listed in server.c).
+ * handle_frame() in server.c walks them (conn.c hands it each frame). A
+ * handler gets the request's id and its validated body (borrowed, for the
+ * call only), and answers on c, at once or later (a flight holds a
+ * reference to c meanwhile). Checklist when adding a request: frame.h's
+ * enum, frame_type_name(), PROTOCOL.md, the client, and its family's table
+ * (or a new family's, listed in server.c).
  */
 struct request_kind {
 	uint8_t type;           /* FRAME_* */
