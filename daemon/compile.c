@@ -15,7 +15,10 @@
  *   a new flight (flight.c), unless the daemon stops or the user is at
  *     their cap; its job frame is what a worker runs.
  *
- * The hit path is this file, the store and conn_send(), and never waits.
+ * The hit path is this file, the store, compile_reply() (reply.c) and
+ * conn_send(), and never waits. A waiter of a flight is answered through
+ * the waiter_ops this file gives it (ptx_waiter, or cubin_next for IR to
+ * cubin, which goes on to cubin_req.c with the PTX).
  * Nothing here runs LLVM or reads a file; the request's bytes are a
  * client's and are checked before they are used.
  */
@@ -27,6 +30,7 @@
 
 #include "daemon/codegen.h"
 #include "daemon/flight.h"
+#include "daemon/reply.h"
 #include "daemon/store.h"
 #include "proto/frame.h"
 #include "proto/llc_args.h"
@@ -82,7 +86,7 @@ int compile_parse(const struct msg *m, uint32_t max_input,
 		return -1;
 	}
 	r->cubin = r->kind && !strcmp(r->kind, "cubin");
-	if (r->cubin && asm_req_parse(m, r, err) < 0)
+	if (r->cubin && asm_req_parse(m, &r->asmr, &r->from_ptx, err) < 0)
 		return -1;
 
 	/* Backend options: an array of "-name[=value]" strings. */
@@ -167,36 +171,6 @@ void compile_set_namespace(struct server *s, struct conn *c, struct compile_req 
 		snprintf(r->ns, sizeof r->ns, "uid:%u", (unsigned)c->uid);
 }
 
-/* exit_code: the assembler's exit status for a cubin reply; -1: none. */
-void compile_reply(struct conn *c, uint64_t id, int status,
-		   int cached, const struct key *k,
-		   const char *out, size_t outn,
-		   const char *lg, size_t lgn, int64_t us,
-		   int exit_code)
-{
-	struct buf b = BUF_INIT;
-	struct msg_writer w;
-
-	msg_begin(&w, &b, FRAME_COMPILE | FRAME_REPLY);
-	msg_put_int(&w, "id", (int64_t)id);
-	msg_put_int(&w, "status", status);
-	msg_put_bool(&w, "cached", cached);
-	msg_put_str(&w, "key", k->hex);
-	if (outn)
-		msg_put_bin(&w, "output", out, outn);
-	if (lgn)
-		msg_put_strn(&w, "log", lg, lgn);
-	if (us)
-		msg_put_int(&w, "compile_us", us);
-	if (exit_code >= 0)
-		msg_put_int(&w, "exit_code", exit_code);
-	if (msg_end(&w) == 0)
-		conn_send(c, &b);
-	else
-		conn_send_error(c, id, "internal", "out of memory building the reply");
-	buf_free(&b);
-}
-
 /* Build the FRAME_JOB message a worker runs. */
 static int job_frame(const struct compile_req *r, struct buf *out)
 {
@@ -214,6 +188,39 @@ static int job_frame(const struct compile_req *r, struct buf *out)
 	msg_put_bool(&w, "strict", r->strict);
 	return msg_end(&w);
 }
+
+/* A waiter of a PTX stage flight: answered with its result. */
+static void answer_ptx(const struct flight *f, struct waiter *wt,
+		       const struct flight_result *r)
+{
+	const struct job_result *res = r->res;
+
+	compile_reply(wt->conn, wt->id, res->status, 0, &f->key, res->output,
+		      res->output_len, res->log, res->log_len, res->compile_us, -1);
+}
+
+/* IR to cubin (wt->arg: the cubin stage it asked for): on to the second
+ * stage with the PTX, unless the client has gone; a PTX stage that failed
+ * answers it. */
+static void answer_cubin_next(const struct flight *f, struct waiter *wt,
+			      const struct flight_result *r)
+{
+	if (r->res->status != JOB_OK)
+		answer_ptx(f, wt, r);
+	else if (wt->conn->state != CONN_CLOSED)
+		cubin_start(wt->conn, wt->id, r->res->output, r->res->output_len, wt->arg, 1);
+}
+
+static void drop_asm_req(void *arg)
+{
+	asm_req_free(arg);
+	free(arg);
+}
+
+static const struct waiter_ops ptx_waiter = { .answer = answer_ptx };
+static const struct waiter_ops cubin_next = {
+	.answer = answer_cubin_next, .drop = drop_asm_req,
+};
 
 static void handle_compile(struct conn *c, uint64_t id, const struct msg *m)
 {
@@ -261,12 +268,11 @@ static void handle_compile(struct conn *c, uint64_t id, const struct msg *m)
 	}
 	struct flight *f = flight_find(s, &k, c);
 	if (f) {
-		if (flight_add_waiter(f, c, id) < 0) {
+		if (flight_add_waiter(f, c, id, then ? &cubin_next : &ptx_waiter, then) < 0) {
 			conn_send_error(c, id, "internal", "out of memory");
 			asm_req_free(then);
 			free(then);
 		} else {
-			f->waiters->then = then;
 			s->n.dedup_joins++;
 		}
 		goto out;
@@ -281,7 +287,8 @@ static void handle_compile(struct conn *c, uint64_t id, const struct msg *m)
 	struct buf comp = BUF_INIT;
 	f = calloc(1, sizeof *f);
 	if (!f || compile_key(&r, &f->key, &comp) < 0 ||
-	    job_frame(&r, &f->job.frame) < 0 || flight_add_waiter(f, c, id) < 0) {
+	    job_frame(&r, &f->job.frame) < 0 ||
+	    flight_add_waiter(f, c, id, then ? &cubin_next : &ptx_waiter, then) < 0) {
 		conn_send_error(c, id, "internal", "out of memory");
 		if (f)
 			buf_free(&f->job.frame);
@@ -291,7 +298,6 @@ static void handle_compile(struct conn *c, uint64_t id, const struct msg *m)
 		free(then);
 		goto out;
 	}
-	f->waiters->then = then;
 	f->kind = STORE_PTX;
 	f->components = buf_detach(&comp, NULL);
 	f->arch = r.cpu ? strdup(r.cpu) : NULL;

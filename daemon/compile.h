@@ -53,12 +53,4 @@ void compile_set_namespace(struct server *s, struct conn *c, struct compile_req 
  * if not NULL. 0, or -1 if out of memory. */
 int compile_key(struct compile_req *r, struct key *k, struct buf *components);
 
-/* Answer request id on c with a compile reply (everything borrowed):
- * status (enum job_status), cached, k, the output and log if not empty,
- * compile_us if not 0, and exit_code (the assembler's exit status for a
- * cubin reply; -1: none). */
-void compile_reply(struct conn *c, uint64_t id, int status, int cached,
-		   const struct key *k, const char *out, size_t outn,
-		   const char *lg, size_t lgn, int64_t us, int exit_code);
-
 #endif

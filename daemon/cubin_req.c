@@ -23,17 +23,19 @@
  * approximate answer; with lineinfo-loose, a cubin naming other paths,
  * stored under the loose key, will do.
  *
- * Entered from compile.c (PTX input, or IR whose PTX is stored) and from
- * flight.c (IR whose PTX stage a flight has just computed: chained).
+ * Entered from compile.c: PTX input, IR whose PTX is stored, and IR whose
+ * PTX stage a flight has just computed (chained: the waiter compile.c
+ * gave that flight goes on here). A waiter of this stage's flight is
+ * answered through cubin_waiter, or portable_waiter with its own paths.
  */
 #include "daemon/cubin_req.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/compile.h"
 #include "daemon/flight.h"
 #include "daemon/log.h"
+#include "daemon/reply.h"
 #include "daemon/store.h"
 #include "proto/frame.h"
 #include "proto/msg.h"
@@ -67,7 +69,7 @@ struct asm_req *asm_req_take(struct asm_req *a)
 /* The cubin fields of a compile request: input_kind, backend, asm_args
  * (checked and made canonical by ptxas_args_check). 0, or -1 with a
  * message. */
-int asm_req_parse(const struct msg *m, struct compile_req *r, struct buf *err)
+int asm_req_parse(const struct msg *m, struct asm_req *a, int *from_ptx, struct buf *err)
 {
 	const char *v, *args[PTXAS_MAX_ARGS];
 	size_t n, nargs = 0;
@@ -75,21 +77,21 @@ int asm_req_parse(const struct msg *m, struct compile_req *r, struct buf *err)
 
 	if (msg_bytes(m, "input_kind", &v, &n) == 1) {
 		if (n == 3 && !memcmp(v, "ptx", 3)) {
-			r->from_ptx = 1;
+			*from_ptx = 1;
 		} else if (!(n == 2 && !memcmp(v, "ir", 2))) {
 			buf_puts(err, "'input_kind' must be \"ir\" or \"ptx\"");
 			return -1;
 		}
 	}
 	if (msg_bytes(m, "asm_sources", &v, &n) == 1) {
-		if (n > 65536 || memchr(v, '\0', n) || !(r->asmr.sources = strndup(v, n))) {
+		if (n > 65536 || memchr(v, '\0', n) || !(a->sources = strndup(v, n))) {
 			buf_puts(err, "bad 'asm_sources'");
 			return -1;
 		}
 	}
 	if (msg_bytes(m, "backend", &v, &n) == 1) {
 		if (n == 9 && !memcmp(v, "nvjitlink", 9)) {
-			r->asmr.backend = CUBIN_NVJITLINK;
+			a->backend = CUBIN_NVJITLINK;
 		} else if (!(n == 5 && !memcmp(v, "ptxas", 5))) {
 			buf_puts(err, "'backend' must be \"ptxas\" or \"nvjitlink\"");
 			return -1;
@@ -116,7 +118,7 @@ int asm_req_parse(const struct msg *m, struct compile_req *r, struct buf *err)
 			args[nargs] = tmp[nargs];
 			nargs++;
 		}
-		int rc = ptxas_args_check(args, nargs, &canon, &r->asmr.arch, err);
+		int rc = ptxas_args_check(args, nargs, &canon, &a->arch, err);
 		while (nargs)
 			free(tmp[--nargs]);
 		if (rc < 0) {
@@ -124,32 +126,12 @@ int asm_req_parse(const struct msg *m, struct compile_req *r, struct buf *err)
 			return -1;
 		}
 	}
-	r->asmr.args = buf_detach(&canon, NULL);
-	if (!r->asmr.args) {
+	a->args = buf_detach(&canon, NULL);
+	if (!a->args) {
 		buf_puts(err, "out of memory");
 		return -1;
 	}
 	return 0;
-}
-
-/* The loose keys compiled since start (s->seen_loose, master.h): a miss
- * under a loose key among them is a layout miss, not a new kernel. */
-static uint64_t key_prefix(const struct key *k)
-{
-	uint64_t v;
-	memcpy(&v, k->hash, sizeof v);
-	return v | 1;   /* never 0, the empty slot */
-}
-
-void cubin_seen_add(struct server *s, const struct key *k)
-{
-	if (s->seen_loose)
-		s->seen_loose[key_prefix(k) % SEEN_SLOTS] = key_prefix(k);
-}
-
-static int seen_has(const struct server *s, const struct key *k)
-{
-	return s->seen_loose && s->seen_loose[key_prefix(k) % SEEN_SLOTS] == key_prefix(k);
 }
 
 /* Key components of the PTX to cubin stage, in their fixed order: the PTX
@@ -259,6 +241,76 @@ static int send_portable(struct conn *c, uint64_t id, const struct key *k,
 	return rc;
 }
 
+/* A waiter of an assembler flight: the cubin, or the assembler's failure
+ * with its exit status. */
+static void answer_cubin(const struct flight *f, struct waiter *wt,
+			 const struct flight_result *r)
+{
+	const struct job_result *res = r->res;
+
+	compile_reply(wt->conn, wt->id, res->status, 0, &f->key, res->output,
+		      res->output_len, res->log, res->log_len, res->compile_us,
+		      res->status == JOB_ERROR ? r->status : 0);
+}
+
+/* A waiter of a portable -lineinfo flight (wt->arg: its own paths and
+ * stamps, or NULL where memory was short): the cubin laid out for them,
+ * or ptxas's own where it asked for exactly what ptxas ran with; else
+ * "unavailable" (its front runs ptxas), never an approximate answer. */
+static void answer_portable(const struct flight *f, struct waiter *wt,
+			    const struct flight_result *r)
+{
+	const struct job_result *res = r->res;
+	const struct dbg_view *view = wt->arg;
+	struct buf own = BUF_INIT;
+	const char *why = "out of memory";
+
+	if (!f->dbg || res->status != JOB_OK) {
+		answer_cubin(f, wt, r);
+		return;
+	}
+	int rc = !view || r->unportable ? -1 :
+		 dbg_rewrite(r->data, r->data_len, &f->dbg->canon, view, &own, &why);
+	if (rc && view && dbg_view_equal(view, &f->dbg->view))
+		rc = buf_append(&own, res->output, res->output_len);
+	else if (rc == DBG_UNMODELLED)
+		f->srv->n.lineinfo_layout_misses++;
+	if (rc == 0) {
+		compile_reply(wt->conn, wt->id, JOB_OK, 0, &f->key, own.data, own.len,
+			      res->log, res->log_len, res->compile_us, 0);
+	} else {
+		static const char msg[] = "cannot give this client's source paths "
+					  "the cached cubin's layout";
+		compile_reply(wt->conn, wt->id, JOB_UNAVAILABLE, 0, &f->key, NULL, 0, msg,
+			      sizeof msg - 1, 0, 0);
+	}
+	buf_free(&own);
+}
+
+static void view_free(void *arg)
+{
+	dbg_view_free(arg);
+	free(arg);
+}
+
+/* A copy of v for a waiter; NULL if out of memory (it is then answered
+ * "unavailable"). */
+static struct dbg_view *view_dup(const struct dbg_view *v)
+{
+	struct dbg_view *d = malloc(sizeof *d);
+
+	if (d && dbg_view_copy(v, d) < 0) {
+		free(d);
+		d = NULL;
+	}
+	return d;
+}
+
+static const struct waiter_ops cubin_waiter = { .answer = answer_cubin };
+static const struct waiter_ops portable_waiter = {
+	.answer = answer_portable, .drop = view_free,
+};
+
 /*
  * Assemble ptx as a asks (borrowed) and answer request id on c: from the
  * cache, by joining the same assembly in flight, or as a new flight on the
@@ -274,6 +326,7 @@ void cubin_start(struct conn *c, uint64_t id, const char *ptx,
 	struct buf comp = BUF_INIT, stamped = BUF_INIT;
 	struct dbg_scan ds = { 0 };
 	struct flight *f = NULL;
+	struct dbg_view *wv = NULL;     /* the new waiter's, until it has it */
 	struct key k;
 	char sha[65], loose_sha[65];
 
@@ -326,22 +379,20 @@ void cubin_start(struct conn *c, uint64_t id, const char *ptx,
 			goto out;
 		}
 		store_result_free(&hit);
-		if (unmodelled || seen_has(s, &lk))
+		if (unmodelled || flight_loose_seen(s, &lk))
 			s->n.lineinfo_layout_misses++;
 	}
 	s->n.misses++;
 
+	const struct waiter_ops *ops = portable ? &portable_waiter : &cubin_waiter;
+	wv = portable ? view_dup(&ds.view) : NULL;
 	f = flight_find(s, &k, c);
 	if (f) {
-		if (flight_add_waiter(f, c, id) < 0) {
+		if (flight_add_waiter(f, c, id, ops, wv) < 0) {
 			conn_send_error(c, id, "internal", "out of memory");
 		} else {
 			s->n.dedup_joins++;
-			if (portable && (!(f->waiters->view = malloc(sizeof *f->waiters->view)) ||
-					 dbg_view_copy(&ds.view, f->waiters->view) < 0)) {
-				free(f->waiters->view);
-				f->waiters->view = NULL;        /* answered "unavailable" */
-			}
+			wv = NULL;
 		}
 		f = NULL;
 		goto out;
@@ -366,13 +417,9 @@ void cubin_start(struct conn *c, uint64_t id, const char *ptx,
 	if (cubin_job_frame(s, a, portable ? stamped.data : ptx,
 			    portable ? stamped.len : ptx_len,
 			    portable ? NULL : a->sources, &f->job.frame) < 0 ||
-	    !(f->job.optset = strdup(POOL_ASM_SET)) || flight_add_waiter(f, c, id) < 0)
+	    !(f->job.optset = strdup(POOL_ASM_SET)) || flight_add_waiter(f, c, id, ops, wv) < 0)
 		goto oom;
-	if (portable && (!(f->waiters->view = malloc(sizeof *f->waiters->view)) ||
-			 dbg_view_copy(&ds.view, f->waiters->view) < 0)) {
-		free(f->waiters->view);
-		f->waiters->view = NULL;
-	}
+	wv = NULL;
 	f->kind = STORE_CUBIN;
 	f->components = buf_detach(&comp, NULL);
 	f->arch = a->arch ? strdup(a->arch) : NULL;
@@ -389,6 +436,8 @@ oom:
 	}
 	free(f);
 out:
+	if (wv)
+		view_free(wv);
 	buf_free(&comp);
 	buf_free(&stamped);
 	dbg_scan_free(&ds);

@@ -6,7 +6,7 @@
  * the workers (cubin.h), the portable -lineinfo keys come from
  * cubin_debug.h. The stage has no frame type of its own: compile.c reads
  * the request and hands it here, at once for PTX input, after stage one
- * (from flight.c) for IR.
+ * for IR (from the waiter compile.c gave stage one's flight).
  */
 #ifndef PTXCACHE_CUBIN_REQ_H
 #define PTXCACHE_CUBIN_REQ_H
@@ -22,7 +22,6 @@
 struct conn;
 struct msg;
 struct server;
-struct compile_req;
 
 /* What a cubin request asks of the assembler (owned strings). */
 struct asm_req {
@@ -33,11 +32,11 @@ struct asm_req {
 	                           sources (see cubin.h), or NULL */
 };
 
-/* The cubin fields of compile request m into r (input_kind, asm_sources,
- * backend, asm_args: checked and made canonical by ptxas_args_check()).
- * r->asmr's strings are owned by r (compile_req_free()). 0, or -1 with a
- * message in err. */
-int asm_req_parse(const struct msg *m, struct compile_req *r, struct buf *err);
+/* The cubin fields of compile request m into a (asm_sources, backend,
+ * asm_args: checked and made canonical by ptxas_args_check()) and
+ * *from_ptx (input_kind "ptx": 1). a's strings are the caller's
+ * (asm_req_free()), set even on failure. 0, or -1 with a message in err. */
+int asm_req_parse(const struct msg *m, struct asm_req *a, int *from_ptx, struct buf *err);
 
 /* Free a's strings (a itself is the caller's; NULL: nothing). */
 void asm_req_free(struct asm_req *a);
@@ -76,9 +75,5 @@ int cubin_key(const struct server *s, const struct asm_req *a,
  */
 void cubin_start(struct conn *c, uint64_t id, const char *ptx, size_t ptx_len,
 		 const struct asm_req *a, int chained);
-
-/* A portable cubin was compiled under loose key k: a later miss whose
- * loose key is k is counted as a layout miss (lineinfo_layout_misses). */
-void cubin_seen_add(struct server *s, const struct key *k);
 
 #endif

@@ -22,8 +22,9 @@
  * sharing = confirm is confirmed in idle time (a background job of the
  * pool: a worker exec'd for it computes it again), tier or not; then every
  * waiter answered, each with its own source paths for a portable cubin,
- * or sent on to the cubin stage (IR to cubin); then the flight freed and a
- * stopping daemon told.
+ * or sent on to the cubin stage (IR to cubin), as the waiter's family said
+ * when it joined (struct waiter_ops: this file calls no family); then the
+ * flight freed and a stopping daemon told.
  *
  * No flight outlives server_run(): at the end, the pool ends those it
  * holds (pool_free()), and flight_abandon_all() those whose Redis lookup
@@ -36,9 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/compile.h"
 #include "daemon/confirm.h"
-#include "daemon/cubin_req.h"
 #include "daemon/fleet.h"
 #include "daemon/l2.h"
 #include "daemon/log.h"
@@ -66,10 +65,23 @@ void flight_dbg_free(struct flight_dbg *d)
 	free(d);
 }
 
-static void view_free(struct dbg_view *v)
+/* The loose keys compiled since start (s->seen_loose, master.h). */
+static uint64_t key_prefix(const struct key *k)
 {
-	dbg_view_free(v);
-	free(v);
+	uint64_t v;
+	memcpy(&v, k->hash, sizeof v);
+	return v | 1;   /* never 0, the empty slot */
+}
+
+static void loose_seen_add(struct server *s, const struct key *k)
+{
+	if (s->seen_loose)
+		s->seen_loose[key_prefix(k) % SEEN_SLOTS] = key_prefix(k);
+}
+
+int flight_loose_seen(const struct server *s, const struct key *k)
+{
+	return s->seen_loose && s->seen_loose[key_prefix(k) % SEEN_SLOTS] == key_prefix(k);
 }
 
 static void flight_finish(struct flight *f, const struct job_result *res,
@@ -103,21 +115,30 @@ struct flight *flight_find(struct server *s, const struct key *k, const struct c
 	return NULL;
 }
 
-int flight_add_waiter(struct flight *f, struct conn *c, uint64_t id)
+int flight_add_waiter(struct flight *f, struct conn *c, uint64_t id,
+		      const struct waiter_ops *ops, void *arg)
 {
 	struct waiter *wt = malloc(sizeof *wt);
 	if (!wt)
 		return -1;
 	wt->conn = c;
 	wt->id = id;
-	wt->then = NULL;
-	wt->view = NULL;
+	wt->ops = ops;
+	wt->arg = arg;
 	wt->next = f->waiters;
 	f->waiters = wt;
 	conn_hold(c);
 	/* Acknowledged at once: the client now knows the daemon is at it. */
 	conn_send_progress(c, id, pool_job_running(&f->job) ? "running" : "queued");
 	return 0;
+}
+
+void flight_conn_closed(void *arg, struct conn *c)
+{
+	struct server *s = arg;
+
+	if (c->waiting && s->pool)
+		pool_prune(s->pool);
 }
 
 void flight_progress(struct server *s)
@@ -371,7 +392,7 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 			confirm_in_background(s, f);
 		}
 		if (f->dbg && compiled && res->status == JOB_OK && !f->background) {
-			cubin_seen_add(s, &f->dbg->loose);
+			loose_seen_add(s, &f->dbg->loose);
 			/* lineinfo-loose: this client's own cubin also answers
 			 * the same kernel under other paths of any length. */
 			if (s->cfg->lineinfo_loose) {
@@ -401,49 +422,17 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 		f->peer->held -= f->held;
 		peer_put(s, f->peer);
 	}
+	/* Each waiter answered as its family said when it joined. */
+	const struct flight_result r = {
+		.res = res, .status = status, .data = data, .data_len = data_len,
+		.unportable = unportable,
+	};
 	while (f->waiters) {
 		struct waiter *wt = f->waiters;
 		f->waiters = wt->next;
-		if (wt->then && res->status == JOB_OK) {
-			/* IR to cubin: on to the second stage, unless the
-			 * client has gone. */
-			if (wt->conn->state != CONN_CLOSED)
-				cubin_start(wt->conn, wt->id, res->output,
-					    res->output_len, wt->then, 1);
-		} else if (f->dbg && res->status == JOB_OK) {
-			/* Each waiter gets the cubin laid out for its own paths
-			 * and stamps, or ptxas's own where it asked for exactly
-			 * what ptxas ran with; one whose view is missing (out of
-			 * memory) gets no answer. */
-			struct buf own = BUF_INIT;
-			const char *why = "out of memory";
-			int rc = !wt->view || unportable ? -1 :
-				 dbg_rewrite(data, data_len, &f->dbg->canon, wt->view, &own, &why);
-			if (rc && wt->view && dbg_view_equal(wt->view, &f->dbg->view))
-				rc = buf_append(&own, res->output, res->output_len);
-			else if (rc == DBG_UNMODELLED)
-				s->n.lineinfo_layout_misses++;
-			if (rc == 0) {
-				compile_reply(wt->conn, wt->id, JOB_OK, 0, &f->key, own.data,
-					      own.len, res->log, res->log_len,
-					      res->compile_us, 0);
-			} else {
-				static const char msg[] = "cannot give this client's source paths "
-							  "the cached cubin's layout";
-				compile_reply(wt->conn, wt->id, JOB_UNAVAILABLE, 0, &f->key,
-					      NULL, 0, msg, sizeof msg - 1, 0, 0);
-			}
-			buf_free(&own);
-		} else {
-			compile_reply(wt->conn, wt->id, res->status, 0, &f->key,
-				      res->output, res->output_len, res->log,
-				      res->log_len, res->compile_us,
-				      cubin ? (res->status == JOB_ERROR ? status : 0) : -1);
-		}
-		asm_req_free(wt->then);
-		free(wt->then);
-		if (wt->view)
-			view_free(wt->view);
+		wt->ops->answer(f, wt, &r);
+		if (wt->ops->drop)
+			wt->ops->drop(wt->arg);
 		conn_unhold(wt->conn);
 		free(wt);
 	}

@@ -7,7 +7,9 @@
  * Ownership: a flight is built by its request family (compile.c,
  * cubin_req.c: key, components, job frame, first waiter) and owned by the
  * server's table from flight_launch() until it is finished, which frees
- * it. Each waiter holds a reference to its connection.
+ * it. Each waiter holds a reference to its connection, and carries how it
+ * is to be answered (struct waiter_ops, with its argument), as the family
+ * that added it said: flight.c knows no request family.
  */
 #ifndef PTXCACHE_FLIGHT_H
 #define PTXCACHE_FLIGHT_H
@@ -20,16 +22,36 @@
 #include "daemon/store.h"
 #include "daemon/worker.h"
 
-struct asm_req;
 struct fleet_wait;
+struct flight;
+struct waiter;
+
+/* A flight's outcome, as its waiters are told it. */
+struct flight_result {
+	const struct job_result *res;   /* as the pool or Redis gave it */
+	int status;             /* the entry's status: a cubin's is the
+	                           assembler's exit status (255 if none) */
+	const char *data;       /* the output as stored: a portable cubin's */
+	size_t data_len;        /* canonical layout (f->dbg), else res's */
+	int unportable;         /* a portable cubin whose line table was not as
+	                           predicted: not stored, data is res's */
+};
+
+/* How a waiter is answered, given by the family that added it. */
+struct waiter_ops {
+	/* Answer wt (on wt->conn, which may have closed: a reply is then
+	 * dropped) with f's outcome r. Called once, as f finishes. */
+	void (*answer)(const struct flight *f, struct waiter *wt,
+		       const struct flight_result *r);
+	/* Free wt->arg (NULL: nothing to free). */
+	void (*drop)(void *arg);
+};
 
 struct waiter {
 	struct conn *conn;
 	uint64_t id;
-	struct asm_req *then;   /* IR to cubin: run this cubin stage on the PTX
-	                           (owned); NULL: answer with this flight's result */
-	struct dbg_view *view;  /* a portable -lineinfo cubin: this client's
-	                           source paths and stamps (owned), or NULL */
+	const struct waiter_ops *ops;
+	void *arg;              /* ops's own (owned by the waiter) */
 	struct waiter *next;
 };
 
@@ -68,11 +90,12 @@ int flight_lookup(struct conn *c, const struct key *k, struct store_result *hit)
  * NULL. */
 struct flight *flight_find(struct server *s, const struct key *k, const struct conn *c);
 
-/* Add request id on c to f's waiters, at their head (f->waiters), where
- * the caller may set its then and view; c gains a reference, and its
- * client a progress frame at once (the request is acknowledged). 0, or -1
- * if out of memory. */
-int flight_add_waiter(struct flight *f, struct conn *c, uint64_t id);
+/* Add request id on c to f's waiters, to be answered through ops with
+ * arg (which the waiter then owns; on failure it stays the caller's); c
+ * gains a reference, and its client a progress frame at once (the request
+ * is acknowledged). 0, or -1 if out of memory. */
+int flight_add_waiter(struct flight *f, struct conn *c, uint64_t id,
+		      const struct waiter_ops *ops, void *arg);
 
 /* Whether a miss whose request holds about need bytes may start a new
  * flight: not while the daemon stops, and not past the memory bounds on
@@ -89,6 +112,15 @@ void flight_launch(struct server *s, struct flight *f, struct conn *c);
  * worker has it. One walk of the table; nothing when no flight is in the
  * air. Called by the server's timer, about once a second. */
 void flight_progress(struct server *s);
+
+/* A close hook (conn_on_close()): c's queued jobs may now have nobody
+ * to answer, and are dropped before a worker gets them. arg: the server. */
+void flight_conn_closed(void *arg, struct conn *c);
+
+/* Whether a portable cubin was compiled under loose key k since start
+ * (the flight that compiled it marked it): a miss under it is a layout
+ * miss (lineinfo_layout_misses), not a new kernel. */
+int flight_loose_seen(const struct server *s, const struct key *k);
 
 /* At the end of server_run(), once the pool and the Redis tier are freed
  * and every connection closed: end the flights still in s's table (those

@@ -35,7 +35,7 @@
  *    corrupt_blobs and reported as a miss; no byte of it is returned.
  *
  *  - Hot entries are not decoded again: the raw bytes of recent hits are
- *    kept in memory (struct hot, HOT_BYTES in all) and answer a hit only
+ *    kept in memory (store_hot.c, HOT_BYTES in all) and answer a hit only
  *    while the row still holds the same checksum and lengths, read before
  *    any blob column. A replaced or deleted row thus never answers from
  *    memory, with nothing to invalidate; the bytes kept were checked when
@@ -75,6 +75,7 @@
 
 #include "daemon/flat.h"
 #include "daemon/log.h"
+#include "daemon/store_hot.h"
 #include "schema.h"
 
 #define STORE_SCHEMA_VERSION "3"
@@ -165,24 +166,8 @@ struct store {
 	struct hit *hits;       /* pending hits, open addressing, cap a power of 2 */
 	size_t hits_cap;
 	size_t hits_n;
-	struct hot *hot;        /* HOT_SLOTS decoded entries, by key; lazily */
-	size_t hot_bytes;       /* their raw bytes, at most HOT_BYTES */
-	size_t hot_hand;        /* next slot to empty when over HOT_BYTES */
+	struct hot_cache hot;   /* decoded entries of recent hits (store_hot.h) */
 };
-
-/* A decoded entry, direct-mapped by key: valid while data.data is set and
- * only for a row whose checksum is sum. */
-struct hot {
-	unsigned char key[32];
-	int64_t sum;
-	struct buf data;
-	struct buf log;
-};
-
-#define HOT_SLOTS 1024
-#define HOT_BYTES ((size_t)64 << 20)
-/* Larger entries are decoded on every hit: they would crowd out the rest. */
-#define HOT_MAX_ENTRY ((size_t)8 << 20)
 
 /* The checksum column: data's hash, continued over the log. */
 static int64_t entry_checksum(const void *data, size_t dlen, const void *log,
@@ -656,11 +641,7 @@ void store_close(struct store *s)
 	buf_free(&s->zdata);
 	buf_free(&s->zlog);
 	free(s->hits);
-	for (size_t i = 0; s->hot && i < HOT_SLOTS; i++) {
-		buf_free(&s->hot[i].data);
-		buf_free(&s->hot[i].log);
-	}
-	free(s->hot);
+	hot_free(&s->hot);
 	free(s->dir);
 	free(s->path);
 	free(s);
@@ -686,69 +667,6 @@ static void drop_corrupt(struct store *s, const unsigned char key[32], int64_t s
 		log_warn("cache entry %s is corrupt (%s) and cannot be deleted: %s",
 			 hex, why, sqlite3_errmsg(s->db));
 	}
-}
-
-static struct hot *hot_slot(struct store *s, const unsigned char key[32])
-{
-	uint64_t h;
-
-	if (!s->hot && !(s->hot = calloc(HOT_SLOTS, sizeof *s->hot)))
-		return NULL;
-	memcpy(&h, key, sizeof h); /* a SHA-256: already uniform */
-	return &s->hot[h % HOT_SLOTS];
-}
-
-static void hot_drop(struct store *s, struct hot *h)
-{
-	s->hot_bytes -= h->data.len + h->log.len;
-	buf_free(&h->data);
-	buf_free(&h->log);
-}
-
-/* Keep a copy of a decoded entry (as much as memory allows; best effort). */
-static void hot_keep(struct store *s, const unsigned char key[32], int64_t sum,
-		     const struct buf *data, const struct buf *log)
-{
-	size_t n = data->len + log->len;
-	struct hot *h = hot_slot(s, key);
-
-	if (!h || !data->len || n > HOT_MAX_ENTRY)
-		return;
-	if (h->data.data)
-		hot_drop(s, h);
-	for (size_t i = 0; i < HOT_SLOTS && s->hot_bytes + n > HOT_BYTES; i++) {
-		struct hot *o = &s->hot[s->hot_hand];
-		s->hot_hand = (s->hot_hand + 1) % HOT_SLOTS;
-		if (o->data.data)
-			hot_drop(s, o);
-	}
-	if (buf_append(&h->data, data->data, data->len) < 0 ||
-	    buf_append(&h->log, log->data ? log->data : "", log->len) < 0) {
-		buf_free(&h->data);
-		buf_free(&h->log);
-		return;
-	}
-	memcpy(h->key, key, 32);
-	h->sum = sum;
-	s->hot_bytes += n;
-}
-
-/* The decoded entry for the row st is on, if one is kept: copy it to out.
- * 1 if it was, 0 if not, -1 if memory ran out. */
-static int hot_get(struct store *s, const unsigned char key[32], sqlite3_stmt *st,
-		   struct store_result *out)
-{
-	struct hot *h = s->hot ? hot_slot(s, key) : NULL;
-
-	if (!h || !h->data.data || memcmp(h->key, key, 32) ||
-	    h->sum != sqlite3_column_int64(st, 4) ||
-	    (int64_t)h->data.len != sqlite3_column_int64(st, 2) ||
-	    (int64_t)h->log.len != sqlite3_column_int64(st, 3))
-		return 0;
-	if (buf_append(&out->data, h->data.data, h->data.len) < 0 ||
-	    buf_append(&out->log, h->log.data ? h->log.data : "", h->log.len) < 0)
-		return -1;
-	return 1;
 }
 
 void store_warm_up(struct store *s)
@@ -829,7 +747,8 @@ static int lookup(struct store *s, const unsigned char key[32], struct store_res
 		return -1;
 	}
 	int64_t sum = sqlite3_column_int64(st, 4);
-	int from_hot = hot_get(s, key, st, out);
+	int from_hot = hot_get(&s->hot, key, sum, sqlite3_column_int64(st, 2),
+			       sqlite3_column_int64(st, 3), &out->data, &out->log);
 	int bad = from_hot ? (from_hot < 0 ? -1 : 0) :
 		  check_row(s, st, 0, 2, 3, 4, 6, 7, &out->data, &out->log, &why);
 	out->kind = (enum store_kind)sqlite3_column_int(st, 0);
@@ -839,7 +758,7 @@ static int lookup(struct store *s, const unsigned char key[32], struct store_res
 	int64_t size = sqlite3_column_int64(st, 5);
 	sqlite3_reset(st);
 	if (!bad && !from_hot)
-		hot_keep(s, key, sum, &out->data, &out->log);
+		hot_keep(&s->hot, key, sum, &out->data, &out->log);
 	if (bad) {
 		store_result_free(out);
 		memset(out, 0, sizeof *out);

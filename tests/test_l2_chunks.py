@@ -14,6 +14,7 @@ import hmac
 import os
 import signal
 import struct
+import time
 
 from redis_fixture import RedisServer
 from test_l2_live import KEY, KEY2, SECRET, Drive, seal
@@ -198,26 +199,29 @@ def test_l2_a_writer_killed_between_chunks_leaves_no_mixed_value():
             a.wait(done, "the first write")
         finally:
             a.close()
-        # A second writer of the same key, and of a new one, killed while
-        # its chunks are going out: it wrote some, not its manifest.
-        w = Drive(r.url, r.tmp, *DEFAULTS)
+        # A second writer of the same key, and one of a new key, each
+        # killed while its chunks are going out: it wrote some, not its
+        # manifest (written after the last of 100 chunks).
+        new = os.urandom(100 * MB)
+        for key in (KEY, KEY2):
+            w = Drive(r.url, r.tmp, *DEFAULTS)
+            try:
+                w.put(key, new)         # answered once sealed: chunks going out
+                deadline = time.time() + 30
+                while len(_chunks(r, key)) <= 4 and time.time() < deadline:
+                    pass
+                w.proc.send_signal(signal.SIGKILL)
+                w.proc.wait()
+                n = len(_chunks(r, key))
+                assert 4 < n < 100, "%d chunks of the second write seen" % n
+            finally:
+                w.proc.stdout.close()
+                w.proc.stderr.close()
+                w.proc.stdin.close()
         try:
-            new = os.urandom(100 * MB)
-            w.put(KEY, new)
-            w.put(KEY2, new)
-            for _ in range(2000):
-                if len(_chunks(r, KEY)) > 4:
-                    break
-                w.cmd("sleep 1")
-            w.proc.send_signal(signal.SIGKILL)
-            w.proc.wait()
-            assert len(_chunks(r, KEY)) > 4, "no chunk of the second write seen"
             assert _got(b, KEY, r.tmp) == old
             assert _got(b, KEY2, r.tmp) is None
             c = b.counters()
             assert (c["hits"], c["misses"], c["rejects"]) == (1, 1, 0), c
         finally:
-            w.proc.stdout.close()
-            w.proc.stderr.close()
-            w.proc.stdin.close()
             b.close()

@@ -2,7 +2,7 @@
 /*
  * fuzz_frame: libFuzzer harness for the bytes a peer sends down the socket.
  *
- * The input is a byte stream, read the way server.c's on_conn_read() reads
+ * The input is a byte stream, read the way conn.c's on_conn_read() reads
  * a connection: header by header (frame_parse_hdr() against a length cap,
  * before anything is allocated for the body), and each whole body through
  * msg_parse() (our bounded validator first, then msgpack-c). The stream

@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * conn: the master's client connections and their frames, below every
+ * request family. A connection reads frames whole (the header checked
+ * against the size limits first) and hands each to the server's frame
+ * handler (struct server's on_frame, set by server.c at start); the
+ * families answer on it with replies, error and progress frames; a
+ * request that waits holds it (conn_hold()); its close is told to the
+ * hooks registered for it (conn_on_close()). See conn.c.
+ *
+ * Ownership: the server owns every connection and peer. A connection is
+ * freed when its last reference goes (conn_unref()): the socket holds one
+ * until conn_close(), and each request waiting on it holds one (a flight's
+ * waiter, an artifact's), so a reply to a client that has gone is
+ * dropped, never written to freed memory. A peer lives while it has
+ * connections or flights (peer_put()).
+ */
+#ifndef PTXCACHE_CONN_H
+#define PTXCACHE_CONN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "proto/buf.h"
+
+struct msg;
+struct server;
+
+enum conn_state {
+	CONN_READING,   /* reading frames; requests may be in flight */
+	CONN_CLOSING,   /* an error frame is queued; close once it is sent */
+	CONN_CLOSED,    /* socket gone; struct lives while waiters hold it */
+};
+
+/* Per peer uid: what its connections hold, for the per-user caps. */
+struct peer {
+	uid_t uid;
+	int conns;
+	int jobs;               /* flights it started that are not done */
+	int64_t held;           /* their requests' bytes (max-queued-bytes-per-uid) */
+	struct peer *next;
+};
+
+struct conn {
+	struct server *srv;
+	struct bufferevent *bev;
+	enum conn_state state;
+	int refs;               /* 1 for the socket + 1 per waiting request */
+	int waiting;            /* requests waiting on a compile */
+	uint64_t serial;
+	struct peer *peer;      /* NULL if it could not be allocated */
+	uid_t uid;              /* SO_PEERCRED: who it is, always set */
+	gid_t gid;              /* its primary group */
+	pid_t pid;
+	gid_t *groups;          /* and its others: conn_groups() */
+	int ngroups, groups_read;
+	struct event *timer;    /* header or idle timeout, see conn_arm() */
+	enum { TIMER_NONE, TIMER_HEADER, TIMER_IDLE } timer_mode;
+	int partial;            /* a frame has started but not arrived whole */
+	struct conn *prev, *next;       /* the server's open connections */
+};
+
+/* What may listen for a connection's close (conn_on_close()). */
+#define CONN_CLOSE_HOOKS 4
+
+struct conn_close_hook {
+	void (*fn)(void *arg, struct conn *c);
+	void *arg;
+};
+
+/* A new connection on accepted socket fd, reading and counted in s (its
+ * peer found or made: c->peer NULL if memory is short), its credentials
+ * read (SO_PEERCRED). NULL, with fd closed, if it cannot be set up. The
+ * caller then decides: conn_arm() to serve it, or conn_refuse(). */
+struct conn *conn_new(struct server *s, int fd);
+
+/* fn(arg, c) as each connection closes (its socket gone, its struct
+ * still held by whatever waits on it), in the order registered: for a
+ * family that keeps state per connection. 0, or -1 if the hooks are full
+ * (CONN_CLOSE_HOOKS). */
+int conn_on_close(struct server *s, void (*fn)(void *arg, struct conn *c), void *arg);
+
+/* Close c's socket (once; a no-op if closed): its peer and the server's
+ * counts forget it, the close hooks run, and the socket's reference goes. */
+void conn_close(struct conn *c);
+
+/* Queue a finished frame from out (borrowed) on c; dropped if c has
+ * gone. A client that lets more than max_output pile up is closed. */
+void conn_send(struct conn *c, const struct buf *out);
+
+/* Tell c's client that request id still waits (state: "queued",
+ * "running"; PROTOCOL.md, progress). Sent only where nothing else is
+ * queued for the client (one that reads hears that output; one that does
+ * not would only grow the queue), so it never counts against max_output.
+ * Safe anywhere: it changes no connection state and closes nothing (a
+ * write that cannot be queued shuts the socket down, which the loop then
+ * sees as an error). */
+void conn_send_progress(struct conn *c, uint64_t id, const char *state);
+
+/* Answer request id on c with an error frame (code, message: borrowed). */
+void conn_send_error(struct conn *c, uint64_t id, const char *code,
+		     const char *message);
+
+/* Send an error frame for request 0 (code, message), then close once it
+ * is sent: a connection refused, or one whose client broke the protocol. */
+void conn_refuse(struct conn *c, const char *code, const char *message);
+
+/* A frame that cannot be understood: counted, logged, refused. */
+void conn_protocol_error(struct conn *c, const char *message);
+
+/* Arm c's one timer for what it is doing now (header, idle or none):
+ * call after its count of waiting requests changes. */
+void conn_arm(struct conn *c);
+
+/* Drop a reference to c; the last one frees it. */
+void conn_unref(struct conn *c);
+
+/* A request of c's now waits (a flight, an artifact's producer): it holds
+ * a reference, and c does not idle out meanwhile. conn_unhold() when it is
+ * answered or dropped. */
+void conn_hold(struct conn *c);
+void conn_unhold(struct conn *c);
+
+/* The peer's supplementary groups (SO_PEERGROUPS, however many), read the
+ * first time the access policy or an artifact scope asks, then kept:
+ * c->groups[0..n). None if memory is short. */
+int conn_groups(struct conn *c);
+
+/* Forget a peer that holds nothing any more (NULL: nothing). */
+void peer_put(struct server *s, struct peer *p);
+
+/* The tenant c's compiles run for: its uid. */
+static inline int64_t conn_tenant(const struct conn *c)
+{
+	return (int64_t)c->uid;
+}
+
+/* Bounded text field of a request, copied into *out (owned by the caller;
+ * NULL if absent): 0, or -1 with why set to the field's name when it is
+ * not a string, is longer than max or holds a line break. */
+int request_text_field(const struct msg *m, const char *name, size_t max,
+		       char **out, const char **why);
+
+#endif

@@ -1,0 +1,52 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The floors of daemon/ (ARCHITECTURE.md, "Floors"): no two files call
+each other, directly or around a loop. tests/tools/layers.py derives which
+file uses which from the objects of the build under test (nm: the file
+that defines a symbol, the files that use it) and finds the cycles; a
+lower floor reaches a higher one only through a pointer it was given (the
+server's on_frame and on_quiet, the close hooks, a flight's waiter_ops)."""
+import os
+import shutil
+import sys
+
+from harness import BUILD, ROOT, Skip
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
+import layers  # noqa: E402
+
+
+def graph():
+    if not shutil.which("nm"):
+        raise Skip("no nm")
+    try:
+        return layers.graph(BUILD)
+    except FileNotFoundError as e:
+        raise Skip("not built: %s" % e)
+
+
+def test_no_file_of_daemon_calls_back_up():
+    g = graph()
+    assert len(g) > 20, sorted(g)
+    bad = layers.cycles(g)
+    detail = []
+    for c in bad:
+        for a in c:
+            detail += ["%s.c uses %s.c" % (a, b) for b in sorted(g[a] & set(c))]
+    assert not bad, "cycles among daemon/*.c: %s (%s)" % (bad, "; ".join(detail))
+
+
+def test_the_floors_are_as_drawn():
+    g = graph()
+    # The connection room knows no request family, no flight, no server.
+    assert g["conn"] <= {"log"}, g["conn"]
+    # A flight knows no request family: a waiter says how it is answered.
+    assert not g["flight"] & {"compile", "cubin_req", "manage", "artifact", "reply",
+                              "server"}, g["flight"]
+    # The families stand on flight.c and conn.c, never on the server.
+    for fam in ("compile", "cubin_req", "manage", "artifact", "reply"):
+        assert "server" not in g[fam], (fam, g[fam])
+    # The stages: compile.c hands on to cubin_req.c, never the reverse.
+    assert "compile" in g["manage"] and "cubin_req" in g["compile"]
+    assert "compile" not in g["cubin_req"], g["cubin_req"]
+    # Nothing below the server calls it; main.c alone does.
+    assert [a for a in g if "server" in g[a]] == ["main"]
