@@ -49,7 +49,10 @@ struct l2_value {
 
 struct l2_counters {
 	int64_t hits, misses, errors, timeouts, rejects, writes, breaker_opens;
-	int breaker_open;       /* 1 while requests skip Redis */
+	int64_t redirects;      /* a cluster's MOVED and ASK followed */
+	int64_t map_refreshes;  /* a cluster's slot map read and installed */
+	int breaker_open;       /* 1 while requests skip Redis (a cluster: skip
+	                           one of its nodes at least) */
 };
 
 /* Called once per l2_get(): found 1 with v (valid during the call only),

@@ -119,10 +119,12 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 		j.len--;        /* reopen the object */
 		buf_printf(&j, ",\"l2_hits\":%lld,\"l2_misses\":%lld,\"l2_errors\":%lld,"
 			   "\"l2_timeouts\":%lld,\"l2_rejects\":%lld,\"l2_writes\":%lld,"
-			   "\"l2_breaker_opens\":%lld,\"l2_breaker_open\":%d}",
+			   "\"l2_breaker_opens\":%lld,\"l2_breaker_open\":%d,"
+			   "\"l2_redirects\":%lld,\"l2_map_refreshes\":%lld}",
 			   (long long)lc.hits, (long long)lc.misses, (long long)lc.errors,
 			   (long long)lc.timeouts, (long long)lc.rejects, (long long)lc.writes,
-			   (long long)lc.breaker_opens, lc.breaker_open);
+			   (long long)lc.breaker_opens, lc.breaker_open, (long long)lc.redirects,
+			   (long long)lc.map_refreshes);
 	}
 	if (j.len) {
 		struct artifact_counters ac;

@@ -15,7 +15,8 @@
  *                     callback ran inside l2_get()
  *   sleep MS          let the loop run MS ms, then "slept"
  *   counters          "hits=.. misses=.. errors=.. timeouts=.. rejects=..
- *                     writes=.. breaker_opens=.. breaker_open=.."
+ *                     writes=.. breaker_opens=.. breaker_open=.. redirects=..
+ *                     map_refreshes=.."
  *   quit
  * Exit status 2 for a bad command line (with the reason on stderr).
  */
@@ -140,10 +141,12 @@ static void run(char *cmd)
 		struct l2_counters c;
 		l2_counters(l2, &c);
 		printf("hits=%lld misses=%lld errors=%lld timeouts=%lld rejects=%lld "
-		       "writes=%lld breaker_opens=%lld breaker_open=%d\n",
+		       "writes=%lld breaker_opens=%lld breaker_open=%d redirects=%lld "
+		       "map_refreshes=%lld\n",
 		       (long long)c.hits, (long long)c.misses, (long long)c.errors,
 		       (long long)c.timeouts, (long long)c.rejects, (long long)c.writes,
-		       (long long)c.breaker_opens, c.breaker_open);
+		       (long long)c.breaker_opens, c.breaker_open, (long long)c.redirects,
+		       (long long)c.map_refreshes);
 	} else if (!strcmp(argv[0], "quit")) {
 		event_base_loopbreak(base);
 		busy = 1;
