@@ -110,6 +110,8 @@ enum breaker { BR_CLOSED, BR_OPEN, BR_HALF_OPEN };
 #define L2_NODES_MAX 1024               /* nodes ever known: beyond, a hostile map */
 #define L2_REDIRECTS_MAX 5              /* MOVED/ASK followed per command */
 #define L2_REFRESH_MS 100               /* at most ten slot-map reads a second */
+#define L2_DOWN_REFRESH_MS 500          /* while the map names a node that is down:
+                                           until its replica takes over */
 
 /* One generation of the tier's settings: l2_new() makes the first, each
  * l2_reconfigure() (SIGHUP) the next. A command holds a reference to the
@@ -164,7 +166,9 @@ struct l2_cmd {
 	int64_t timeout_ms;             /* of silence on its connection */
 	uint64_t seen;                  /* the connection's progress when armed */
 	sds wire;                       /* a cluster's: the command, to resend */
-	int redirects;
+	unsigned slot;                  /* a cluster's: argv[1]'s */
+	int redirects;                  /* and retries after a failed connection */
+	int parked;                     /* waits for the next slot map (park()) */
 };
 
 #define L2_RETIRED_MAX 8
@@ -178,6 +182,7 @@ struct l2_node {
 	struct l2_node *next;           /* l2->nodes */
 	int single;                     /* its address is l2->conf's */
 	int seed, in_map;               /* a cluster's: asked for the slot map */
+	int down;                       /* failed since it last connected */
 	struct cluster_addr addr;       /* a cluster's node: numeric */
 	char where[CLUSTER_HOST_MAX + 16];
 
@@ -911,6 +916,7 @@ static void log_reject(struct l2 *l2, const struct l2_conf *conf,
 }
 
 static void map_refresh(struct l2 *l2);
+static void unpark_all(struct l2 *l2);
 
 /* Finish cmd once: count it, feed its node's breaker, call back. */
 static void complete(struct l2_cmd *cmd, enum outcome o, const struct l2_value *v)
@@ -920,6 +926,7 @@ static void complete(struct l2_cmd *cmd, enum outcome o, const struct l2_value *
 	if (cmd->completed)
 		return;
 	cmd->completed = 1;
+	cmd->parked = 0;
 	if (cmd->timer)
 		evtimer_del(cmd->timer);
 	if (cmd->prev)
@@ -942,12 +949,16 @@ static void complete(struct l2_cmd *cmd, enum outcome o, const struct l2_value *
 		case OUT_SKIPPED: break;
 		case OUT_MAP:     break;
 		}
+		if ((o == OUT_ERROR || o == OUT_TIMEOUT || o == OUT_REFUSED) && cmd->node)
+			log_debug("l2: %s: %s", node_where(cmd->node), l2->last_error);
 		if (cmd->node && o != OUT_SKIPPED)
 			breaker_note(cmd->node, cmd->probe, o != OUT_ERROR && o != OUT_TIMEOUT);
 		if (cmd->internal) {
 			l2->refreshing = 0;
 			if (o != OUT_MAP)
 				map_refresh(l2);        /* another node, after the limit */
+			else
+				unpark_all(l2);
 		}
 	}
 	if (cmd->cb)
@@ -987,6 +998,7 @@ static void drop_connection(struct l2_node *nd, enum outcome how)
  * out of date (a failover); read it again, in the background. */
 static void node_failed(struct l2_node *nd)
 {
+	nd->down = 1;
 	if (!nd->single)
 		map_refresh(nd->l2);
 }
@@ -1003,6 +1015,7 @@ static void node_lost(struct l2_node *nd, redisAsyncContext *ac)
 }
 
 static int follow_redirect(struct l2_cmd *cmd, const redisReply *reply);
+static int park(struct l2_cmd *cmd);
 
 static void on_reply(redisAsyncContext *ac, void *r, void *privdata)
 {
@@ -1019,7 +1032,8 @@ static void on_reply(redisAsyncContext *ac, void *r, void *privdata)
 		node_lost(ac->data, ac);
 		if (ac->err)
 			note_error(l2, ac->errstr);
-		complete(cmd, cmd->fail, NULL);
+		if (cmd->fail != OUT_ERROR || !park(cmd))
+			complete(cmd, cmd->fail, NULL);
 	} else if (reply->type == REDIS_REPLY_ERROR && follow_redirect(cmd, reply)) {
 		/* MOVED or ASK: sent again there (or completed, if it cannot be). */
 	} else if (reply->type == REDIS_REPLY_ERROR) {
@@ -1075,6 +1089,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
 	evtimer_del(nd->connect_timer);
 	if (status == REDIS_OK) {
 		nd->connected = 1;
+		nd->down = 0;
 		return;
 	}
 	/* hiredis frees it after this returns; its commands fail then. */
@@ -1298,8 +1313,9 @@ static void node_send(struct l2_node *nd, struct l2_cmd *cmd, int asking,
 		nd->connected = 0;
 	}
 	if (!nd->ac && node_connect(nd) < 0) {
-		complete(cmd, OUT_ERROR, NULL);
 		node_failed(nd);
+		if (!park(cmd))
+			complete(cmd, OUT_ERROR, NULL);
 		return;
 	}
 	if (!cmd->timer && !(cmd->timer = evtimer_new(l2->base, on_cmd_timeout, cmd))) {
@@ -1369,10 +1385,12 @@ static void send_cmd(struct l2 *l2, struct l2_cmd *cmd, int argc, const char **a
 		complete(cmd, OUT_ERROR, NULL);
 		return;
 	}
-	if (l2->single)
+	if (l2->single) {
 		node_send(l2->single, cmd, 0, on_reply);
-	else
-		route_send(l2, cmd, route(l2, cluster_slot(argv[1], argvlen[1])), 0);
+	} else {
+		cmd->slot = cluster_slot(argv[1], argvlen[1]);
+		route_send(l2, cmd, route(l2, cmd->slot), 0);
+	}
 }
 
 /* ---- the cluster: nodes, routing, redirects, the slot map -------------- */
@@ -1474,6 +1492,62 @@ static int follow_redirect(struct l2_cmd *cmd, const redisReply *reply)
 	return 1;
 }
 
+/* A cluster's command whose connection failed (could not be made, or went
+ * away before the reply: GETRANGE and SET may be sent twice): its node may
+ * be gone, in a failover the map does not show yet. It is counted against
+ * that node's breaker and waits for the map to be read again, its timer
+ * running, then goes where the new map says; at most L2_REDIRECTS_MAX
+ * times. 1 if parked, 0 if cmd is to complete now. */
+static int park(struct l2_cmd *cmd)
+{
+	struct l2 *l2 = cmd->l2;
+
+	if (l2->single || l2->freeing || cmd->internal || !cmd->wire ||
+	    cmd->redirects >= L2_REDIRECTS_MAX)
+		return 0;
+	cmd->redirects++;
+	if (cmd->node)
+		breaker_note(cmd->node, cmd->probe, 0);
+	cmd->probe = 0;
+	cmd->node = NULL;
+	cmd->ac = NULL;
+	cmd->parked = 1;
+	if (cmd->timer && !evtimer_pending(cmd->timer, NULL)) {
+		struct timeval tv;
+		ms_to_tv(cmd->timeout_ms, &tv);
+		evtimer_add(cmd->timer, &tv);
+	}
+	map_refresh(l2);
+	return 1;
+}
+
+/* A new map is in: the parked commands go where it says. */
+static void unpark_all(struct l2 *l2)
+{
+	struct l2_cmd **list;
+	size_t n = 0, i = 0;
+
+	for (struct l2_cmd *c = l2->pending; c; c = c->next)
+		n += c->parked;
+	if (!n)
+		return;
+	if (!(list = calloc(n, sizeof *list))) {
+		return;                 /* their timers end them */
+	}
+	for (struct l2_cmd *c = l2->pending; c && i < n; c = c->next)
+		if (c->parked) {
+			c->parked = 0;
+			c->refs++;      /* held across the sends below */
+			list[i++] = c;
+		}
+	for (size_t j = 0; j < i; j++) {
+		if (!list[j]->completed)
+			route_send(l2, list[j], route(l2, list[j]->slot), 0);
+		cmd_unref(list[j]);
+	}
+	free(list);
+}
+
 /* Install m: each slot's owner a node of ours. 0, or -1 (no memory, too
  * many nodes: the old map stays). */
 static int map_install(struct l2 *l2, const struct cluster_map *m)
@@ -1495,6 +1569,14 @@ static int map_install(struct l2 *l2, const struct cluster_map *m)
 		l2->owner[s] = m->owner[s] >= 0 ? by[m->owner[s]] : NULL;
 	free(by);
 	l2->n.map_refreshes++;
+	/* A master that is down is being failed over, perhaps: read the map
+	 * again soon, even if nothing asks for its slots meanwhile. */
+	for (struct l2_node *nd = l2->nodes; nd; nd = nd->next)
+		if (nd->in_map && nd->down && !evtimer_pending(l2->refresh_timer, NULL)) {
+			struct timeval tv;
+			ms_to_tv(L2_DOWN_REFRESH_MS, &tv);
+			evtimer_add(l2->refresh_timer, &tv);
+		}
 	return 0;
 }
 
