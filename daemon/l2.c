@@ -65,6 +65,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -165,6 +166,7 @@ struct l2_cmd {
 	int internal;                   /* CLUSTER SLOTS: not counted */
 	int64_t timeout_ms;             /* of silence on its connection */
 	uint64_t seen;                  /* the connection's progress when armed */
+	int outq;                       /* and its kernel send queue's bytes */
 	sds wire;                       /* a cluster's: the command, to resend */
 	unsigned slot;                  /* a cluster's: argv[1]'s */
 	int redirects;                  /* and retries after a failed connection */
@@ -1215,6 +1217,17 @@ static uint64_t progress_of(const redisAsyncContext *ac)
 	return e ? e->progress : 0;
 }
 
+/* The bytes in ac's kernel send queue not yet taken by the other end
+ * (TIOCOUTQ, for TCP and Unix sockets alike), or -1. A large write sits
+ * there for a while after hiredis's buffer has shrunk: the queue draining
+ * is progress too. */
+static int outq_of(const redisAsyncContext *ac)
+{
+	int n = 0;
+
+	return ac && ac->c.fd >= 0 && ioctl(ac->c.fd, TIOCOUTQ, &n) == 0 ? n : -1;
+}
+
 /* A command's timer: if its connection moved bytes since it was armed,
  * it is armed again; only a connection silent for the whole period times
  * out, and then that connection alone is dropped (completing every
@@ -1225,8 +1238,11 @@ static void on_cmd_timeout(evutil_socket_t fd, short what, void *arg)
 	struct l2 *l2 = cmd->l2;
 	struct timeval tv;
 
-	if (cmd->ac && progress_of(cmd->ac) != cmd->seen) {
+	int q = outq_of(cmd->ac);
+
+	if (cmd->ac && (progress_of(cmd->ac) != cmd->seen || (q >= 0 && q < cmd->outq))) {
 		cmd->seen = progress_of(cmd->ac);
+		cmd->outq = q;
 		ms_to_tv(cmd->timeout_ms, &tv);
 		evtimer_add(cmd->timer, &tv);
 		return;
@@ -1332,6 +1348,7 @@ static void node_send(struct l2_node *nd, struct l2_cmd *cmd, int asking,
 	cmd->ac = nd->ac;
 	cmd->refs++;                    /* hiredis's callback */
 	cmd->seen = progress_of(cmd->ac);
+	cmd->outq = outq_of(cmd->ac);
 	if (nd->single) {               /* never sent again: no redirects */
 		redisFreeSdsCommand(cmd->wire);
 		cmd->wire = NULL;
