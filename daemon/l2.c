@@ -2,20 +2,32 @@
 /*
  * l2: the shared second tier on Redis; see l2.h for the contract.
  *
- * What: one hiredis asynchronous connection per daemon, on the master's
- * libevent loop. l2_get() sends GETRANGE prefix+hex 0 max_value and opens
- * the envelope in the reply; l2_put() seals the value and sends SET in the
- * background. Nothing else is ever sent but AUTH and SELECT when the
- * connection opens (and nothing but those four commands needs the ACL).
+ * What: hiredis asynchronous connections on the master's libevent loop:
+ * one to a single Redis (redis://, unix:), or one per node of a Redis
+ * Cluster (redis-cluster://seeds), each made on demand. l2_get() sends
+ * GETRANGE prefix+hex 0 max_value and opens the envelope in the reply;
+ * l2_put() seals the value and sends SET in the background. Nothing else
+ * is ever sent but AUTH and SELECT when a connection opens, and to a
+ * cluster CLUSTER SLOTS and ASKING (the ACL needs those, and no more).
+ *
+ * Layers: the value layer (l2_get_in(), l2_put_in(), the envelope, on_reply's
+ * handling of a value) hands each command to send_cmd(), whose argv[1] is
+ * always the key; below it the connection layer (nodes, routing, timers,
+ * breakers) knows nothing of values.
  *
  * Why it is built this way:
  *  - hiredis 0.14 has no timeouts in its asynchronous API, so every command
- *    and every connect carries a libevent timer of ours. A command that
- *    times out drops the whole connection with redisAsyncFree() (not
- *    redisAsyncDisconnect(), which waits politely for the pending replies
- *    of a server that is not answering): the replies still owed on it can
- *    never be matched to newer requests, and each pending command is
- *    completed exactly once, as a timeout.
+ *    and every connect carries a libevent timer of ours. The timer bounds
+ *    its connection's silence, not the command's size: when it fires and
+ *    the connection has moved bytes since it was armed (read events, writes
+ *    that shrank hiredis's output buffer, counted by our own libevent
+ *    adapter; or the kernel's send queue, TIOCOUTQ, draining), it is armed
+ *    again. A connection silent for a whole period is dropped with
+ *    redisAsyncFree() (not redisAsyncDisconnect(), which waits politely for
+ *    the pending replies of a server that is not answering): the replies
+ *    still owed on it can never be matched to newer requests, and each
+ *    pending command is completed exactly once, as a timeout. Only that
+ *    connection: a cluster's other nodes go on.
  *  - A command is completed (counted, its callback called) exactly once,
  *    by whichever comes first: its reply, its timer, or the end of its
  *    connection; hiredis calls our reply callback exactly once too (with a
@@ -36,14 +48,34 @@
  *    sent under; a connection that a new address or new credentials
  *    replace is retired with redisAsyncDisconnect(), which closes it only
  *    once the replies owed on it are in.
- *  - Circuit breaker: L2_TRIP consecutive failures (errors or timeouts)
- *    open it for a period (1 s, doubling on each failed probe up to 30 s);
- *    while open, gets answer "not found" at once and puts are dropped;
- *    after the period the next request is a probe (half-open), and only
- *    its outcome counts: success closes the breaker, failure reopens it.
- *    Connections are made on demand, so the breaker is also the reconnect
- *    back-off. Replies that arrive but do not verify are Redis working as
- *    asked (someone else's data is wrong): counted as rejects, not failures.
+ *  - Circuit breakers, one per node (a single Redis is one node): L2_TRIP
+ *    consecutive failures open it for a period (1 s, doubling on each
+ *    failed probe up to 30 s); while open, gets of that node's keys answer
+ *    "not found" at once and puts are dropped; after the period the next
+ *    request is a probe (half-open), and only its outcome counts: success
+ *    closes the breaker, failure reopens it. Connections are made on
+ *    demand, so the breaker is also the reconnect back-off. A failure is a
+ *    connection that could not be made or went away, or a silence (above):
+ *    an error reply (OOM, NOAUTH, CLUSTERDOWN) is Redis answering, counted
+ *    as an error but no failure; replies that do not verify are Redis
+ *    working as asked (someone else's data is wrong): rejects. One dead
+ *    shard turns its own keys off, not the others'.
+ *  - A cluster (cluster.c does the arithmetic): the slot map is read with
+ *    CLUSTER SLOTS from a seed at start, and again, in the background, at
+ *    most every L2_REFRESH_MS, after a MOVED, a failed or silent node, a
+ *    CLUSTERDOWN or a command skipped by an open breaker (its slot may
+ *    have moved to a live node), and every L2_DOWN_REFRESH_MS while the map
+ *    names a node that is down (its replica is being promoted). Each
+ *    command goes to its slot's master (argv[1]'s slot); a slot with no
+ *    known owner goes to any node, which redirects it. MOVED updates that
+ *    slot's owner and resends there; ASK sends ASKING and the command to
+ *    that node, once; at most L2_REDIRECTS_MAX redirections, then an error.
+ *    A command whose connection failed (a master killed) waits for the
+ *    next map, its timer running, and goes where it says (GETRANGE and SET
+ *    may be sent twice). A cluster command keeps its formatted bytes until
+ *    it completes, to be sent again. Only numeric addresses reach hiredis
+ *    (seeds resolved when the URL is parsed; the cluster reports IPs, and
+ *    cluster.c refuses a map or a redirection that names a host).
  *  - The envelope is verified before any byte of it is used, and every
  *    length is checked against the bytes that remain before it is read.
  *
@@ -565,6 +597,7 @@ static int parse_cluster_url(struct l2_conf *l2, const char *auth, struct buf *s
 			     struct buf *err)
 {
 	const char *end = auth + strcspn(auth, "/"), *at = NULL, *h;
+	struct buf disp = BUF_INIT;     /* shown, once parsed */
 
 	if (*end == '/' && end[1] && strcmp(end + 1, "0")) {
 		buf_printf(err, "bad l2 URL '%s': a cluster has database 0 alone", shown->data);
@@ -585,9 +618,11 @@ static int parse_cluster_url(struct l2_conf *l2, const char *auth, struct buf *s
 			goto bad;
 	}
 	l2->cluster = 1;
-	buf_reset(shown);
-	buf_puts(shown, "redis-cluster://");
-	for (h = at ? at + 1 : auth; h < end;) {
+	h = at ? at + 1 : auth;
+	if (h == end || end[-1] == ',')
+		goto bad;
+	buf_puts(&disp, "redis-cluster://");
+	while (h < end) {
 		const char *he = h + strcspn(h, ","), *colon, *hend, *host = h;
 		struct cluster_addr *a;
 		char name[NI_MAXHOST];
@@ -597,7 +632,7 @@ static int parse_cluster_url(struct l2_conf *l2, const char *auth, struct buf *s
 			he = end;
 		if (l2->nseeds == L2_SEEDS_MAX) {
 			buf_printf(err, "bad l2 URL '%s': more than %d seeds", shown->data, L2_SEEDS_MAX);
-			return -1;
+			goto fail;
 		}
 		if (*host == '[') {
 			hend = memchr(host, ']', (size_t)(he - host));
@@ -624,21 +659,28 @@ static int parse_cluster_url(struct l2_conf *l2, const char *auth, struct buf *s
 		} else {
 			char num[NI_MAXHOST];
 			if (resolve_numeric(name, num, sizeof num, err) < 0)
-				return -1;
+				goto fail;
 			if (strlen(num) >= sizeof a->host)
 				goto bad;
 			snprintf(a->host, sizeof a->host, "%s", num);
 		}
 		a->port = (int)port;
-		buf_printf(shown, "%s%s:%d", l2->nseeds > 1 ? "," : "", name, a->port);
+		buf_printf(&disp, "%s%s:%d", l2->nseeds > 1 ? "," : "", name, a->port);
 		h = he < end ? he + 1 : he;
 	}
-	if (!l2->nseeds)
-		goto bad;
+	if (!disp.data) {
+		buf_printf(err, "out of memory");
+		goto fail;
+	}
+	buf_reset(shown);
+	buf_puts(shown, disp.data);
+	buf_free(&disp);
 	return 0;
 bad:
 	buf_printf(err, "bad l2 URL '%s': expected "
 		   "redis-cluster://[user:password@]host[:port][,host[:port]...]", shown->data);
+fail:
+	buf_free(&disp);
 	return -1;
 }
 

@@ -1,15 +1,20 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for daemon/cluster.c: hash slots against the Redis Cluster
  * specification's vectors and hash-tag rules, slot maps from well-formed
- * and hostile CLUSTER SLOTS replies (built here by hand), and MOVED/ASK
- * redirections, IPv6 and empty hosts included. */
+ * and hostile CLUSTER SLOTS replies (built here by hand), MOVED/ASK
+ * redirections, IPv6 and empty hosts included, and l2_new()'s checks of a
+ * redis-cluster:// URL. The routing against real servers:
+ * tests/test_l2_cluster.py. */
 #include "tests/unit/unit.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/event.h>
+
 #include "daemon/cluster.h"
+#include "daemon/l2.h"
 
 static unsigned slot_of(const char *k)
 {
@@ -262,4 +267,63 @@ TEST(cluster_redirects)
 	/* A NUL inside the reply's length. */
 	CHECK(cluster_redirect_parse("MOVED 1 1.2.3.4:5\0", 18, NULL, &r) < 0);
 	CHECK(cluster_redirect_parse("MOVED 1 1.2.3.4:5", 17, NULL, &r) == 0);
+}
+
+/* ---- l2_new() with a cluster's URL -------------------------------------- */
+
+static struct l2 *cluster_l2(struct event_base *base, const char *url, const char *secret,
+			     struct buf *err)
+{
+	struct l2_config cfg = { .url = url, .secret_file = secret, .identity = "test" };
+
+	buf_reset(err);
+	return l2_new(base, &cfg, err);
+}
+
+TEST(cluster_urls)
+{
+	struct event_base *base = event_base_new();
+	struct buf err = BUF_INIT;
+	char secret[300], many[64 * 20 + 64];
+	FILE *f;
+	struct l2 *l2;
+
+	REQUIRE(base);
+	snprintf(secret, sizeof secret, "%s/secret", unit_tmpdir());
+	REQUIRE((f = fopen(secret, "w")) && fputs("s3cret\n", f) >= 0 && fclose(f) == 0);
+	static const char *good[] = {
+		"redis-cluster://127.0.0.1:7000", "redis-cluster://127.0.0.1:7000,127.0.0.1:7001/",
+		"redis-cluster://127.0.0.1", "redis-cluster://[::1]:7000,127.0.0.1:7001/0",
+		"redis-cluster://u:p%40ss@127.0.0.1:7000,localhost:7001",
+	};
+	for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+		l2 = cluster_l2(base, good[i], secret, &err);
+		if (!l2)
+			fprintf(stderr, "  %s: %s\n", good[i], err.data);
+		CHECK(l2 != NULL);
+		l2_free(l2);            /* its map request in flight, never run */
+	}
+	static const char *bad[] = {
+		"redis-cluster://", "redis-cluster:///", "redis-cluster://127.0.0.1:0",
+		"redis-cluster://127.0.0.1:7000/3", "redis-cluster://127.0.0.1:7000,",
+		"redis-cluster://127.0.0.1:7000,,127.0.0.1:7001", "redis-cluster://[::1",
+		"redis-cluster://127.0.0.1:70000", "redis-cluster://u@127.0.0.1:7000",
+		"redis-cluster://127.0.0.1:7000x", "redis-cluster://no-such-host.invalid:7000",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		l2 = cluster_l2(base, bad[i], secret, &err);
+		if (l2)
+			fprintf(stderr, "  accepted '%s'\n", bad[i]);
+		CHECK(l2 == NULL && err.len > 0);
+		l2_free(l2);
+	}
+	/* At most 64 seeds; credentials never show in a message. */
+	size_t n = (size_t)snprintf(many, sizeof many, "redis-cluster://");
+	for (int i = 0; i < 65; i++)
+		n += (size_t)snprintf(many + n, sizeof many - n, "%s127.0.0.1:%d", i ? "," : "", 7000 + i);
+	CHECK(cluster_l2(base, many, secret, &err) == NULL && strstr(err.data, "seeds"));
+	CHECK(cluster_l2(base, "redis-cluster://me:hunter2@127.0.0.1:x", secret, &err) == NULL);
+	CHECK(!strstr(err.data, "hunter2") && strstr(err.data, "***"));
+	buf_free(&err);
+	event_base_free(base);
 }
