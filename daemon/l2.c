@@ -62,11 +62,12 @@
  *    shard turns its own keys off, not the others'.
  *  - A cluster (cluster.c does the arithmetic): the slot map is read with
  *    CLUSTER SLOTS from a seed at start, and again, in the background, at
- *    most every L2_REFRESH_MS, after a MOVED, a failed or silent node, a
- *    CLUSTERDOWN or a command skipped by an open breaker (its slot may
- *    have moved to a live node), and every L2_DOWN_REFRESH_MS while the map
- *    names a node that is down (its replica is being promoted). Each
- *    command goes to its slot's master (argv[1]'s slot); a slot with no
+ *    most every L2_REFRESH_MS (doubling while reads fail, up to 5 s),
+ *    after a MOVED, a failed or silent node, a CLUSTERDOWN or a command
+ *    skipped by an open breaker (its slot may have moved to a live node),
+ *    and every L2_DOWN_REFRESH_MS while the map names a node that is down
+ *    (its replica is being promoted). Each command goes to its slot's
+ *    master (argv[1]'s slot); a slot with no
  *    known owner goes to any node, which redirects it. MOVED updates that
  *    slot's owner and resends there; ASK sends ASKING and the command to
  *    that node, once; at most L2_REDIRECTS_MAX redirections, then an error.
@@ -142,7 +143,8 @@ enum breaker { BR_CLOSED, BR_OPEN, BR_HALF_OPEN };
 #define L2_SEEDS_MAX 64                 /* seeds in one redis-cluster:// URL */
 #define L2_NODES_MAX 1024               /* nodes ever known: beyond, a hostile map */
 #define L2_REDIRECTS_MAX 5              /* MOVED/ASK followed per command */
-#define L2_REFRESH_MS 100               /* at most ten slot-map reads a second */
+#define L2_REFRESH_MS 100               /* at most ten slot-map reads a second, */
+#define L2_REFRESH_MAX_MS 5000          /* doubling while they fail, up to this */
 #define L2_DOWN_REFRESH_MS 500          /* while the map names a node that is down:
                                            until its replica takes over */
 
@@ -250,6 +252,7 @@ struct l2 {
 	struct l2_node *owner[CLUSTER_SLOTS];
 	struct l2_node *rr;             /* the node asked last */
 	int refreshing;                 /* a CLUSTER SLOTS is out */
+	int refresh_fails;              /* in a row: the limit doubles */
 	int64_t refresh_after_us;       /* the rate limit */
 	struct event *refresh_timer;
 
@@ -999,10 +1002,14 @@ static void complete(struct l2_cmd *cmd, enum outcome o, const struct l2_value *
 			breaker_note(cmd->node, cmd->probe, o != OUT_ERROR && o != OUT_TIMEOUT);
 		if (cmd->internal) {
 			l2->refreshing = 0;
-			if (o != OUT_MAP)
+			if (o != OUT_MAP) {
+				if (l2->refresh_fails < 16)
+					l2->refresh_fails++;
 				map_refresh(l2);        /* another node, after the limit */
-			else
+			} else {
+				l2->refresh_fails = 0;
 				unpark_all(l2);
+			}
 		}
 	}
 	if (cmd->cb)
@@ -1493,6 +1500,8 @@ static struct l2_node *node_get(struct l2 *l2, const struct cluster_addr *a)
  * breaker is closed first. */
 static struct l2_node *next_node(struct l2 *l2)
 {
+	if (!l2->nodes)
+		return NULL;
 	for (int pass = 0; pass < 2; pass++) {
 		struct l2_node *start = l2->rr && l2->rr->next ? l2->rr->next : l2->nodes;
 		struct l2_node *nd = start;
@@ -1700,7 +1709,10 @@ static void map_refresh(struct l2 *l2)
 		}
 		return;
 	}
-	l2->refresh_after_us = now + L2_REFRESH_MS * 1000;
+	{
+		int64_t ms = (int64_t)L2_REFRESH_MS << l2->refresh_fails;
+		l2->refresh_after_us = now + (ms > L2_REFRESH_MAX_MS ? L2_REFRESH_MAX_MS : ms) * 1000;
+	}
 	if (!(nd = next_node(l2)) || !(cmd = calloc(1, sizeof *cmd)))
 		return;
 	cmd->l2 = l2;
@@ -2045,6 +2057,7 @@ static int use_servers(struct l2 *l2, const struct l2_conf *c)
 	l2->single = single;
 	l2->rr = NULL;
 	l2->refresh_after_us = 0;
+	l2->refresh_fails = 0;
 	return 0;
 }
 
