@@ -205,6 +205,7 @@ struct l2_cmd {
 	unsigned slot;                  /* a cluster's: argv[1]'s */
 	int redirects;                  /* and retries after a failed connection */
 	int parked;                     /* waits for the next slot map (park()) */
+	int waited;                     /* once, for a node whose breaker is open */
 };
 
 #define L2_RETIRED_MAX 8
@@ -1426,8 +1427,16 @@ static void route_send(struct l2 *l2, struct l2_cmd *cmd, struct l2_node *nd, in
 		return;
 	}
 	if (!node_admit(nd, &cmd->probe)) {
+		/* The map may not know yet that the slot has moved on (a
+		 * failover): wait for the next one, once, then skip. */
 		cmd->node = NULL;
-		complete(cmd, OUT_SKIPPED, NULL);
+		if (cmd->waited) {
+			complete(cmd, OUT_SKIPPED, NULL);
+		} else {
+			cmd->waited = 1;
+			if (!park(cmd))
+				complete(cmd, OUT_SKIPPED, NULL);
+		}
 		map_refresh(l2);
 		return;
 	}
@@ -1579,8 +1588,10 @@ static int park(struct l2_cmd *cmd)
 	cmd->probe = 0;
 	cmd->node = NULL;
 	cmd->ac = NULL;
+	if (!cmd->timer && !(cmd->timer = evtimer_new(l2->base, on_cmd_timeout, cmd)))
+		return 0;
 	cmd->parked = 1;
-	if (cmd->timer && !evtimer_pending(cmd->timer, NULL)) {
+	if (!evtimer_pending(cmd->timer, NULL)) {
 		struct timeval tv;
 		ms_to_tv(cmd->timeout_ms, &tv);
 		evtimer_add(cmd->timer, &tv);
