@@ -1877,10 +1877,16 @@ void l2_put_in(struct l2 *l2, const char *space, const unsigned char key[32],
 
 void l2_counters(struct l2 *l2, struct l2_counters *c)
 {
+	int mapped = 0;
+
 	*c = l2->n;
 	c->breaker_open = 0;
 	for (struct l2_node *nd = l2->nodes; nd; nd = nd->next)
-		if ((nd == l2->single || (!l2->single && (nd->seed || nd->in_map))) &&
+		mapped |= nd->in_map;
+	/* A cluster's: the masters that serve slots (the seeds, until a map
+	 * is in); a seed that is down and serves none skips no request. */
+	for (struct l2_node *nd = l2->nodes; nd; nd = nd->next)
+		if ((nd == l2->single || (!l2->single && (mapped ? nd->in_map : nd->seed))) &&
 		    nd->state != BR_CLOSED)
 			c->breaker_open = 1;
 }

@@ -60,7 +60,7 @@ struct l2_counters {
 	int64_t redirects;      /* a cluster's MOVED and ASK followed */
 	int64_t map_refreshes;  /* a cluster's slot map read and installed */
 	int breaker_open;       /* 1 while requests skip Redis (a cluster: skip
-	                           one of its nodes at least) */
+	                           one of the masters of its slot map at least) */
 };
 
 /* Called once per l2_get(): found 1 with v (valid during the call only),

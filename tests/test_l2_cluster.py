@@ -164,6 +164,8 @@ def test_cluster_master_killed_replica_promoted_serving_goes_on():
             eventually_all_hit(b, ks, "after the failover")
             after = b.counters()
             assert after["map_refreshes"] > before["map_refreshes"], (before, after)
+            # The dead master's breaker no longer counts: it serves no slot.
+            assert after["breaker_open"] == 0, after
             assert promoted.command("EXISTS", PREFIX + lost[0]) == 1
             # And writes to the promoted shard go on.
             new = [k for k in keys(40, seed=3)
