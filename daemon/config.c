@@ -113,7 +113,8 @@ static const struct setting settings[] = {
 	  "groups (names or gids) whose members share one scope of artifacts "
 	  "(they trust each other's code)" },
 	{ "l2", C_STR, F(l2_url), "", 0, 0, 1,
-	  "shared tier: redis://host:port/db or a Unix socket path (empty: off)" },
+	  "shared tier: redis://host:port/db, a Unix socket path, or a Redis Cluster's "
+	  "seeds redis-cluster://host:port,host:port (empty: off)" },
 	{ "l2-secret-file", C_STR, F(l2_secret_file), "", 0, 0, 1,
 	  "file holding the cluster secret that seals values in the shared tier" },
 	{ "l2-prefix", C_STR, F(l2_prefix), "ptxcache:", 0, 0, 1,
@@ -121,7 +122,7 @@ static const struct setting settings[] = {
 	{ "l2-read-only", C_BOOL, F(l2_read_only), "no", 0, 0, 1,
 	  "use the shared tier's entries but never publish" },
 	{ "l2-timeout-ms", C_INT, F(l2_timeout_ms), "50", 1, 60000, 1,
-	  "milliseconds a connect to Redis may take, and a command may go with no byte moving" },
+	  "connect timeout for Redis, and how long a command's connection may be silent" },
 	{ "l2-max-value", C_SIZE, F(l2_max_value), "1G", 1024, 4 * G, 1,
 	  "largest value written to or read from Redis (values over 1 MiB go as 1 MiB chunks "
 	  "and a manifest; keep it above artifact-max-value)" },

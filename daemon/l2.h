@@ -5,8 +5,12 @@
  * Each daemon keeps its SQLite cache as the first tier; results also go to
  * Redis, so a kernel compiled on one node is a hit on every other. The
  * master talks to Redis with hiredis's asynchronous API on its own libevent
- * loop: nothing here ever blocks. Redis is slow or gone? Short timeouts, a
- * circuit breaker with periodic probes, and the daemon serves as if alone.
+ * loop: nothing here ever blocks. Redis is slow or gone? Timeouts on
+ * silence, a circuit breaker with periodic probes, and the daemon serves as
+ * if alone. The tier is one Redis or a Redis Cluster (keys spread over its
+ * masters by hash slot, MOVED and ASK followed, the slot map read again
+ * after a failover or a reshard; one breaker per node, so a dead shard
+ * turns off its own keys alone).
  *
  * Nothing that comes back from Redis is trusted: a value is an envelope
  * (magic, format version, compiler identity, lengths, payload) sealed with
@@ -26,13 +30,17 @@ struct event_base;
 struct l2;
 
 struct l2_config {
-	const char *url;        /* "redis://host:port/db" or a Unix socket
-	                           path ("unix:/run/redis.sock" or "/path") */
+	const char *url;        /* "redis://[user:password@]host:port/db", a
+	                           Unix socket path ("unix:/run/redis.sock" or
+	                           "/path"), or a cluster's seeds:
+	                           "redis-cluster://[user:password@]host:port,
+	                           host:port..." (database 0 alone) */
 	const char *secret_file;/* the cluster secret (systemd LoadCredential=) */
 	const char *prefix;     /* key namespace in Redis, e.g. "ptxcache:" */
 	int read_only;          /* consume, never publish */
 	int connect_timeout_ms; /* e.g. 50 */
-	int command_timeout_ms; /* e.g. 50 */
+	int command_timeout_ms; /* e.g. 50: of silence on the connection (a
+	                           command that moves bytes goes on) */
 	int64_t max_value;      /* larger values are neither written nor read */
 	const char *identity;   /* compiler identity; must match on read */
 };
@@ -50,17 +58,22 @@ struct l2_value {
 struct l2_counters {
 	int64_t hits, misses, errors, timeouts, rejects, writes, breaker_opens;
 	int64_t bytes_read, bytes_written;      /* sealed values, chunks, manifests */
-	int breaker_open;       /* 1 while requests skip Redis */
+	int64_t redirects;      /* a cluster's MOVED and ASK followed */
+	int64_t map_refreshes;  /* a cluster's slot map read and installed */
+	int breaker_open;       /* 1 while requests skip Redis (a cluster: skip
+	                           one of the masters of its slot map at least) */
 };
 
 /* Called once per l2_get(): found 1 with v (valid during the call only),
  * or found 0 (miss, error, timeout, reject, breaker open). */
 typedef void (*l2_get_cb)(void *arg, int found, const struct l2_value *v);
 
-/* Create the tier (it connects lazily and reconnects by itself). NULL with
- * a message in err for a bad URL, a host name that does not resolve (it is
- * resolved here, blocking, and again in the background before each
- * reconnect: hiredis would block the loop on every connect), or an
+/* Create the tier (it connects lazily and reconnects by itself; a cluster's
+ * slot map is asked for at once, in the background). NULL with a message
+ * in err for a bad URL, a host name that does not resolve (it is resolved
+ * here, blocking, and, for a single Redis, again in the background before
+ * each reconnect: hiredis would block the loop on every connect; a
+ * cluster's seeds are resolved here and on each reload alone), or an
  * unreadable, empty or over-4-KiB secret. Zero timeouts and max_value
  * take the defaults (50 ms of silence, 1 GiB); NULL prefix: "ptxcache:". */
 struct l2 *l2_new(struct event_base *base, const struct l2_config *cfg,
@@ -71,7 +84,8 @@ struct l2 *l2_new(struct event_base *base, const struct l2_config *cfg,
  * puts are dropped) until a later call switches it on again. Commands in
  * flight are never dropped: each completes under the settings it was sent
  * with, on its own connection, which closes once they are done. A new
- * address or new credentials mean a new connection and a closed breaker.
+ * address, new seeds or new credentials mean new connections, closed
+ * breakers and, for a cluster, an empty slot map read again.
  * Returns 0, or -1 with a message in err and the old settings kept. A
  * host name that changed is resolved here (blocking, as in l2_new()). */
 int l2_reconfigure(struct l2 *l2, const struct l2_config *cfg, struct buf *err);

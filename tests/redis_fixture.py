@@ -12,20 +12,30 @@ tests can read, write and tamper with raw values.
         r.sleep(0.5)             # the server itself blocks (DEBUG SLEEP)
         r.calls("getrange")      # how many GETRANGEs it has served
 
-Raises harness.Skip when redis-server is not installed (mk/deps.sh
-installs it).
+    with RedisCluster() as c:    # 3 masters, a replica each, on TCP
+        c.url                    # "redis-cluster://127.0.0.1:P1,...", for l2 = ...
+        c.masters(); c.owner(slot); c.kill_master(node)   # and its replica takes over
+        c.migrate_slot(slot, to) # or begin_migration / move_keys / finish_migration
+        c.freeze(node); c.thaw(node)        # SIGSTOP / SIGCONT: one shard silent
+        c.stop_all(); c.start_all()         # the whole cluster gone, then back
+
+Raises harness.Skip when redis-server (or, for a cluster, redis-cli) is not
+installed (mk/deps.sh installs them).
 """
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import threading
 import time
+from typing import Callable, Dict, List, Optional
 
 from harness import Skip
 
 REDIS_SERVER = os.environ.get("REDIS_SERVER", "redis-server")
+REDIS_CLI = os.environ.get("REDIS_CLI", "redis-cli")
 
 
 class RedisError(Exception):
@@ -256,3 +266,295 @@ class RedisServer:
         # arrive (a grace period, not a measurement).
         time.sleep(0.05)
         return t
+
+
+# ---- a Redis Cluster ---------------------------------------------------
+
+
+def _free_cluster_port(host: str, taken: List[int]) -> int:
+    """A port p free on host with p + 10000 (its cluster bus) free too."""
+    for _ in range(200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            p = s.getsockname()[1]
+        if p + 10000 > 65535 or p in taken or p + 10000 in taken:
+            continue
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind((host, p + 10000))
+        except OSError:
+            continue
+        return p
+    raise AssertionError("no free port pair for a cluster node")
+
+
+class ClusterNode(RedisServer):
+    """One redis-server in cluster mode: TCP on 127.0.0.1 (what the cluster
+    announces), its own temp dir and nodes.conf; the fixture's own
+    connection is its Unix socket."""
+
+    def __init__(self, port: int, node_timeout_ms: int):
+        super().__init__(start=False, tcp=True, port=port, extra=[
+            "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+            "--cluster-node-timeout", str(node_timeout_ms),
+            "--cluster-replica-validity-factor", "0",
+            "--cluster-require-full-coverage", "no",
+            "--cluster-allow-reads-when-down", "no"])
+        self.frozen = False
+
+    def myid(self) -> str:
+        return self.command("CLUSTER", "MYID").decode()
+
+    def cluster_info(self) -> Dict[str, str]:
+        text = self.command("CLUSTER", "INFO").decode()
+        return dict(l.strip().split(":", 1) for l in text.splitlines() if ":" in l)
+
+    def role(self) -> str:
+        return self.info("replication").get("role", "").strip()
+
+    def dbsize(self) -> int:
+        return self.command("DBSIZE")
+
+    def stop(self):
+        if self.frozen:
+            self.thaw()
+        super().stop()
+
+    def kill(self):
+        """SIGKILL: gone at once, as a crashed machine."""
+        self._close()
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.frozen = False
+
+    def freeze(self):
+        """SIGSTOP: connections stay open, nothing is answered."""
+        self._close()
+        self.proc.send_signal(signal.SIGSTOP)
+        self.frozen = True
+
+    def thaw(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+        self.frozen = False
+
+
+class RedisCluster:
+    """masters redis-servers in cluster mode with replicas each, created
+    with redis-cli --cluster create; cleanup() leaves no process behind."""
+
+    def __init__(self, masters: int = 3, replicas: int = 1, node_timeout_ms: int = 1000):
+        if not shutil.which(REDIS_SERVER) or not shutil.which(REDIS_CLI):
+            raise Skip("redis-server or redis-cli not installed (mk/deps.sh installs them)")
+        self.host = "127.0.0.1"
+        self.nodes: List[ClusterNode] = []
+        try:
+            taken: List[int] = []
+            for _ in range(masters * (1 + replicas)):
+                p = _free_cluster_port(self.host, taken)
+                taken += [p, p + 10000]
+                self.nodes.append(ClusterNode(p, node_timeout_ms))
+            for n in self.nodes:
+                n.start()
+            r = subprocess.run([REDIS_CLI, "--cluster", "create"]
+                               + ["%s:%d" % (self.host, n.port) for n in self.nodes]
+                               + ["--cluster-replicas", str(replicas), "--cluster-yes"],
+                               capture_output=True, text=True, timeout=120)
+            if r.returncode != 0:
+                raise AssertionError("redis-cli --cluster create failed:\n%s%s"
+                                     % (r.stdout, r.stderr))
+            self.wait_ok()
+        except BaseException:
+            self.cleanup()
+            raise
+
+    # ---- addresses ------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """Every node as a seed, as l2 = takes it."""
+        return "redis-cluster://" + ",".join("%s:%d" % (self.host, n.port) for n in self.nodes)
+
+    def seed_url(self, *nodes: ClusterNode) -> str:
+        return "redis-cluster://" + ",".join("%s:%d" % (self.host, n.port) for n in nodes)
+
+    def alive(self) -> List[ClusterNode]:
+        return [n for n in self.nodes if n.running() and not n.frozen]
+
+    def by_port(self, port: int) -> ClusterNode:
+        return next(n for n in self.nodes if n.port == port)
+
+    def slots(self, via: Optional[ClusterNode] = None) -> List[list]:
+        via = via or self.alive()[0]
+        return via.command("CLUSTER", "SLOTS")
+
+    def owner(self, slot: int, via: Optional[ClusterNode] = None) -> ClusterNode:
+        for start, end, master, *_ in self.slots(via):
+            if start <= slot <= end:
+                return self.by_port(master[1])
+        raise AssertionError("slot %d is not served" % slot)
+
+    def masters(self) -> List[ClusterNode]:
+        ports = sorted({e[2][1] for e in self.slots()})
+        return [self.by_port(p) for p in ports]
+
+    def replica_of(self, master: ClusterNode) -> ClusterNode:
+        mid = master.myid()
+        for n in self.alive():
+            if n is not master:
+                info = n.command("CLUSTER", "NODES").decode()
+                for line in info.splitlines():
+                    f = line.split()
+                    if "myself" in f[2] and f[3] == mid:
+                        return n
+        raise AssertionError("no replica of %d" % master.port)
+
+    def keyslot(self, key) -> int:
+        return self.alive()[0].command("CLUSTER", "KEYSLOT", key)
+
+    def countkeys(self, node: ClusterNode) -> int:
+        """Keys held by node's own slots (DBSIZE on a master)."""
+        return node.dbsize()
+
+    # ---- waiting --------------------------------------------------------
+
+    def wait_ok(self, timeout: float = 60):
+        """Until every live node says cluster_state:ok, all 16384 slots
+        are served and every replica's link to its master is up."""
+        deadline = time.time() + timeout
+        last = None
+        while time.time() < deadline:
+            try:
+                ok = True
+                for n in self.alive():
+                    ci = n.cluster_info()
+                    last = (n.port, ci.get("cluster_state"), ci.get("cluster_slots_ok"))
+                    if ci.get("cluster_state") != "ok" or ci.get("cluster_slots_ok") != "16384":
+                        ok = False
+                        break
+                    rep = n.info("replication")
+                    if rep.get("role") == "slave" and rep.get("master_link_status") != "up":
+                        ok = False
+                        last = (n.port, "replica link", rep.get("master_link_status"))
+                        break
+                    # Every node must agree on the owners (a slot moved
+                    # but not yet known everywhere answers MOVED in loops).
+                if ok and len({str(self.slots(n)) for n in self.alive()}) == 1:
+                    return
+            except (OSError, ConnectionError, RedisError) as e:
+                last = repr(e)
+            time.sleep(0.1)
+        raise AssertionError("cluster not ok within %d s: %s" % (timeout, last))
+
+    # ---- faults ---------------------------------------------------------
+
+    def kill_master(self, master: ClusterNode, timeout: float = 60) -> ClusterNode:
+        """SIGKILL master; returns its replica once that serves the slots."""
+        replica = self.replica_of(master)
+        master.kill()
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                if replica.role() == "master" and all(
+                        e[2][1] != master.port for e in self.slots(replica)):
+                    break
+            except (OSError, ConnectionError, RedisError):
+                pass
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the replica of %d was not promoted" % master.port)
+        self.wait_ok(timeout)
+        return replica
+
+    def restart(self, node: ClusterNode):
+        """Start a killed node again (it rejoins, as a replica if it was
+        failed over)."""
+        node.start()
+
+    def freeze(self, node: ClusterNode):
+        node.freeze()
+
+    def thaw(self, node: ClusterNode):
+        node.thaw()
+
+    def set_maxmemory(self, nbytes: int, policy: str = "allkeys-lru"):
+        for n in self.alive():
+            n.command("CONFIG", "SET", "maxmemory", nbytes)
+            n.command("CONFIG", "SET", "maxmemory-policy", policy)
+
+    def begin_migration(self, slot: int, to: ClusterNode) -> ClusterNode:
+        """Mark slot MIGRATING on its owner and IMPORTING on to; keys not
+        moved yet are served by the owner, the others answer ASK."""
+        src = self.owner(slot)
+        assert src is not to
+        to.command("CLUSTER", "SETSLOT", slot, "IMPORTING", src.myid())
+        src.command("CLUSTER", "SETSLOT", slot, "MIGRATING", to.myid())
+        return src
+
+    def move_keys(self, slot: int, src: ClusterNode, to: ClusterNode, count: int = 0) -> int:
+        """MIGRATE count of slot's keys (0: all) from src to to; how many."""
+        moved = 0
+        while True:
+            want = 100 if not count else min(100, count - moved)
+            if want <= 0:
+                return moved
+            keys = src.command("CLUSTER", "GETKEYSINSLOT", slot, want)
+            if not keys:
+                return moved
+            src.command("MIGRATE", self.host, to.port, "", 0, 10000, "REPLACE", "KEYS", *keys)
+            moved += len(keys)
+
+    def finish_migration(self, slot: int, src: ClusterNode, to: ClusterNode):
+        """SETSLOT NODE on every master: slot is to's; src answers MOVED."""
+        tid = to.myid()
+        to.command("CLUSTER", "SETSLOT", slot, "NODE", tid)
+        src.command("CLUSTER", "SETSLOT", slot, "NODE", tid)
+        for n in self.alive():
+            if n not in (src, to) and n.role() == "master":
+                n.command("CLUSTER", "SETSLOT", slot, "NODE", tid)
+        self.wait_ok()
+
+    def migrate_slot(self, slot: int, to: ClusterNode,
+                     between: Optional[Callable[[str], None]] = None):
+        """Move slot to to, the way redis-cli --cluster reshard does;
+        between(step) runs after each step ("importing", "half moved",
+        "all moved"), for load while the slot is on its way."""
+        src = self.begin_migration(slot, to)
+        if between:
+            between("importing")
+        n = len(src.command("CLUSTER", "GETKEYSINSLOT", slot, 100000))
+        self.move_keys(slot, src, to, count=max(1, n // 2))
+        if between:
+            between("half moved")
+        self.move_keys(slot, src, to)
+        if between:
+            between("all moved")
+        self.finish_migration(slot, src, to)
+
+    def stop_all(self):
+        """Every node stopped (SIGTERM: nodes.conf kept, data gone)."""
+        for n in self.nodes:
+            n.stop()
+
+    def start_all(self, timeout: float = 60):
+        """Every node started again with its nodes.conf; back to ok."""
+        for n in self.nodes:
+            if not n.running():
+                n.start()
+        self.wait_ok(timeout)
+
+    def cleanup(self):
+        for n in self.nodes:
+            try:
+                n.cleanup()
+            except Exception:
+                if n.proc and n.proc.poll() is None:
+                    n.proc.kill()
+                    n.proc.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.cleanup()

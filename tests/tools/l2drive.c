@@ -21,7 +21,8 @@
  *                     on the loop, from l2_get() to its callback)
  *   sleep MS          let the loop run MS ms, then "slept"
  *   counters          "hits=.. misses=.. errors=.. timeouts=.. rejects=..
- *                     writes=.. breaker_opens=.. breaker_open=.."
+ *                     writes=.. breaker_opens=.. breaker_open=.. redirects=..
+ *                     map_refreshes=.."
  *   quit
  * Exit status 2 for a bad command line (with the reason on stderr).
  */
@@ -201,11 +202,12 @@ static void run(char *cmd)
 		l2_counters(l2, &c);
 		printf("hits=%lld misses=%lld errors=%lld timeouts=%lld rejects=%lld "
 		       "writes=%lld breaker_opens=%lld breaker_open=%d bytes_read=%lld "
-		       "bytes_written=%lld\n",
+		       "bytes_written=%lld redirects=%lld map_refreshes=%lld\n",
 		       (long long)c.hits, (long long)c.misses, (long long)c.errors,
 		       (long long)c.timeouts, (long long)c.rejects, (long long)c.writes,
 		       (long long)c.breaker_opens, c.breaker_open, (long long)c.bytes_read,
-		       (long long)c.bytes_written);
+		       (long long)c.bytes_written, (long long)c.redirects,
+		       (long long)c.map_refreshes);
 	} else if (!strcmp(argv[0], "quit")) {
 		event_base_loopbreak(base);
 		busy = 1;
