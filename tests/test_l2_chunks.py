@@ -14,6 +14,7 @@ import hmac
 import os
 import signal
 import struct
+import tempfile
 import time
 
 from redis_fixture import RedisServer
@@ -224,4 +225,66 @@ def test_l2_a_writer_killed_between_chunks_leaves_no_mixed_value():
             c = b.counters()
             assert (c["hits"], c["misses"], c["rejects"]) == (1, 1, 0), c
         finally:
+            b.close()
+
+
+def _cluster_chunks(c, key_hex):
+    """{master port: names of key_hex's chunks it holds}."""
+    out = {}
+    for m in c.masters():
+        names = [k.decode() if isinstance(k, bytes) else k
+                 for k in m.command("KEYS", "ptxcache:%s:*" % key_hex)]
+        out[m.port] = [n for n in names if not n.endswith(":lease")]
+    return out
+
+
+def test_l2_chunks_spread_over_a_clusters_shards_and_stay_exact_or_miss():
+    """A Redis Cluster (3 masters, a replica each): a 40 MB value's chunks
+    land on every master; a chunk tampered with on its master is a reject,
+    one gone a miss; full and evicting (allkeys-lru), each large value is
+    exact or a miss, never a mix."""
+    from redis_fixture import RedisCluster
+    with RedisCluster() as c, tempfile.TemporaryDirectory() as t:
+        a, b = Drive(c.url, t, *DEFAULTS), Drive(c.url, t, *DEFAULTS)
+        try:
+            data = os.urandom(40 * MB)
+            done = _written(a)
+            a.put(KEY, data)
+            a.wait(done, "the 40 MB write", tries=3000)
+            assert _got(b, KEY, t) == data
+            spread = _cluster_chunks(c, KEY)
+            assert sum(len(v) for v in spread.values()) == 41, spread
+            assert all(len(v) >= 5 for v in spread.values()), {p: len(v) for p, v in spread.items()}
+            port, names = next((p, v) for p, v in spread.items() if v)
+            m = c.by_port(port)
+            good = m.command("GET", names[0])
+            flipped = bytearray(good)
+            flipped[12345] ^= 1
+            m.command("SET", names[0], bytes(flipped))
+            before = b.counters()
+            assert _got(b, KEY, t) is None
+            assert b.counters()["rejects"] == before["rejects"] + 1
+            m.command("DEL", names[0])
+            before = b.counters()
+            assert _got(b, KEY, t) is None
+            assert b.counters()["misses"] == before["misses"] + 1
+            m.command("SET", names[0], good)
+            assert _got(b, KEY, t) == data
+            # Full: 8 values of 8 MB into about 30 MB of room per master.
+            used = max(int(x.info("memory")["used_memory"]) for x in c.masters())
+            c.set_maxmemory(used + (10 << 20))
+            values = {("%02x" % (0x80 + i)) * 32: os.urandom(8 * MB) for i in range(8)}
+            c0 = a.counters()
+            for k, v in values.items():
+                a.put(k, v)
+            a.wait(lambda x: x["writes"] + x["errors"] >= c0["writes"] + c0["errors"] + 8,
+                   "the writes", tries=3000)
+            seen = {"hit": 0, "miss": 0}
+            for k, v in values.items():
+                got = _got(b, k, t)
+                assert got in (None, v), "%s: neither exact nor a miss" % k
+                seen["hit" if got else "miss"] += 1
+            assert seen["miss"] > 0, seen
+        finally:
+            a.close()
             b.close()
