@@ -150,7 +150,14 @@ def main():
     from harness import Skip, triton_kernels
     out_dir = args.out or os.path.join(args.build, "bench")
     os.makedirs(out_dir, exist_ok=True)
-    kernels = sorted(triton_kernels(), key=os.path.getsize)[-args.kernels:]
+    # Distinct kernels (two corpus files may hold the same IR: one key).
+    seen, kernels = set(), []
+    for k in sorted(triton_kernels(), key=os.path.getsize, reverse=True):
+        with open(k, "rb") as f:
+            h = hash(f.read())
+        if h not in seen and len(kernels) < args.kernels:
+            seen.add(h)
+            kernels.append(k)
     values = {name: os.urandom(size) for name, size in ARTIFACTS}
     res = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -259,6 +259,7 @@ struct l2_cmd {
 	int internal;                   /* CLUSTER SLOTS: not counted */
 	int64_t timeout_ms;             /* of silence on its connection */
 	uint64_t seen;                  /* the connection's progress when armed */
+	int64_t armed_us;               /* when its timer was armed */
 	int outq;                       /* and its kernel send queue's bytes */
 	sds wire;                       /* a cluster's: the command, to resend */
 	unsigned slot;                  /* a cluster's: argv[1]'s */
@@ -1396,10 +1397,21 @@ static int outq_of(const redisAsyncContext *ac)
 	return ac && ac->c.fd >= 0 && ioctl(ac->c.fd, TIOCOUTQ, &n) == 0 ? n : -1;
 }
 
+/* Bytes that came in on ac and wait to be read (FIONREAD), or 0: the
+ * other end spoke, and this loop has not got to them yet. */
+static int inq_of(const redisAsyncContext *ac)
+{
+	int n = 0;
+
+	return ac && ac->c.fd >= 0 && ioctl(ac->c.fd, FIONREAD, &n) == 0 ? n : 0;
+}
+
 /* A command's timer: if its connection moved bytes since it was armed,
  * it is armed again; only a connection silent for the whole period times
  * out, and then that connection alone is dropped (completing every
- * command on it). */
+ * command on it). Silent means the other end's: bytes waiting to be read,
+ * or a timer that fires late (this process was not run: a loaded machine,
+ * a long callback), are this side's delay, and the timer is armed again. */
 static void on_cmd_timeout(evutil_socket_t fd, short what, void *arg)
 {
 	struct l2_cmd *cmd = arg;
@@ -1407,10 +1419,13 @@ static void on_cmd_timeout(evutil_socket_t fd, short what, void *arg)
 	struct timeval tv;
 
 	int q = outq_of(cmd->ac);
+	int64_t now = now_us(), late_us = now - cmd->armed_us - cmd->timeout_ms * 1000;
 
-	if (cmd->ac && (progress_of(cmd->ac) != cmd->seen || (q >= 0 && q < cmd->outq))) {
+	if (cmd->ac && (progress_of(cmd->ac) != cmd->seen || (q >= 0 && q < cmd->outq) ||
+			inq_of(cmd->ac) > 0 || late_us > cmd->timeout_ms * 1000 / 2)) {
 		cmd->seen = progress_of(cmd->ac);
 		cmd->outq = q;
+		cmd->armed_us = now;
 		ms_to_tv(cmd->timeout_ms, &tv);
 		evtimer_add(cmd->timer, &tv);
 		return;
@@ -1517,6 +1532,7 @@ static void node_send(struct l2_node *nd, struct l2_cmd *cmd, int asking,
 	cmd->refs++;                    /* hiredis's callback */
 	cmd->seen = progress_of(cmd->ac);
 	cmd->outq = outq_of(cmd->ac);
+	cmd->armed_us = now_us();
 	if (nd->single) {               /* never sent again: no redirects */
 		redisFreeSdsCommand(cmd->wire);
 		cmd->wire = NULL;
