@@ -228,6 +228,7 @@ bench: deps
 	  $(if $(QUICK),--quick)
 	@$(PLOT_PYTHON) bench/plot.py $(B)/bench/results.json $(B)/bench/latency.png
 	@PTXCACHE_BUILD=$(B) python3 bench/tier.py --build $(B) --out $(B)/bench
+	@PTXCACHE_BUILD=$(B) python3 bench/fleet.py --build $(B) --out $(B)/bench
 
 # The kernels the tests and the bench compile (tests/corpus/README.md),
 # unpacked from the repository's own archive into the build tree.
