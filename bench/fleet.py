@@ -17,7 +17,11 @@ lease, "compile" for PRODUCE seconds, then put. Reported:
 Writes build/bench/fleet.json and prints a table.
 
 usage: bench/fleet.py [--build build] [--out DIR] [--nodes 16]
-                      [--kernels 8] [--produce 3] [--single]
+                      [--kernels 8] [--produce 3] [--single] [--late 30 10]
+
+Then the late joiner: node b asks for a kernel 10 s into node a's 30 s
+compile of it (real CPU time, the probe build's "spin"), as a job's nodes
+start seconds apart: b's wall, and the CPU it did not spend.
 """
 import argparse
 import json
@@ -137,6 +141,52 @@ def one_run(n_nodes, kernels, values, produce, single, tmp):
         srv.cleanup()
 
 
+def late_joiner(compile_s, join_s, single, tmp):
+    """Node b asks for a kernel join_s into node a's compile_s compile of it
+    (the probe build's "spin": real CPU time), as a job's nodes start
+    seconds apart: b's wall and CPU against compiling it itself."""
+    from harness import PROBE_DAEMON, Daemon, small_ir
+    srv, url, what, _ = tier(single)
+    secret = os.path.join(tmp, "secret")
+    with open(secret, "wb") as f:
+        f.write(b"fleet bench secret\n")
+    ir = b"; ptxcache-probe: spin %d\n" % int(compile_s * 1000) + small_ir("late_%d" % os.getpid())
+    nodes = []
+    try:
+        for _ in range(2):
+            nodes.append(Daemon(workers=1, binary=PROBE_DAEMON,
+                                extra=["--l2", url, "--l2-secret-file", secret,
+                                       "--sharing", "trust"]))
+        a, b = nodes
+        out = {}
+        t = threading.Thread(target=lambda: out.update(a=a.cli(
+            "compile", "--arch", "sm_90a", "-", "-o", "-", input=ir, check=False)))
+        t0 = time.time()
+        t.start()
+        time.sleep(join_s)
+        t1 = time.time()
+        got = b.cli("compile", "--arch", "sm_90a", "-", "-o", "-", input=ir, check=False)
+        b_wall = time.time() - t1
+        t.join(compile_s * 3 + 60)
+        sa, sb = a.stats(), b.stats()
+        return {
+            "tier": what, "compile_s": compile_s, "join_s": join_s,
+            # The probe's spin ends its job as a compile error, which is
+            # deterministic: stored and shared like any result. The same
+            # answer is the same status, output and log.
+            "b_wall_s": b_wall,
+            "b_same": (got.returncode, got.stdout, got.stderr) ==
+                      (out["a"].returncode, out["a"].stdout, out["a"].stderr),
+            "compiles_a": sa["compiles"], "compiles_b": sb["compiles"],
+            "b_fleet_wait_hits": sb["fleet_wait_hits"],
+            "cpu_saved_s": compile_s * (1 - sb["compiles"]),
+        }
+    finally:
+        for d in nodes:
+            d.cleanup()
+        srv.cleanup()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.environ.get("PTXCACHE_BUILD", "build"))
@@ -145,6 +195,9 @@ def main():
     ap.add_argument("--kernels", type=int, default=8)
     ap.add_argument("--produce", type=float, default=3.0)
     ap.add_argument("--single", action="store_true", help="one Redis, not a cluster")
+    ap.add_argument("--late", type=float, nargs=2, default=(30.0, 10.0),
+                    metavar=("COMPILE_S", "JOIN_S"),
+                    help="the late joiner: a compile's length, and when b asks (0 0: skip)")
     args = ap.parse_args()
     os.environ["PTXCACHE_BUILD"] = os.path.abspath(args.build)
     from harness import Skip, triton_kernels
@@ -164,6 +217,8 @@ def main():
         try:
             res["alone"] = one_run(1, kernels, values, args.produce, args.single, tmp)
             res["fleet"] = one_run(args.nodes, kernels, values, args.produce, args.single, tmp)
+            if args.late[0] > 0:
+                res["late"] = late_joiner(args.late[0], args.late[1], args.single, tmp)
         except Skip as e:
             print("fleet: skipped (%s)" % e)
             return 0
@@ -185,6 +240,13 @@ def main():
           "wrong sizes %d" % (f["fleet_waits"], f["fleet_wait_hits"], f["fleet_takeovers"],
                               f["l2_timeouts"], f["l2_breaker_opens"], len(f["failed"]),
                               f["artifact_wrong_sizes"]))
+    if "late" in res:
+        L = res["late"]
+        print("  a node joining %.0f s into another's %.0f s compile: answered in %.1f s "
+              "(%s), compiles %d on it and %d on the other; %.0f s of CPU saved"
+              % (L["join_s"], L["compile_s"], L["b_wall_s"],
+                 "the producer's answer" if L["b_same"] else "NOT THE PRODUCER'S ANSWER", L["compiles_b"], L["compiles_a"],
+                 L["cpu_saved_s"]))
     return 0
 
 
