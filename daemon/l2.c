@@ -689,6 +689,28 @@ static char *pct_decode(const char *s, const char *e)
 	return out;
 }
 
+/* host[:port] or [v6]:port in [*host, end): *host, *hend the host alone
+ * (brackets off), *colon the ':' before a port or NULL. 0, or -1. */
+static int split_host(const char **host, const char *end, const char **hend,
+		      const char **colon)
+{
+	const char *h = *host;
+
+	if (*h == '[') {
+		*hend = memchr(h, ']', (size_t)(end - h));
+		if (!*hend)
+			return -1;
+		*colon = *hend + 1 < end && (*hend)[1] == ':' ? *hend + 1 : NULL;
+		if (*hend + 1 < end && !*colon)
+			return -1;
+		*host = h + 1;
+	} else {
+		*colon = memchr(h, ':', (size_t)(end - h));
+		*hend = *colon ? *colon : end;
+	}
+	return 0;
+}
+
 static int parse_num(const char *s, const char *e, long max, long *out)
 {
 	long v = 0;
@@ -776,18 +798,8 @@ static int parse_cluster_url(struct l2_conf *l2, const char *auth, struct buf *s
 			buf_printf(err, "bad l2 URL '%s': more than %d seeds", shown->data, L2_SEEDS_MAX);
 			goto fail;
 		}
-		if (*host == '[') {
-			hend = memchr(host, ']', (size_t)(he - host));
-			if (!hend)
-				goto bad;
-			colon = hend + 1 < he && hend[1] == ':' ? hend + 1 : NULL;
-			if (hend + 1 < he && !colon)
-				goto bad;
-			host++;
-		} else {
-			colon = memchr(host, ':', (size_t)(he - host));
-			hend = colon ? colon : he;
-		}
+		if (split_host(&host, he, &hend, &colon) < 0)
+			goto bad;
 		if (hend == host || (size_t)(hend - host) >= sizeof name ||
 		    (colon && parse_num(colon + 1, he, 65535, &port) < 0) || port == 0)
 			goto bad;
@@ -887,18 +899,8 @@ static int parse_url(struct l2_conf *l2, const char *url, const struct l2_conf *
 	} else {
 		host = auth;
 	}
-	if (*host == '[') {
-		hend = memchr(host, ']', (size_t)(end - host));
-		if (!hend)
-			goto badurl;
-		colon = hend + 1 < end && hend[1] == ':' ? hend + 1 : NULL;
-		if (hend + 1 < end && !colon)
-			goto badurl;
-		host++;
-	} else {
-		colon = memchr(host, ':', (size_t)(end - host));
-		hend = colon ? colon : end;
-	}
+	if (split_host(&host, end, &hend, &colon) < 0)
+		goto badurl;
 	if (hend == host || (size_t)(hend - host) >= sizeof l2->host)
 		goto badurl;
 	if (colon && parse_num(colon + 1, end, 65535, &port) < 0)
