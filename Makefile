@@ -14,7 +14,7 @@ CXX     ?= c++
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
            -Wno-unused-parameter
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=gnu11 $(WARN) -I. -fPIC -D_GNU_SOURCE
+CFLAGS  += -std=gnu11 $(WARN) -I. -fPIC -D_GNU_SOURCE -DPTXCACHE_VERSION='"$(VERSION)"'
 ifdef WERROR
 CFLAGS  += -Werror
 endif
@@ -54,7 +54,7 @@ PROTO_SRC  := proto/buf.c proto/frame.c proto/msg.c proto/ptxas_args.c proto/llc
 DAEMON_SRC := daemon/main.c daemon/config.c daemon/log.c daemon/server.c daemon/compile.c \
               daemon/cubin_req.c daemon/manage.c daemon/flight.c daemon/worker.c daemon/worker_loop.c daemon/sandbox.c \
               daemon/confirm.c daemon/store.c daemon/flat.c daemon/key.c daemon/codegen.c daemon/cubin.c \
-              daemon/cubin_debug.c daemon/l2.c daemon/artifact.c
+              daemon/cubin_debug.c daemon/l2.c daemon/artifact.c daemon/idle.c
 DAEMON_CXX := daemon/llvm_shim.cpp
 CLIENT_SRC := client/lib.c
 CLI_SRC    := client/cli.c client/front.c client/llc.c client/ptxas.c client/artifact.c

@@ -930,7 +930,7 @@ int main(int argc, char **argv)
 			usage(stdout);
 			return 0;
 		} else if (!strcmp(argv[i], "--version")) {
-			puts("ptxcache 0.2.0");
+			puts("ptxcache " PTXCACHE_VERSION);
 			return 0;
 		} else {
 			die("unknown option '%s' (see 'ptxcache --help')", argv[i]);

@@ -53,6 +53,14 @@
  *    An entry that alone exceeds 90% of the cap is evicted with the rest:
  *    the cap wins (the put still succeeded and the client has its answer).
  *
+ *  - A full disk (SQLITE_FULL, in the put or its commit) is not left for
+ *    someone to notice: the put is rolled back, the WAL checkpointed and
+ *    truncated, the least recently used entries evicted (at least twice
+ *    the new entry, and a tenth of the cache) and the WAL truncated again,
+ *    so the freed pages and WAL space take the entry; then the put is
+ *    tried once more (full_retries). Without that, every later put would
+ *    fail until an admin made room.
+ *
  *  - A database that SQLite rejects as not a database or corrupt, or that
  *    fails PRAGMA quick_check, or whose schema version is not ours, is moved
  *    aside (cache.db.corrupt-<time>, with its -wal and -shm) and a fresh one
@@ -929,9 +937,29 @@ static int make_room_in_scope(struct store *s, const unsigned char key[32], int6
 	return rc;
 }
 
+/*
+ * After a put failed with SQLITE_FULL (rolled back): make room on the disk
+ * for an entry of size bytes from the cache's own oldest entries (see the
+ * design comment). Checkpoint failures are ignored: the retry says whether
+ * it was enough.
+ */
+static void make_room_on_disk(struct store *s, int64_t size)
+{
+	int64_t want = 2 * size + (1 << 20), tenth = s->bytes / 10;
+
+	sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+	int n = store_evict_lru(s, s->bytes - (want > tenth ? want : tenth));
+	sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+	s->ctr.full_retries++;
+	log_warn("disk full under '%s': evicted %d of the oldest entries to store a new one "
+		 "(%lld bytes in %lld entries remain)", s->path, n < 0 ? 0 : n,
+		 (long long)s->bytes, (long long)s->entries);
+}
+
 int store_put(struct store *s, const unsigned char key[32], const struct store_entry *e,
 	      struct buf *err)
 {
+	int retried = 0;
 	const char *components = e->components ? e->components : "{}";
 	const char *arch = e->arch ? e->arch : "";
 	const char *log = e->log ? e->log : "";
@@ -965,6 +993,9 @@ int store_put(struct store *s, const unsigned char key[32], const struct store_e
 			 (long long)s->artifact_share);
 		goto fail_nodb;
 	}
+again:
+	old_size = shared_out = shared_out_bytes = 0;
+	existed = 0;
 	rc = run_st(s, ST_BEGIN);
 	if (rc != SQLITE_DONE)
 		goto fail;
@@ -1037,6 +1068,11 @@ fail:
 		 sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
 fail_msg:
 	rollback(s);
+	if ((rc & 0xff) == SQLITE_FULL && !retried) {
+		retried = 1;
+		make_room_on_disk(s, size);
+		goto again;
+	}
 fail_nodb:
 	s->ctr.write_errors++;
 	if (err)
