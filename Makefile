@@ -57,7 +57,7 @@ DAEMON_SRC := daemon/main.c daemon/config.c daemon/log.c daemon/server.c daemon/
               daemon/cubin_debug.c daemon/l2.c daemon/artifact.c daemon/idle.c
 DAEMON_CXX := daemon/llvm_shim.cpp
 CLIENT_SRC := client/lib.c
-CLI_SRC    := client/cli.c client/front.c client/llc.c client/ptxas.c client/artifact.c
+CLI_SRC    := client/cli.c client/autostart.c client/front.c client/llc.c client/ptxas.c client/artifact.c
 
 obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
 
