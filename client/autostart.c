@@ -382,22 +382,35 @@ out:
 	return rc;
 }
 
+static ptxcache *connected(ptxcache *pc, const char *path, const char *why, char **used,
+			   const char **how)
+{
+	if (pc && used)
+		*used = strdup(path);
+	if (pc && how)
+		*how = why;
+	return pc;
+}
+
 ptxcache *autostart_connect(const char *socket_path, int timeout_ms, char *err,
-			    size_t errlen)
+			    size_t errlen, char **used, const char **how)
 {
 	const char *env = getenv("PTXCACHE_SOCKET");
 	char first[512], why[512];
 	ptxcache *pc;
 
+	if (!(socket_path && *socket_path) && env && *env)
+		socket_path = env;
 	if (socket_path && *socket_path)
-		return ptxcache_connect(socket_path, timeout_ms, err, errlen);
-	if (env && *env)
-		return ptxcache_connect(env, timeout_ms, err, errlen);
+		return connected(ptxcache_connect(socket_path, timeout_ms, err, errlen),
+				 socket_path, "given", used, how);
 	char *own = own_socket();
 	if (!own)
 		return ptxcache_connect(NULL, timeout_ms, err, errlen);
-	if ((pc = ptxcache_connect(own, timeout_ms, first, sizeof first)) ||
-	    (pc = ptxcache_connect(node_socket(), timeout_ms, why, sizeof why))) {
+	if ((pc = connected(ptxcache_connect(own, timeout_ms, first, sizeof first), own, "own",
+			    used, how)) ||
+	    (pc = connected(ptxcache_connect(node_socket(), timeout_ms, why, sizeof why),
+			    node_socket(), "node", used, how))) {
 		free(own);
 		return pc;
 	}
@@ -411,7 +424,7 @@ ptxcache *autostart_connect(const char *socket_path, int timeout_ms, char *err,
 		free(own);
 		return NULL;
 	}
-	pc = ptxcache_connect(own, timeout_ms, err, errlen);
+	pc = connected(ptxcache_connect(own, timeout_ms, err, errlen), own, "started", used, how);
 	free(own);
 	return pc;
 }

@@ -30,10 +30,12 @@
 /*
  * Connect as the fronts do (see above); socket_path NULL: not given on the
  * command line. Returns a handle (the caller closes it), or NULL with a
- * message in err.
+ * message in err. used, if not NULL, receives the socket connected to
+ * (malloc'd, the caller frees) and how it was chosen ("given", "own",
+ * "node", "started").
  */
 ptxcache *autostart_connect(const char *socket_path, int timeout_ms, char *err,
-			    size_t errlen);
+			    size_t errlen, char **used, const char **how);
 
 /*
  * Start the user's daemon on socket (the user's default) unless one

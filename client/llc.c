@@ -163,7 +163,7 @@ int cmd_llc(int argc, char **argv, const char *socket_path, int timeout_ms)
 	req.noptions = cmd.noptions;
 
 	const char *stdin_note = name ? NULL : "stdin";
-	ptxcache *pc = autostart_connect(socket_path, timeout_ms, err, sizeof err);
+	ptxcache *pc = autostart_connect(socket_path, timeout_ms, err, sizeof err, NULL, NULL);
 	if (!pc || ptxcache_compile(pc, &req, &res) < 0) {
 		/* A cache that is down never fails a build. */
 		if (pc)
