@@ -67,7 +67,7 @@ else
 Q := @
 endif
 
-.PHONY: all deps run test check bench clean check-asan fuzz corpus deb
+.PHONY: all deps run test check bench clean check-asan fuzz corpus deb wheel sdist
 all: $(B)/ptxcached $(B)/ptxcache $(B)/libptxcache.a $(B)/libptxcache.so $(B)/unit
 
 deps:
@@ -341,5 +341,19 @@ deb:
 	@echo "  LINTIAN $(DEB_DIR)/*.changes"
 	$(Q)lintian --fail-on error,warning $(DEB_DIR)/ptxcache_$(VERSION)_*.changes
 	@ls -l $(DEB_DIR)/*.deb
+
+# make wheel: the Python wheel (pyproject.toml), in $(WHEEL_DIR): the
+# package, ptxcache.pth, and ptxcached and ptxcache built with STATIC=1 in
+# build-static/ as its programs, tagged manylinux_2_Y by the highest glibc
+# symbol version they need. The tree's own PEP 517 backend
+# (mk/wheel_backend.py) is called directly: `pip wheel --no-build-isolation
+# --no-index .` and `python3 -m build --no-isolation` run the same hooks.
+# make sdist: the source archive it builds from.
+WHEEL_DIR ?= $(B)/wheel
+wheel sdist:
+	@./mk/deps.sh
+	$(Q)mkdir -p $(WHEEL_DIR)
+	$(Q)$(PYTHON) -c 'import os, sys; sys.path.insert(0, "mk"); import wheel_backend as w; \
+	  print(os.path.join(sys.argv[2], getattr(w, "build_" + sys.argv[1])(sys.argv[2])))' $@ $(WHEEL_DIR)
 
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

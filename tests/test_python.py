@@ -40,7 +40,7 @@ def clean_env(tmp, sock=None, **extra):
            if not k.startswith(("PTXCACHE_", "TRITON_", "TORCH", "PYTHON", "XDG_"))}
     env.update(PYTHONPATH=PKG + os.pathsep + STUBS, HOME=tmp, XDG_CACHE_HOME=os.path.join(tmp, "xdg"),
                TRITON_CACHE_DIR=os.path.join(tmp, "triton"), PYTHONDONTWRITEBYTECODE="1",
-               PTXCACHE_BIN=CLI)
+               PTXCACHE_BIN=CLI, PTXCACHE_AUTOSTART="0")
     if sock:
         env["PTXCACHE_SOCKET"] = sock
     env.update(extra)
