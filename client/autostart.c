@@ -334,17 +334,21 @@ int autostart_start(const char *socket, char *err, size_t errlen)
 	argv[a++] = "--cache-dir";
 	argv[a++] = cache;
 	/* The user's own settings in the environment win (config.c reads
-	 * them); the flags only fill in what is not set there. */
+	 * them); the flags only fill in what is not set there, except
+	 * idle-exit, always on the command line (with the environment's
+	 * value, if any): it marks a daemon a client started (python3 -m
+	 * ptxcache status reads it). */
 	if (!getenv("PTXCACHE_MAX_SIZE")) {
 		snprintf(size, sizeof size, "%lld", (long long)size_cap(cache));
 		argv[a++] = "--max-size";
 		argv[a++] = size;
 	}
-	if (!getenv("PTXCACHE_IDLE_EXIT")) {
+	const char *ie = getenv("PTXCACHE_IDLE_EXIT");
+	snprintf(idle, sizeof idle, "%.20s", ie && *ie ? ie : "");
+	if (!*idle)
 		snprintf(idle, sizeof idle, "%d", AUTOSTART_IDLE_EXIT_S);
-		argv[a++] = "--idle-exit";
-		argv[a++] = idle;
-	}
+	argv[a++] = "--idle-exit";
+	argv[a++] = idle;
 	if (!getenv("PTXCACHE_WORKERS")) {
 		/* One user's daemon: a few warm workers, not one per core of a
 		 * large node. */

@@ -2,10 +2,11 @@
 /*
  * idle: see idle.h.
  *
- * Idle means no client connection open and no flight (compile) in
- * progress: a process that keeps a connection (the Python package keeps
- * one per thread) keeps the daemon, so a training job's daemon never stops
- * under it. Background confirmations do not count; the stop cancels them,
+ * Idle means no client connection open, none accepted since the last
+ * tick (a front's connection lives for milliseconds, between two ticks)
+ * and no flight (compile) in progress: a process that keeps a connection
+ * (the Python package keeps one per thread) keeps the daemon, so a
+ * training job's daemon never stops under it. Background confirmations do not count; the stop cancels them,
  * as SIGTERM does. The exit raises SIGTERM at ourselves rather than
  * leaving the loop here, so that it goes through server.c's one stop path
  * (artifact waiters answered, the store checkpointed, the socket removed)
@@ -26,6 +27,7 @@ struct idle {
 	struct server *s;
 	struct event *tick;
 	double since;           /* monotonic seconds when it last became idle; 0: busy */
+	long long accepted;     /* s->n.connections at the last tick */
 	int fired;
 };
 
@@ -42,7 +44,10 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 	struct server *s = id->s;
 	int limit = s->cfg->idle_exit_s;
 
-	if (s->nconns > 0 || s->nflights > 0 || s->stopping) {
+	long long accepted = (long long)s->n.connections;
+
+	if (s->nconns > 0 || s->nflights > 0 || s->stopping || accepted != id->accepted) {
+		id->accepted = accepted;
 		id->since = 0;
 		return;
 	}
