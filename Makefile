@@ -337,6 +337,10 @@ deb:
 	else \
 	  tar --exclude='./build*' --exclude=./.git -cf - .; \
 	fi | tar -xf - -C $(DEB_TREE)
+	@# The copy is no git checkout: its list of files, for the tests that
+	@# need one (tests/test_licence.py), as an sdist carries it.
+	$(Q)(cd $(DEB_TREE) && find . -type f ! -name MANIFEST | sed 's|^\./||' | LC_ALL=C sort) \
+	  > $(DEB_TREE)/MANIFEST
 	$(Q)cd $(DEB_TREE) && dpkg-buildpackage -b -us -uc -Jauto
 	@echo "  LINTIAN $(DEB_DIR)/*.changes"
 	$(Q)lintian --fail-on error,warning $(DEB_DIR)/ptxcache_$(VERSION)_*.changes
