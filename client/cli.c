@@ -943,8 +943,10 @@ static void usage(FILE *f)
 {
 	fputs("usage: ptxcache [--socket PATH] [--timeout SECS] [--silence SECS] COMMAND [ARGS...]\n\n"
 	      "Client of the ptxcached compile service. The socket is --socket, else\n"
-	      "$PTXCACHE_SOCKET, else $XDG_RUNTIME_DIR/ptxcache/ptxcached.sock, else\n"
-	      "/tmp/ptxcache-$UID/ptxcached.sock. A daemon that says nothing for\n"
+	      "$PTXCACHE_SOCKET, else $XDG_RUNTIME_DIR/ptxcache/ptxcached.sock (else\n"
+	      "/tmp/ptxcache-$UID/ptxcached.sock), else the node's /run/ptxcache/ptxcached.sock;\n"
+	      "with none given and none answering, the fronts start the user's own daemon\n"
+	      "(PTXCACHE_AUTOSTART=0: never). A daemon that says nothing for\n"
 	      "--silence seconds ($PTXCACHE_SILENCE_MS, default 5 s) is given up on\n"
 	      "(the llc and ptxas fronts then run the real tool).\n\nCommands:\n", f);
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
