@@ -262,6 +262,27 @@ static int spawn(char **argv, const char *log, pid_t *pid, char *err, size_t err
 	return 0;
 }
 
+/* 1 while pid runs: gone, or a zombie nobody reaps yet (its parent is
+ * whatever adopted it: init, or a subreaper that may be slow to wait). */
+static int running(pid_t pid)
+{
+	char path[64], buf[256];
+
+	if (kill(pid, 0) < 0 && errno == ESRCH)
+		return 0;
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 1;
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return 1;
+	buf[n] = '\0';
+	const char *paren = strrchr(buf, ')');
+	return !(paren && paren[1] == ' ' && paren[2] == 'Z');
+}
+
 /* The last line of the log, for a daemon that exited at start. */
 static void log_tail(const char *log, char *out, size_t n)
 {
@@ -366,7 +387,7 @@ int autostart_start(const char *socket, char *err, size_t errlen)
 			rc = 0;
 			break;
 		}
-		if (kill(pid, 0) < 0 && errno == ESRCH) {
+		if (!running(pid)) {
 			char last[512];
 			log_tail(log, last, sizeof last);
 			snprintf(err, errlen, "ptxcached exited at start (log '%s'): %s", log, last);

@@ -87,3 +87,26 @@ def test_fronts_start_one_daemon_of_the_users_own_which_exits_idle():
         assert "idle-exit" in log and not sanitizer_report(log), log
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_a_daemon_that_cannot_start_is_reported_at_once():
+    import shutil
+    import tempfile
+    from harness import CLI
+    tmp = tempfile.mkdtemp(prefix="ptxcache-auto-")
+    try:
+        env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "XDG_RUNTIME_DIR": os.path.join(tmp, "run"),
+               "XDG_CACHE_HOME": os.path.join(tmp, "cache"),
+               "PTXCACHE_NODE_SOCKET": os.path.join(tmp, "none.sock")}
+        for daemon, says in (("/bin/false", "ptxcached exited at start"),
+                             (os.path.join(tmp, "missing"), "no ptxcached to start")):
+            t0 = time.time()
+            r = subprocess.run([CLI, "autostart"], env=dict(env, PTXCACHE_DAEMON=daemon),
+                               capture_output=True, text=True, timeout=60)
+            assert r.returncode != 0 and says in r.stderr, r
+            assert time.time() - t0 < 10, time.time() - t0
+        r = subprocess.run([CLI, "autostart"], env=dict(env, PTXCACHE_AUTOSTART="0"),
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and "PTXCACHE_AUTOSTART=0" in r.stderr, r
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
