@@ -14,7 +14,7 @@ CXX     ?= c++
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
            -Wno-unused-parameter
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=gnu11 $(WARN) -I. -fPIC -D_GNU_SOURCE
+CFLAGS  += -std=gnu11 $(WARN) -I. -fPIC -D_GNU_SOURCE -DPTXCACHE_VERSION='"$(VERSION)"'
 ifdef WERROR
 CFLAGS  += -Werror
 endif
@@ -54,10 +54,10 @@ PROTO_SRC  := proto/buf.c proto/frame.c proto/msg.c proto/ptxas_args.c proto/llc
 DAEMON_SRC := daemon/main.c daemon/config.c daemon/log.c daemon/server.c daemon/compile.c \
               daemon/cubin_req.c daemon/manage.c daemon/flight.c daemon/worker.c daemon/worker_loop.c daemon/sandbox.c \
               daemon/confirm.c daemon/store.c daemon/store_hot.c daemon/flat.c daemon/key.c daemon/codegen.c daemon/cubin.c \
-              daemon/cubin_debug.c daemon/cluster.c daemon/l2.c daemon/fleet.c daemon/artifact.c daemon/conn.c daemon/reply.c
+              daemon/cubin_debug.c daemon/cluster.c daemon/l2.c daemon/fleet.c daemon/artifact.c daemon/conn.c daemon/reply.c daemon/idle.c
 DAEMON_CXX := daemon/llvm_shim.cpp
 CLIENT_SRC := client/lib.c
-CLI_SRC    := client/cli.c client/front.c client/llc.c client/ptxas.c client/artifact.c
+CLI_SRC    := client/cli.c client/autostart.c client/front.c client/llc.c client/ptxas.c client/artifact.c
 
 obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
 
@@ -67,7 +67,7 @@ else
 Q := @
 endif
 
-.PHONY: all deps run test check bench clean check-asan fuzz corpus deb
+.PHONY: all deps run test check bench clean check-asan fuzz corpus deb wheel sdist
 all: $(B)/ptxcached $(B)/ptxcache $(B)/libptxcache.a $(B)/libptxcache.so $(B)/unit
 
 deps:
@@ -339,9 +339,27 @@ deb:
 	else \
 	  tar --exclude='./build*' --exclude=./.git -cf - .; \
 	fi | tar -xf - -C $(DEB_TREE)
+	@# The copy is no git checkout: its list of files, for the tests that
+	@# need one (tests/test_licence.py), as an sdist carries it.
+	$(Q)(cd $(DEB_TREE) && find . -type f ! -name MANIFEST | sed 's|^\./||' | LC_ALL=C sort) \
+	  > $(DEB_TREE)/MANIFEST
 	$(Q)cd $(DEB_TREE) && dpkg-buildpackage -b -us -uc -Jauto
 	@echo "  LINTIAN $(DEB_DIR)/*.changes"
 	$(Q)lintian --fail-on error,warning $(DEB_DIR)/ptxcache_$(VERSION)_*.changes
 	@ls -l $(DEB_DIR)/*.deb
+
+# make wheel: the Python wheel (pyproject.toml), in $(WHEEL_DIR): the
+# package, ptxcache.pth, and ptxcached and ptxcache built with STATIC=1 in
+# build-static/ as its programs, tagged manylinux_2_Y by the highest glibc
+# symbol version they need. The tree's own PEP 517 backend
+# (mk/wheel_backend.py) is called directly: `pip wheel --no-build-isolation
+# --no-index .` and `python3 -m build --no-isolation` run the same hooks.
+# make sdist: the source archive it builds from.
+WHEEL_DIR ?= $(B)/wheel
+wheel sdist:
+	@./mk/deps.sh
+	$(Q)mkdir -p $(WHEEL_DIR)
+	$(Q)$(PYTHON) -c 'import os, sys; sys.path.insert(0, "mk"); import wheel_backend as w; \
+	  print(os.path.join(sys.argv[2], getattr(w, "build_" + sys.argv[1])(sys.argv[2])))' $@ $(WHEEL_DIR)
 
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

@@ -30,6 +30,7 @@
 
 #include "client/front.h"
 #include "client/artifact.h"
+#include "client/autostart.h"
 #include "client/llc.h"
 #include "client/ptxas.h"
 #include "client/ptxcache.h"
@@ -389,16 +390,46 @@ static const char *human_age(int64_t t, char *buf, size_t len)
 	return buf;
 }
 
+/* An artifact's namespace or scope, from its components. */
+static const char *artifact_part(json_object *e, const char *name)
+{
+	json_object *comp;
+
+	if (!json_object_object_get_ex(e, "components", &comp) ||
+	    !json_object_is_type(comp, json_type_object))
+		return "";
+	return jstr(comp, name);
+}
+
+/* Entries as a table. Artifacts have no target: they show their
+ * namespace and scope (the uid or group that may read them) instead, in
+ * columns of their own when the list holds nothing else. */
 static void show_ls(json_object *arr)
 {
-	char a[32], b[32], c[32];
+	char a[32], b[32], c[32], where[96];
+	size_t n = json_object_array_length(arr), arts = 0;
 
-	printf("%-16s %-5s %-8s %-6s %8s %8s %6s %6s\n", "KEY", "KIND", "ARCH", "STATUS",
-	       "SIZE", "STORED", "HITS", "USED");
-	for (size_t i = 0; i < json_object_array_length(arr); i++) {
+	for (size_t i = 0; i < n; i++)
+		arts += !strcmp(jstr(json_object_array_get_idx(arr, i), "kind"), "artifact");
+	int only = n && arts == n;
+	if (only)
+		printf("%-16s %-8s %-16s %-8s %-6s %8s %8s %6s %6s\n", "KEY", "KIND", "NAMESPACE",
+		       "SCOPE", "STATUS", "SIZE", "STORED", "HITS", "USED");
+	else
+		printf("%-16s %-5s %-8s %-6s %8s %8s %6s %6s\n", "KEY", "KIND", "ARCH", "STATUS",
+		       "SIZE", "STORED", "HITS", "USED");
+	for (size_t i = 0; i < n; i++) {
 		json_object *e = json_object_array_get_idx(arr, i);
-		printf("%-16.16s %-5s %-8s %-6s %8s %8s %6lld %6s\n", jstr(e, "key"),
-		       jstr(e, "kind"), jstr(e, "arch"), jint(e, "status") ? "error" : "ok",
+		int art = !strcmp(jstr(e, "kind"), "artifact");
+		if (only)
+			printf("%-16.16s %-8s %-16s %-8s ", jstr(e, "key"), jstr(e, "kind"),
+			       artifact_part(e, "namespace"), artifact_part(e, "scope"));
+		else {
+			snprintf(where, sizeof where, "%s%s%s", art ? artifact_part(e, "namespace") :
+				 jstr(e, "arch"), art ? "/" : "", art ? artifact_part(e, "scope") : "");
+			printf("%-16.16s %-5s %-8s ", jstr(e, "key"), jstr(e, "kind"), where);
+		}
+		printf("%-6s %8s %8s %6lld %6s\n", jint(e, "status") ? "error" : "ok",
 		       human_size(jint(e, "data_len"), a, sizeof a),
 		       human_size(jint(e, "stored_bytes"), b, sizeof b),
 		       (long long)jint(e, "hits"), human_age(jint(e, "last_used"), c, sizeof c));
@@ -850,6 +881,25 @@ static int cmd_ping(int argc, char **argv)
 	return 0;
 }
 
+/* `ptxcache autostart`: what the fronts do before their first request:
+ * connect to the user's daemon or the node's, else start the user's own
+ * (client/autostart.h). Prints where and how; python/ptxcache runs it. */
+static int cmd_autostart(int argc, char **argv)
+{
+	char err[1024], *used = NULL;
+	const char *how = NULL;
+
+	if (argc != 1)
+		die("usage: ptxcache autostart");
+	ptxcache *pc = autostart_connect(socket_path, timeout_ms, err, sizeof err, &used, &how);
+	if (!pc)
+		die("%s", err);
+	ptxcache_close(pc);
+	printf("%s %s\n", how, used);
+	free(used);
+	return 0;
+}
+
 /* ---- main ------------------------------------------------------------ */
 
 /* `ptxcache [--socket PATH] ptxas ARGS`: the front takes the socket from
@@ -878,6 +928,8 @@ static const struct command {
 	  "artifact put NS KEY FILE)" },
 	{ "stats", cmd_stats, "the daemon's counters ([--json | --prometheus])" },
 	{ "ping", cmd_ping, "check that the daemon answers" },
+	{ "autostart", cmd_autostart, "use the user's or the node's daemon, else start the "
+	  "user's own (as the fronts do); prints how and its socket" },
 	{ "ls", cmd_ls, "list cache entries ([--kind K] [--namespace NS] [--arch SM] [--older-than AGE] [--min-size S])" },
 	{ "show", cmd_show, "one entry: key components, sizes, hits, error text" },
 	{ "explain", cmd_explain, "why a request would miss: the nearest entry and what differs" },
@@ -891,8 +943,10 @@ static void usage(FILE *f)
 {
 	fputs("usage: ptxcache [--socket PATH] [--timeout SECS] [--silence SECS] COMMAND [ARGS...]\n\n"
 	      "Client of the ptxcached compile service. The socket is --socket, else\n"
-	      "$PTXCACHE_SOCKET, else $XDG_RUNTIME_DIR/ptxcache/ptxcached.sock, else\n"
-	      "/tmp/ptxcache-$UID/ptxcached.sock. A daemon that says nothing for\n"
+	      "$PTXCACHE_SOCKET, else $XDG_RUNTIME_DIR/ptxcache/ptxcached.sock (else\n"
+	      "/tmp/ptxcache-$UID/ptxcached.sock), else the node's /run/ptxcache/ptxcached.sock;\n"
+	      "with none given and none answering, the fronts start the user's own daemon\n"
+	      "(PTXCACHE_AUTOSTART=0: never). A daemon that says nothing for\n"
 	      "--silence seconds ($PTXCACHE_SILENCE_MS, default 5 s) is given up on\n"
 	      "(the llc and ptxas fronts then run the real tool).\n\nCommands:\n", f);
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
@@ -930,7 +984,7 @@ int main(int argc, char **argv)
 			usage(stdout);
 			return 0;
 		} else if (!strcmp(argv[i], "--version")) {
-			puts("ptxcache 0.2.0");
+			puts("ptxcache " PTXCACHE_VERSION);
 			return 0;
 		} else {
 			die("unknown option '%s' (see 'ptxcache --help')", argv[i]);

@@ -30,8 +30,15 @@
 #include "proto/frame.h"
 #include "proto/msg.h"
 
-/* Where the node's systemd service listens (systemd/ptxcached.socket). */
+/* Where the node's systemd service listens (systemd/ptxcached.socket);
+ * $PTXCACHE_NODE_SOCKET moves it (the tests' stand-in for a node service). */
 #define SYSTEM_SOCKET "/run/ptxcache/ptxcached.sock"
+
+static const char *node_socket(void)
+{
+	const char *e = getenv("PTXCACHE_NODE_SOCKET");
+	return e && *e ? e : SYSTEM_SOCKET;
+}
 
 /* Replies carry PTX or cubin: generous, but bounded. */
 #define REPLY_MAX (1u << 30)
@@ -77,9 +84,9 @@ char *ptxcache_default_socket(void)
 	    asprintf(&out, "/tmp/ptxcache-%u/ptxcached.sock", (unsigned)getuid()) < 0)
 		return NULL;
 	/* No daemon of the user's own: the node's service, if there is one. */
-	if (access(out, F_OK) != 0 && access(SYSTEM_SOCKET, F_OK) == 0) {
+	if (access(out, F_OK) != 0 && access(node_socket(), F_OK) == 0) {
 		free(out);
-		return strdup(SYSTEM_SOCKET);
+		return strdup(node_socket());
 	}
 	return out;
 }

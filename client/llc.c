@@ -35,6 +35,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "client/autostart.h"
 #include "client/front.h"
 #include "client/ptxcache.h"
 #include "proto/buf.h"
@@ -162,7 +163,7 @@ int cmd_llc(int argc, char **argv, const char *socket_path, int timeout_ms)
 	req.noptions = cmd.noptions;
 
 	const char *stdin_note = name ? NULL : "stdin";
-	ptxcache *pc = ptxcache_connect(socket_path, timeout_ms, err, sizeof err);
+	ptxcache *pc = autostart_connect(socket_path, timeout_ms, err, sizeof err, NULL, NULL);
 	if (!pc || ptxcache_compile(pc, &req, &res) < 0) {
 		/* A cache that is down never fails a build. */
 		if (pc)

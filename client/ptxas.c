@@ -33,6 +33,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "client/autostart.h"
 #include "client/front.h"
 #include "client/ptxcache.h"
 #include "proto/buf.h"
@@ -163,7 +164,7 @@ int ptxas_source_stamps(const struct buf *ptx, struct buf *out)
 static int version(char **argv)
 {
 	char err[256], *text = NULL;
-	ptxcache *pc = ptxcache_connect(NULL, 2000, err, sizeof err);
+	ptxcache *pc = autostart_connect(NULL, 2000, err, sizeof err, NULL, NULL);
 
 	if (!pc || ptxcache_assembler_version(pc, &text) < 0) {
 		ptxcache_close(pc);
@@ -206,7 +207,7 @@ int ptxas_explain(int argc, char **argv, char **json, char *err, size_t errlen)
 		snprintf(err, errlen, "cannot read '%s': %s", cmd.input, strerror(errno));
 	} else if (ptxas_source_stamps(&ptx, &stamps) < 0) {
 		snprintf(err, errlen, "a .file directive names a relative path: not cached");
-	} else if ((pc = ptxcache_connect(NULL, 2000, err, errlen))) {
+	} else if ((pc = autostart_connect(NULL, 2000, err, errlen, NULL, NULL))) {
 		assemble_req(&req, &cmd, &ptx, &stamps);
 		rc = ptxcache_explain_assemble(pc, &req, json);
 		if (rc < 0)
@@ -242,7 +243,7 @@ int cmd_ptxas(int argc, char **argv)
 	/* Whatever goes wrong on our side, the real ptxas says it better. */
 	struct buf stamps = BUF_INIT;
 	if (front_read_file(cmd.input, &ptx) < 0 || ptxas_source_stamps(&ptx, &stamps) < 0 ||
-	    !(pc = ptxcache_connect(NULL, 2000, err, sizeof err))) {
+	    !(pc = autostart_connect(NULL, 2000, err, sizeof err, NULL, NULL))) {
 		buf_free(&ptx);
 		buf_free(&stamps);
 		ptxas_cmd_free(&cmd);

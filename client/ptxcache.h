@@ -11,7 +11,9 @@
  * Socket rules: an explicit path, else $PTXCACHE_SOCKET, else
  * $XDG_RUNTIME_DIR/ptxcache/ptxcached.sock (or, without XDG_RUNTIME_DIR,
  * /tmp/ptxcache-$UID/ptxcached.sock); if that does not exist but the
- * node's service socket /run/ptxcache/ptxcached.sock does, that one.
+ * node's service socket /run/ptxcache/ptxcached.sock ($PTXCACHE_NODE_SOCKET
+ * where set) does, that one. The library never starts a daemon; the fronts
+ * and the Python package do (client/autostart.h).
  */
 #ifndef PTXCACHE_H
 #define PTXCACHE_H

@@ -81,6 +81,9 @@ static const struct setting settings[] = {
 	  "reply bytes queued for one slow reader before it is dropped" },
 	{ "shutdown-timeout", C_INT, F(shutdown_timeout_s), "30", 0, 3600, 1,
 	  "SIGTERM: seconds in-flight compiles may finish" },
+	{ "idle-exit", C_INT, F(idle_exit_s), "0", 0, 86400 * 30, 1,
+	  "stop after this many seconds with no connection and nothing in flight "
+	  "(0 = never; a daemon the clients started for their user sets it)" },
 	{ "allow-users", C_STR, F(allow_users), "", 0, 0, 1,
 	  "users (names or uids, comma-separated) allowed besides root and the socket's group" },
 	{ "allow-groups", C_STR, F(allow_groups), "", 0, 0, 1,
@@ -443,7 +446,7 @@ int config_load(struct server_config *cfg, int argc, char **argv,
 		} else if (c == O_VERIFY) {
 			*mode = "verify";
 		} else if (c == O_VERSION) {
-			printf("ptxcached 0.2.0 (%s)\n", codegen_identity());
+			printf("ptxcached " PTXCACHE_VERSION " (%s)\n", codegen_identity());
 			return 1;
 		} else if (c == O_HELP || c == 'h') {
 			usage(stdout);

@@ -49,6 +49,7 @@
 #include "daemon/config.h"
 #include "daemon/flight.h"
 #include "daemon/fleet.h"
+#include "daemon/idle.h"
 #include "daemon/cubin.h"
 #include "daemon/key.h"
 #include "daemon/l2.h"
@@ -62,7 +63,7 @@
 #include "proto/frame.h"
 #include "proto/msg.h"
 
-#define SERVER_NAME "ptxcached 0.2.0"
+#define SERVER_NAME "ptxcached " PTXCACHE_VERSION
 
 /* ---- requests ------------------------------------------------------- */
 
@@ -75,6 +76,7 @@ static void handle_hello(struct conn *c, uint64_t id, const struct msg *m)
 	msg_put_int(&w, "id", (int64_t)id);
 	msg_put_int(&w, "proto", FRAME_VERSION);
 	msg_put_str(&w, "server", SERVER_NAME);
+	msg_put_str(&w, "version", PTXCACHE_VERSION);
 	msg_put_str(&w, "compiler", codegen_identity());
 	msg_put_int(&w, "pid", getpid());
 	if (c->srv->asm_be[CUBIN_PTXAS].version)
@@ -526,6 +528,7 @@ int server_run(struct server_config *cfg)
 			    .seen_loose = calloc(SEEN_SLOTS, sizeof(uint64_t)),
 			    .on_frame = handle_frame, .on_quiet = stop_if_quiet };
 	struct buf err = BUF_INIT;
+	struct idle *idle = NULL;
 	int lock = -1, lfd = -1, rc = 1;
 
 	signal(SIGPIPE, SIG_IGN);
@@ -631,6 +634,7 @@ int server_run(struct server_config *cfg)
 		 cfg->pool.size, codegen_identity());
 	notify("STATUS=warming up the workers");
 	pool_when_warm(s.pool, on_warm, &s);
+	idle = idle_start(&s);
 
 	event_base_dispatch(s.base);
 	rc = 0;
@@ -639,6 +643,7 @@ int server_run(struct server_config *cfg)
 out:
 	if (err.len)
 		log_err("%s", err.data);
+	idle_free(idle);
 	if (s.listener)
 		evconnlistener_free(s.listener);
 	l2_free(s.l2);

@@ -26,6 +26,7 @@ struct server_config {
 	int idle_timeout_s;     /* a connection with nothing to do is closed (live) */
 	int64_t max_output;     /* queued reply bytes per connection (live) */
 	int shutdown_timeout_s; /* SIGTERM: how long in-flight compiles may run */
+	int idle_exit_s;        /* stop after this long idle; 0 never (idle.c, live) */
 	const char *allow_users;  /* comma-separated names or uids (live) */
 	const char *allow_groups; /* comma-separated names or gids (live) */
 	int namespace_per_uid;  /* each user gets their own cache entries */

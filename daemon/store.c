@@ -53,6 +53,25 @@
  *    An entry that alone exceeds 90% of the cap is evicted with the rest:
  *    the cap wins (the put still succeeded and the client has its answer).
  *
+ *  - A full disk (SQLITE_FULL, in the put or its commit) is not left for
+ *    someone to notice: the put is rolled back, the reserve file given
+ *    back (<dir>/reserve: 8 MiB, more than the WAL holds between
+ *    checkpoints; a quarter of the free space at most when allocated at
+ *    open, half when again from the room each such event makes: without it
+ *    a full disk can hold the WAL's committed frames that no checkpoint
+ *    can move into the database, which cannot grow, so nothing could be
+ *    deleted either), the WAL checkpointed and
+ *    truncated, the least recently used entries evicted (at least twice
+ *    the new entry and the reserve, and a tenth of the cache), their
+ *    pages given back to
+ *    the filesystem (PRAGMA incremental_vacuum: caches are created with
+ *    auto_vacuum=INCREMENTAL; in WAL mode a freed page still takes its
+ *    place in the file, and the retry's WAL frames need the disk) and the
+ *    WAL truncated again; then the put is tried once more (full_retries).
+ *    Without that, every later put would fail until an admin made room.
+ *    A cache created before auto_vacuum keeps its file size: there the
+ *    retry has only the WAL's space.
+ *
  *  - A database that SQLite rejects as not a database or corrupt, or that
  *    fails PRAGMA quick_check, or whose schema version is not ours, is moved
  *    aside (cache.db.corrupt-<time>, with its -wal and -shm) and a fresh one
@@ -65,7 +84,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -410,6 +431,11 @@ static int db_open(struct store *s, struct buf *why, int *aside)
 	sqlite3_extended_result_codes(db, 1);
 	sqlite3_busy_timeout(db, BUSY_TIMEOUT_MS);
 
+	/* auto_vacuum takes effect only in a database that has no page yet:
+	 * new caches get it, so that a full disk can be given back the pages
+	 * of the entries evicted for room (make_room_on_disk()). On any other
+	 * file it changes nothing (and fails as the next statement does). */
+	sqlite3_exec(db, "PRAGMA auto_vacuum=INCREMENTAL", NULL, NULL, NULL);
 	/* The first statement reads the header: a file that is not SQLite
 	 * fails here with SQLITE_NOTADB. */
 	rc = sqlite3_prepare_v2(db, "PRAGMA journal_mode=WAL", -1, &st, NULL);
@@ -456,7 +482,11 @@ static int db_open(struct store *s, struct buf *why, int *aside)
 	if (rc != SQLITE_OK && rc != SQLITE_DONE)
 		goto fail;
 
+	/* secure_delete=FAST: Debian's SQLite zeroes every freed page by
+	 * default, so an eviction would write as much as it frees, and on a
+	 * full disk could free nothing; FAST zeroes only pages written anyway. */
 	rc = sqlite3_exec(db, "PRAGMA synchronous=NORMAL;"
+			  "PRAGMA secure_delete=FAST;"
 			  "PRAGMA journal_size_limit=67108864;"
 			  "PRAGMA cache_size=-16384;"
 			  "PRAGMA temp_store=MEMORY;", NULL, NULL, NULL);
@@ -545,6 +575,42 @@ static int load_totals(struct store *s)
 	return rc == SQLITE_ROW ? 0 : -1;
 }
 
+/* The reserve file's size at most (see the design comment). */
+#define RESERVE_BYTES (8 << 20)
+
+/* Allocate <dir>/reserve where it is missing or short (best effort): at
+ * most RESERVE_BYTES, and at most share percent of the free space. */
+static void reserve_make(struct store *s, int share)
+{
+	struct statvfs v;
+	struct stat st;
+	char p[4096];
+
+	snprintf(p, sizeof p, "%s/reserve", s->dir);
+	int64_t have = stat(p, &st) == 0 ? (int64_t)st.st_size : 0;
+	if (have >= RESERVE_BYTES || statvfs(s->dir, &v) < 0)
+		return;
+	int64_t want = ((int64_t)v.f_bavail * (int64_t)v.f_frsize + have) / 100 * share;
+	if (want > RESERVE_BYTES)
+		want = RESERVE_BYTES;
+	if (want <= have || want < (256 << 10))
+		return;
+	int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return;
+	if (posix_fallocate(fd, 0, (off_t)want) != 0 && ftruncate(fd, (off_t)have) < 0)
+		log_debug("cannot size '%s': %s", p, strerror(errno));
+	close(fd);
+}
+
+static void reserve_release(struct store *s)
+{
+	char p[4096];
+
+	snprintf(p, sizeof p, "%s/reserve", s->dir);
+	unlink(p);
+}
+
 struct store *store_open(const char *dir, int64_t max_bytes, struct buf *err)
 {
 	struct store *s = calloc(1, sizeof *s);
@@ -612,6 +678,7 @@ struct store *store_open(const char *dir, int64_t max_bytes, struct buf *err)
 			   sqlite3_errmsg(s->db));
 		goto fail;
 	}
+	reserve_make(s, 25);
 	buf_free(&why);
 	buf_free(&aside_to);
 	return s;
@@ -848,9 +915,32 @@ static int make_room_in_scope(struct store *s, const unsigned char key[32], int6
 	return rc;
 }
 
+/*
+ * After a put failed with SQLITE_FULL (rolled back): make room on the disk
+ * for an entry of size bytes from the cache's own oldest entries (see the
+ * design comment). Checkpoint failures are ignored: the retry says whether
+ * it was enough.
+ */
+static void make_room_on_disk(struct store *s, int64_t size)
+{
+	int64_t want = 2 * size + RESERVE_BYTES + (1 << 20), tenth = s->bytes / 10;
+
+	reserve_release(s);
+	sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+	int n = store_evict_lru(s, s->bytes - (want > tenth ? want : tenth));
+	sqlite3_exec(s->db, "PRAGMA incremental_vacuum", NULL, NULL, NULL);
+	sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+	reserve_make(s, 50);    /* for the next time, from the room just made */
+	s->ctr.full_retries++;
+	log_warn("disk full under '%s': evicted %d of the oldest entries to store a new one "
+		 "(%lld bytes in %lld entries remain)", s->path, n < 0 ? 0 : n,
+		 (long long)s->bytes, (long long)s->entries);
+}
+
 int store_put(struct store *s, const unsigned char key[32], const struct store_entry *e,
 	      struct buf *err)
 {
+	int retried = 0;
 	const char *components = e->components ? e->components : "{}";
 	const char *arch = e->arch ? e->arch : "";
 	const char *log = e->log ? e->log : "";
@@ -884,6 +974,9 @@ int store_put(struct store *s, const unsigned char key[32], const struct store_e
 			 (long long)s->artifact_share);
 		goto fail_nodb;
 	}
+again:
+	old_size = shared_out = shared_out_bytes = 0;
+	existed = 0;
 	rc = run_st(s, ST_BEGIN);
 	if (rc != SQLITE_DONE)
 		goto fail;
@@ -956,6 +1049,11 @@ fail:
 		 sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
 fail_msg:
 	rollback(s);
+	if ((rc & 0xff) == SQLITE_FULL && !retried) {
+		retried = 1;
+		make_room_on_disk(s, size);
+		goto again;
+	}
 fail_nodb:
 	s->ctr.write_errors++;
 	if (err)

@@ -123,6 +123,8 @@ struct store_counters {
 	int64_t write_errors;   /* puts that failed */
 	int64_t evictions;      /* entries removed by the size cap */
 	int64_t share_evictions;/* artifacts removed by their scope's share */
+	int64_t full_retries;   /* puts that found the disk full, evicted the
+	                           oldest entries and tried once more */
 };
 void store_counters(struct store *s, struct store_counters *c);
 

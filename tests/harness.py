@@ -37,6 +37,12 @@ class Skip(Exception):
     pass
 
 
+# A client that finds no daemon starts one of the user's own (client/autostart.c):
+# never from the suite's own processes, on this machine's real sockets and
+# caches. tests/test_wheel.py turns it on for the processes it means it for.
+os.environ["PTXCACHE_AUTOSTART"] = "0"
+
+
 # make check-asan: binaries built with ASan and UBSan. Daemons then stop
 # with SIGTERM, and their logs are searched for sanitizer reports.
 SANITIZED = bool(os.environ.get("PTXCACHE_SANITIZED"))

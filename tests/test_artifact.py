@@ -536,3 +536,26 @@ def test_redis_carries_artifacts_within_their_scope():
             assert cli(b, "artifact", "get", "triton", "k").stdout == b"root's"
     finally:
         r.cleanup()
+
+
+def test_artifact_ls_table_shows_namespace_and_scope():
+    """`ptxcache ls` names each artifact's namespace and scope in its table
+    (the target column is empty for them): in columns of their own when
+    only artifacts are listed, as NS/SCOPE beside PTX entries."""
+    with Daemon(workers=1) as d:
+        with tempfile.NamedTemporaryFile() as f:
+            f.write(b"value")
+            f.flush()
+            assert cli(d, "artifact", "put", "triton", "lsKEY", f.name).returncode == 0
+            assert cli(d, "artifact", "put", "inductor-fx", "lsKEY2", f.name).returncode == 0
+        scope = "u%d" % os.getuid()
+        out = cli(d, "ls", "--kind", "artifact").stdout.decode()
+        head, *rows = out.splitlines()
+        assert head.split()[:4] == ["KEY", "KIND", "NAMESPACE", "SCOPE"], out
+        assert sorted(r.split()[2:4] for r in rows) == [["inductor-fx", scope], ["triton", scope]], out
+        d.cli("compile", "--arch", "sm_80", "-o", os.devnull, "-",
+              input=b'target triple = "nvptx64-nvidia-cuda"\n'
+                    b'define ptx_kernel void @k_ls() {\n  ret void\n}\n')
+        out = cli(d, "ls").stdout.decode()
+        cells = [r.split()[2] for r in out.splitlines()[1:]]
+        assert sorted(cells) == sorted(["inductor-fx/" + scope, "triton/" + scope, "sm_80"]), out

@@ -40,7 +40,7 @@ def clean_env(tmp, sock=None, **extra):
            if not k.startswith(("PTXCACHE_", "TRITON_", "TORCH", "PYTHON", "XDG_"))}
     env.update(PYTHONPATH=PKG + os.pathsep + STUBS, HOME=tmp, XDG_CACHE_HOME=os.path.join(tmp, "xdg"),
                TRITON_CACHE_DIR=os.path.join(tmp, "triton"), PYTHONDONTWRITEBYTECODE="1",
-               PTXCACHE_BIN=CLI)
+               PTXCACHE_BIN=CLI, PTXCACHE_AUTOSTART="0")
     if sock:
         env["PTXCACHE_SOCKET"] = sock
     env.update(extra)
@@ -606,3 +606,109 @@ def test_python_a_value_the_daemon_refuses_is_not_stored_and_not_an_outage():
         finally:
             logging.getLogger("ptxcache").removeHandler(h)
         assert "ptxcache:" not in logs.getvalue(), logs.getvalue()
+
+
+# ---- a daemon of another version ---------------------------------------------------
+
+class OldDaemon:
+    """A stand-in for a ptxcached of another version: it says so in its
+    hello (0.1.0 had no version field: the server string alone) and
+    answers every artifact get with a miss, every put as stored."""
+
+    def __init__(self, path):
+        import socket
+        import threading
+        self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.srv.bind(path)
+        self.srv.listen(8)
+        self.path = path
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        import threading
+        while True:
+            try:
+                c, _ = self.srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._conn, args=(c,), daemon=True).start()
+
+    def _conn(self, c):
+        buf = b""
+        try:
+            while True:
+                while len(buf) < wire.HEADER or len(buf) < wire.HEADER + wire.parse_header(
+                        buf[:wire.HEADER], 1 << 30)[1]:
+                    more = c.recv(65536)
+                    if not more:
+                        return
+                    buf += more
+                t, n = wire.parse_header(buf[:wire.HEADER], 1 << 30)
+                body = wire.unpack(buf[wire.HEADER:wire.HEADER + n])
+                buf = buf[wire.HEADER + n:]
+                reply = {"id": body["id"]}
+                if t == wire.T_HELLO:
+                    reply.update(proto=1, server="ptxcached 0.1.0", compiler="LLVM", pid=1)
+                elif t == wire.T_ARTIFACT_GET:
+                    reply.update(found=False)
+                elif t == wire.T_ARTIFACT_PUT:
+                    reply.update(stored=True)
+                c.sendall(wire.frame(t | wire.REPLY, reply))
+        finally:
+            c.close()
+
+    def close(self):
+        self.srv.close()
+
+
+def test_python_a_daemon_of_another_version_is_named_in_the_warning_and_status():
+    tmp = tempfile.mkdtemp(prefix="ptxcache-py-")
+    old = OldDaemon(os.path.join(tmp, "old.sock"))
+    try:
+        env = clean_env(tmp, old.path, **TRITON_ENV)
+        r, err = result(job(env, "triton", "OLDKEY", "k", os.path.join(tmp, "marks")))
+        assert r["result"] == "compiled", r
+        w = warnings_in(err)
+        assert len(w) == 1 and "version 0.1.0" in w[0] and ptxcache.__version__ in w[0], err
+        r = subprocess.run([sys.executable, "-m", "ptxcache", "status", "--json", "--no-import"],
+                           env=env, capture_output=True, text=True, timeout=60)
+        d = json.loads(r.stdout)["daemon"]
+        assert d["version"] == "0.1.0" and d["same_version"] is False, d
+        r = subprocess.run([sys.executable, "-m", "ptxcache", "status", "--no-import"],
+                           env=env, capture_output=True, text=True, timeout=60)
+        assert "version 0.1.0, NOT this package's %s" % ptxcache.__version__ in r.stdout, r.stdout
+        assert "is version 0.1.0, this package %s" % ptxcache.__version__ in r.stdout, r.stdout
+        # The same daemon version: no warning.
+        with Daemon(workers=1) as d:
+            need_artifacts(d)
+            _, err = result(job(clean_env(tmp, d.socket, **TRITON_ENV), "triton", "NEWKEY", "k",
+                                os.path.join(tmp, "marks2")))
+            assert not warnings_in(err), err
+    finally:
+        old.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_python_status_says_which_daemon_is_in_use_and_why():
+    tmp = tempfile.mkdtemp(prefix="ptxcache-py-")
+    try:
+        def st(**extra):
+            env = clean_env(tmp, XDG_RUNTIME_DIR=os.path.join(tmp, "run"), **extra)
+            r = subprocess.run([sys.executable, "-m", "ptxcache", "status", "--json", "--no-import"],
+                               env=env, capture_output=True, text=True, timeout=60)
+            return json.loads(r.stdout)
+        nobody = os.path.join(tmp, "node.sock")
+        s = st(PTXCACHE_NODE_SOCKET=nobody)
+        assert s["daemon"]["in_use"] == "none" and nobody in s["daemon"]["why"], s["daemon"]
+        assert "PTXCACHE_AUTOSTART=0" in s["next"][0], s["next"]
+        s = st(PTXCACHE_NODE_SOCKET=nobody, PTXCACHE_AUTOSTART="1")
+        assert "starts ptxcached for you" in s["next"][0], s["next"]
+        assert any("PTXCACHE_TORCH=1" in n for n in s["next"]), s["next"]
+        with Daemon(workers=1) as d:
+            s = st(PTXCACHE_NODE_SOCKET=d.socket)
+            assert s["daemon"]["in_use"] == "node service" and s["daemon"]["reachable"], s["daemon"]
+            assert s["daemon"]["same_version"], s["daemon"]
+            s = st(PTXCACHE_SOCKET=d.socket)
+            assert s["daemon"]["in_use"] == "given", s["daemon"]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -12,8 +12,8 @@ import os
 import sys
 from typing import Any
 
-from . import __version__, front, inductor, torch as ptorch, triton as ptriton, wire
-from .client import Client, socket_and_source
+from . import __version__, autostart, front, inductor, torch as ptorch, triton as ptriton, wire
+from .client import Client, socket_and_source, version_of
 from .errors import PtxcacheError, Unsupported
 
 
@@ -38,7 +38,9 @@ def _daemon(path: str) -> dict[str, Any]:
     try:
         with Client(path) as c:
             h = c.hello()
-            d.update(reachable=True, server=h.get("server"), pid=h.get("pid"),
+            v = version_of(h)
+            d.update(reachable=True, server=h.get("server"), pid=h.get("pid"), version=v,
+                     same_version=v == __version__,
                      assembler=(h.get("assembler") or "").strip().splitlines()[-1:] or None)
             try:
                 c.artifact_get("ptxcache", "status-probe", lease=False, wait_ms=0)
@@ -55,13 +57,95 @@ def _daemon(path: str) -> dict[str, Any]:
     return d
 
 
-def status(do_import: bool) -> dict[str, Any]:
+def _cmdline(pid: Any) -> list[str]:
+    try:
+        with open("/proc/%d/cmdline" % int(pid), "rb") as f:
+            return f.read().decode(errors="replace").split("\0")
+    except (OSError, TypeError, ValueError):
+        return []
+
+
+def _daemon_in_use() -> dict[str, Any]:
+    """Which daemon a client of this environment uses, and why: "given"
+    ($PTXCACHE_SOCKET), "own" (the user's, at the default socket), "node
+    service", or "none" (with what a client would do about it)."""
+    env = os.environ
+    if env.get("PTXCACHE_SOCKET"):
+        d = _daemon(env["PTXCACHE_SOCKET"])
+        d.update(socket_from="PTXCACHE_SOCKET", in_use="given" if d["reachable"] else "none",
+                 why="PTXCACHE_SOCKET names it: clients use it and nothing else, and never "
+                     "start a daemon for it")
+        return d
+    own, node = autostart.own_socket(), autostart.node_socket()
     path, src = socket_and_source()
+    d = _daemon(own) if os.path.exists(own) else {"socket": own, "reachable": False,
+                                                  "error": "no socket at '%s'" % own}
+    if d["reachable"]:
+        args = _cmdline(d.get("pid"))
+        started = "--idle-exit" in args
+        d.update(socket_from=src, in_use="own", started_by_client=started,
+                 why="the user's own daemon answers at the default socket" +
+                     (" (started by a client; it exits after %s s idle)"
+                      % args[args.index("--idle-exit") + 1] if started and
+                      args.index("--idle-exit") + 1 < len(args) else ""))
+        if os.path.exists(autostart.log_path()):
+            d["log"] = autostart.log_path()
+        return d
+    own_error = d.get("error")
+    n = _daemon(node)
+    if n["reachable"]:
+        n.update(socket_from="the node's service", in_use="node service",
+                 why="no daemon of the user's own answers (%s); the node's service does" % own_error)
+        return n
+    binary, how = front.find_ptxcache_binary()
+    n = {"socket": own, "socket_from": src, "reachable": False, "in_use": "none",
+         "error": own_error, "node_socket": node, "node_error": n.get("error"),
+         "autostart": autostart.enabled(), "ptxcache_binary": binary,
+         "why": "nothing answers at the user's socket '%s' or the node's '%s'" % (own, node)}
+    if os.path.exists(autostart.log_path()):
+        n["log"] = autostart.log_path()
+    return n
+
+
+def _next_steps(out: dict[str, Any]) -> list[str]:
+    """What to do about what is missing, most important first."""
+    steps = []
+    d = out["daemon"]
+    if d["in_use"] == "none":
+        if d.get("socket_from") == "PTXCACHE_SOCKET":
+            steps.append("start the daemon that PTXCACHE_SOCKET names, or unset it to use the "
+                         "node's or your own")
+        elif not d.get("autostart"):
+            steps.append("PTXCACHE_AUTOSTART=0 keeps clients from starting one: unset it, run "
+                         "'ptxcache autostart', or ask for the node service "
+                         "(systemctl enable --now ptxcached.socket)")
+        elif d.get("ptxcache_binary"):
+            steps.append("nothing to do: the first client (the fronts, or this package) starts "
+                         "ptxcached for you; to start it now: ptxcache autostart")
+        else:
+            steps.append("no ptxcache programs found: pip install ptxcache (or the Debian "
+                         "package ptxcache)")
+    elif d.get("version") and not d.get("same_version"):
+        if d["in_use"] == "own":
+            steps.append("the daemon (pid %s) is version %s, this package %s: stop it (kill %s); "
+                         "the next client starts this version's" % (d.get("pid"), d["version"],
+                                                                   __version__, d.get("pid")))
+        else:
+            steps.append("the daemon at '%s' is version %s, this package %s: update one of "
+                         "them" % (d["socket"], d["version"], __version__))
+    if not (out["triton"]["wired"] and out["ptxas"]["wired"]):
+        steps.append("to put Triton's and Inductor's caches and ptxas on it: PTXCACHE_TORCH=1 "
+                     "(with ptxcache.pth installed, as pip install does), or "
+                     "ptxcache.torch.enable() before the first torch.compile")
+    return steps
+
+
+def status(do_import: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"package": {"version": __version__, "file": os.path.dirname(__file__),
                                        "msgpack": wire.codec_name(),
                                        "pth_installed": ptorch.pth_installed()},
                            "switch": {ptorch.ENV_SWITCH: os.environ.get(ptorch.ENV_SWITCH)},
-                           "daemon": dict(_daemon(path), socket_from=src)}
+                           "daemon": _daemon_in_use()}
     fr, how = front.find_front(make_link=False)
     out["ptxas"] = {"front": fr, "found": how, "TRITON_PTXAS_PATH": os.environ.get("TRITON_PTXAS_PATH"),
                     "triton_ptxas": front.triton_ptxas(),
@@ -103,6 +187,7 @@ def status(do_import: bool) -> dict[str, Any]:
     out["jax"] = {"version": _version("jax"), "wired": False,
                   "note": "JAX's persistent cache takes no backend without patching its private "
                           "names; use the ptxas front (README: Pointing a tool at it)"}
+    out["next"] = _next_steps(out)
     return out
 
 
@@ -115,11 +200,16 @@ def print_status(s: dict[str, Any]) -> None:
     print("ptxcache %s (%s), msgpack: %s, ptxcache.pth installed: %s"
           % (p["version"], p["file"], p["msgpack"], _yn(p["pth_installed"])))
     print("%s: %s" % (ptorch.ENV_SWITCH, s["switch"][ptorch.ENV_SWITCH] or "unset"))
+    print("daemon in use: %s: %s" % (d["in_use"], d["why"]))
     if d.get("reachable"):
-        print("daemon: %s (from %s): %s, pid %s, artifacts: %s"
-              % (d["socket"], d["socket_from"], d.get("server"), d.get("pid"), _yn(d.get("artifacts"))))
+        print("daemon: %s (from %s): %s, pid %s, artifacts: %s%s"
+              % (d["socket"], d["socket_from"], d.get("server"), d.get("pid"), _yn(d.get("artifacts")),
+                 "" if d.get("same_version") else "; version %s, NOT this package's %s"
+                 % (d.get("version") or "unknown", p["version"])))
     else:
         print("daemon: %s (from %s): NOT reachable: %s" % (d["socket"], d["socket_from"], d.get("error")))
+    if d.get("log"):
+        print("daemon log: %s" % d["log"])
     x = s["ptxas"]
     print("ptxas front: %s: %s (%s); TRITON_PTXAS_PATH=%s"
           % ("wired" if x["wired"] else "NOT wired", x["front"] or "none", x["found"],
@@ -140,6 +230,8 @@ def print_status(s: dict[str, Any]) -> None:
                                           ("; " + e["note"]) if "note" in e else ""))
     j = s["jax"]
     print("jax %s: NOT wired: %s" % (j["version"] or "not installed", j["note"]))
+    for step in s["next"]:
+        print("next: %s" % step)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,7 +34,8 @@ import time
 import weakref
 from typing import Iterable
 
-from .client import Client
+from . import __version__
+from .client import Client, version_of
 from .errors import Conflict, Denied, PtxcacheError, ServerError, Unsupported
 
 __all__ = ["ArtifactStore", "store", "reset_store", "artifact_key"]
@@ -88,6 +89,8 @@ class ArtifactStore:
         self._pending: dict[int, list[int]] = {}    # id(client) -> tokens to release
         self._clients: "weakref.WeakValueDictionary[int, Client]" = weakref.WeakValueDictionary()
         self._down_until = 0.0
+        self._version_checked = False
+        self.daemon_version: str | None = None
         self._gone = False          # the daemon serves no artifacts: never ask again
         self._warned = False
         self.counts = {"hits": 0, "misses": 0, "puts": 0, "leases": 0, "releases": 0,
@@ -135,6 +138,23 @@ class ArtifactStore:
             self._local.client = c
             self._clients[id(c)] = c
         return c
+
+    def _check_version(self, c: Client) -> None:
+        """Once per process, after the first request the daemon answered: a
+        daemon of another version than this package is named in a warning
+        (it serves, but may lack what this package asks for)."""
+        if self._version_checked:
+            return
+        self._version_checked = True
+        try:
+            v = version_of(c.hello())
+        except PtxcacheError:
+            return          # the request that follows finds out and says so
+        self.daemon_version = v
+        if v != __version__:
+            log.warning("ptxcache: ptxcached at '%s' is version %s, this package is %s; "
+                        "'python3 -m ptxcache status' says what to do", c.path, v or "unknown",
+                        __version__)
 
     def _forget_client(self, c: Client | None) -> None:
         """Leases of a connection that failed ended with it (caller holds _lock)."""
@@ -189,6 +209,7 @@ class ArtifactStore:
             self._failed("artifact get '%s' %s" % (ns, _short(keys[0])), e)
             return {}
         self._recovered()
+        self._check_version(c)
         out: dict[str, bytes] = {}
         now = time.monotonic()
         for k, r in zip(keys, replies):

@@ -6,7 +6,10 @@ The socket is found as the C clients find it (client/lib.c):
 ``$PTXCACHE_SOCKET``, else ``$XDG_RUNTIME_DIR/ptxcache/ptxcached.sock`` (or
 ``/tmp/ptxcache-$UID/ptxcached.sock`` without XDG_RUNTIME_DIR), else, when
 that does not exist, the node's service socket
-``/run/ptxcache/ptxcached.sock``.
+``/run/ptxcache/ptxcached.sock`` (``$PTXCACHE_NODE_SOCKET`` where set). A
+Client whose socket was not given (no path, no ``$PTXCACHE_SOCKET``) that
+finds no daemon there tries the other of the two, then starts the user's
+own (ptxcache.autostart), as the C fronts do.
 
 Timeouts: the daemon must say something within the silence bound
 (``timeout``; by default ``$PTXCACHE_SILENCE_MS``, the C clients' own
@@ -32,11 +35,11 @@ import threading
 import time
 from typing import Any, Iterable
 
-from . import wire
+from . import autostart, wire
 from .errors import ConnectError, DaemonTimeout, ProtocolError, PtxcacheError, ServerError, server_error
 
 __all__ = ["Client", "ArtifactReply", "default_socket", "socket_and_source", "SYSTEM_SOCKET",
-           "DEFAULT_TIMEOUT"]
+           "DEFAULT_TIMEOUT", "version_of"]
 
 # Where the node's systemd service listens (systemd/ptxcached.socket).
 SYSTEM_SOCKET = "/run/ptxcache/ptxcached.sock"
@@ -57,9 +60,22 @@ def socket_and_source(env: dict | None = None) -> tuple[str, str]:
         own, src = os.path.join(x, "ptxcache", "ptxcached.sock"), "XDG_RUNTIME_DIR"
     else:
         own, src = "/tmp/ptxcache-%d/ptxcached.sock" % os.getuid(), "default"
-    if not os.path.exists(own) and os.path.exists(SYSTEM_SOCKET):
-        return SYSTEM_SOCKET, "the node's service"
+    node = autostart.node_socket(env)
+    if not os.path.exists(own) and os.path.exists(node):
+        return node, "the node's service"
     return own, src
+
+
+def version_of(hello: dict) -> str | None:
+    """The daemon's version from its hello reply: its ``version`` field,
+    else (older daemons) the end of ``server``, "ptxcached 0.2.0"."""
+    v = hello.get("version")
+    if isinstance(v, str) and v:
+        return v
+    server = hello.get("server")
+    if isinstance(server, str) and server.startswith("ptxcached "):
+        return server.split()[1]
+    return None
 
 
 def default_socket() -> str:
@@ -93,7 +109,10 @@ class Client:
     """One connection to ptxcached. Connects on first use."""
 
     def __init__(self, path: str | None = None, timeout: float | None = None) -> None:
+        # A socket someone named is theirs: never another, never started.
+        self.explicit = bool(path or os.environ.get("PTXCACHE_SOCKET"))
         self.path = path or default_socket()
+        self.how = "given" if self.explicit else None   # own, node, started
         self.timeout = timeout if timeout and timeout > 0 else _env_timeout()
         self.lock = threading.Lock()
         self._sock: socket.socket | None = None
@@ -109,19 +128,47 @@ class Client:
         if self._sock is not None and self._pid == os.getpid():
             return
         self._drop()
+        try:
+            s = self._open(self.path)
+        except ConnectError:
+            if self.explicit:
+                raise
+            s = self._find_or_start()
+        self._sock, self._pid, self._used = s, os.getpid(), False
+
+    def _open(self, path: str) -> socket.socket:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(self.timeout)
         try:
-            s.connect(self.path)
+            s.connect(path)
         except socket.timeout:
             s.close()
             raise DaemonTimeout("timed out after %.0f ms connecting to ptxcached at '%s'"
-                                % (self.timeout * 1000, self.path)) from None
+                                % (self.timeout * 1000, path)) from None
         except OSError as e:
             s.close()
             raise ConnectError("cannot connect to ptxcached at '%s': %s"
-                               % (self.path, e.strerror or e)) from None
-        self._sock, self._pid, self._used = s, os.getpid(), False
+                               % (path, e.strerror or e)) from None
+        return s
+
+    def _find_or_start(self) -> socket.socket:
+        """No daemon at the default socket: the user's own or the node's,
+        whichever answers, else the user's own started (ptxcache.autostart)."""
+        first = None
+        for path, how in ((autostart.own_socket(), "own"), (autostart.node_socket(), "node")):
+            try:
+                s = self._open(path)
+            except ConnectError as e:
+                first = first or e
+                continue
+            self.path, self.how = path, how
+            return s
+        if not autostart.enabled():
+            raise ConnectError("%s (PTXCACHE_AUTOSTART=0: no daemon started)" % first)
+        how, path = autostart.start()
+        s = self._open(path)
+        self.path, self.how = path, how
+        return s
 
     def close(self) -> None:
         """Close the connection; leases it held end with it."""

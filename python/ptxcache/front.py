@@ -7,7 +7,8 @@ In this order:
 2. the link ``make install`` and the Debian package install,
    ``PREFIX/lib/ptxcache/ptxas``, beside the ``ptxcache`` on PATH or in /usr
    and /usr/local;
-3. a ``ptxcache`` binary (``$PTXCACHE_BIN``, else on PATH, else the
+3. a ``ptxcache`` binary (``$PTXCACHE_BIN``, else this environment's
+   scripts directory, where pip puts the wheel's, else on PATH, else the
    ``build/ptxcache`` of the source tree this package sits in), for which a
    link named ``ptxas`` is made in ``$XDG_CACHE_HOME/ptxcache/front/``
    (``~/.cache/ptxcache/front/``).
@@ -22,6 +23,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import sysconfig
 
 __all__ = ["find_front", "find_ptxcache_binary", "triton_ptxas"]
 
@@ -55,6 +57,11 @@ def find_ptxcache_binary() -> tuple[str | None, str]:
     p = os.environ.get("PTXCACHE_BIN")
     if p:
         return (p, "PTXCACHE_BIN") if _executable(p) else (None, "PTXCACHE_BIN=%s is not executable" % p)
+    # This environment's own programs (a venv's bin/, where pip put the
+    # wheel's), which need not be on PATH, then PATH.
+    p = os.path.join(sysconfig.get_path("scripts"), "ptxcache")
+    if _executable(p):
+        return p, "this environment's scripts"
     p = shutil.which("ptxcache")
     if p:
         return os.path.abspath(p), "PATH"

@@ -327,7 +327,9 @@ static int put_loop(enum store_fault kind, int persist, int64_t max_bytes,
 		if (r < 0)
 			rs->failed++;
 		want[id] = r == 0;
-		if (check_cache(dir, id + 1, want, max_bytes != 0, entries, bytes, what, n) < 0)
+		/* A full disk makes room from the oldest entries (store.c). */
+		if (check_cache(dir, id + 1, want, max_bytes != 0 || kind == STORE_FAULT_FULL,
+				entries, bytes, what, n) < 0)
 			return -1;
 		if (!st.fired) {
 			if (r != 0) {
@@ -472,6 +474,39 @@ TEST(fault_put_with_eviction_fails_cleanly)
 		       kind_names[kinds[k]], rs.runs, rs.failed);
 	}
 	log_threshold = LOG_WARN;
+}
+
+/* A disk that fills up under a put: the put evicts the oldest entries,
+ * tries once more and succeeds, where it used to fail (and every later
+ * put with it, until someone made room). */
+TEST(store_full_disk_put_makes_room_and_succeeds)
+{
+	char base[512], dir[512];
+	struct buf err = BUF_INIT;
+	struct store_counters c;
+
+	REQUIRE(store_fault_inject(STORE_FAULT_NONE, 0, 0) == 0);
+	work_dir("base", base, sizeof base);
+	work_dir("run", dir, sizeof dir);
+	REQUIRE(access(base, F_OK) == 0 || make_base(base) == 0);
+	REQUIRE(copy_cache(base, dir) == 0);
+	struct store *s = store_open(dir, 0, &err);
+	REQUIRE(s);
+	int64_t e0, b0, e1, b1;
+	store_totals(s, &e0, &b0);
+	log_threshold = LOG_ERR;
+	store_fault_inject(STORE_FAULT_FULL, 1, 0);
+	int r = put(s, BASE_ENTRIES);
+	store_fault_inject(STORE_FAULT_NONE, 0, 0);
+	log_threshold = LOG_WARN;
+	CHECK(r == 0);
+	CHECK(get(s, BASE_ENTRIES) == 1);
+	store_counters(s, &c);
+	CHECK(c.full_retries == 1 && c.write_errors == 0 && c.evictions > 0);
+	store_totals(s, &e1, &b1);
+	CHECK(e1 == e0 + 1 - c.evictions);
+	store_close(s);
+	buf_free(&err);
 }
 
 TEST(fault_open_read_verify_close_never_serves_damage)
