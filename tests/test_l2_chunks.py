@@ -22,7 +22,7 @@ from test_l2_live import KEY, KEY2, SECRET, Drive, seal
 
 MB = 1 << 20
 CHUNK = 1 << 20
-DEFAULTS = ("--timeout", "50")          # the daemon's l2-timeout-ms
+DEFAULTS = ()                            # the daemon's l2-timeout-ms: 50 ms
 
 
 def manifest(key_hex, total, n_chunks, ident, chunk_len=CHUNK, version=1, secret=SECRET):

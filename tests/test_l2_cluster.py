@@ -135,8 +135,8 @@ def test_cluster_values_cross_exact_and_spread_over_the_masters():
 
 def test_cluster_master_killed_replica_promoted_serving_goes_on():
     with _setup() as c, tempfile.TemporaryDirectory() as t:
-        a = Drive(c.url, t, "--timeout", "300")
-        b = Drive(c.url, t, "--timeout", "300")
+        a = Drive(c.url, t)
+        b = Drive(c.url, t)
         try:
             ks = keys(60, seed=2)
             publish(a, ks)
@@ -238,7 +238,7 @@ def test_cluster_one_shard_frozen_the_others_serve():
     # only silent (SIGSTOP), then back (SIGCONT).
     with _setup(node_timeout_ms=60000) as c, tempfile.TemporaryDirectory() as t:
         a = Drive(c.url, t)
-        b = Drive(c.url, t, "--timeout", "200")
+        b = Drive(c.url, t)
         try:
             ks = keys(60, seed=6)
             publish(a, ks)
@@ -301,8 +301,8 @@ def test_cluster_full_evicting_and_refusing():
 
 def test_cluster_gone_and_back_misses_during_hits_after():
     with _setup() as c, tempfile.TemporaryDirectory() as t:
-        a = Drive(c.url, t, "--timeout", "300")
-        b = Drive(c.url, t, "--timeout", "300")
+        a = Drive(c.url, t)
+        b = Drive(c.url, t)
         try:
             ks = keys(30, seed=9)
             publish(a, ks)
@@ -346,7 +346,7 @@ def test_cluster_two_daemons_share_kernels():
 
         def node():
             return Daemon(extra=["--l2", c.seed_url(c.nodes[0], c.nodes[4]),
-                                 "--l2-secret-file", secret, "--l2-timeout-ms", "2000"])
+                                 "--l2-secret-file", secret])
         with node() as a:
             first = [a.cli("llc", *TRITON_FLAGS, k, "-o", "-").stdout for k in kernels]
             a.wait_stats(lambda s: s["l2_writes"] == len(kernels), "writes to the cluster")
