@@ -27,10 +27,12 @@
  * runs only on a core no compile wants, so it never delays a reply), so
  * that the next user on the node hits; when a user's own compile comes
  * first, it confirms instead and the background job is dropped. The Redis
- * tier carries only confirmed entries, so that no node ever serves
- * another user bytes one tenant's worker alone produced: an entry is
- * published once confirmed; a value read from Redis is stored as
- * confirmed.
+ * tier carries only confirmed entries for everyone, so that no node ever
+ * serves another user bytes one tenant's worker alone produced: an entry
+ * is published once confirmed; such a value read from Redis is stored as
+ * confirmed. A new entry also goes to the tier for its tenant alone, under
+ * a key derived from the tenant (flight.c), and is stored as that
+ * tenant's own, unconfirmed, by the node that reads it.
  *
  * What confirmation cannot catch: two colluding users (each confirms the
  * other's bytes), and a kernel whose own input takes the compiler over

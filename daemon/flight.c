@@ -6,9 +6,10 @@
  * for the same tenant, or becomes a new one, registered in the server's
  * table at once so that identical requests join it during every step:
  *
- *   with the Redis tier on, Redis is asked first (l2_get()): a value that
- *     verifies finishes the flight as if computed here; anything else
- *     (miss, timeout, rejected value, breaker open) goes on to
+ *   with the Redis tier on, it is asked first (fleet_get()): a value that
+ *     verifies finishes the flight as if computed here; a miss takes the
+ *     key's fleet lease, or waits for the node that holds it (fleet.h);
+ *     anything else (timeout, rejected value, breaker open) goes on to
  *   the pool (pool_submit()): the job waits its turn in its user's queue
  *     (users served in turn, worker.h), then a worker of the job's option
  *     set and tenant runs it; a queued job whose waiters have all gone is
@@ -18,7 +19,8 @@
  * counted; a portable cubin given its canonical paths (cubin_debug.c);
  * stored if deterministic, committed before anyone is answered (an
  * acknowledged result is durable), after confirmation under sharing =
- * confirm (confirm.h); published to Redis if confirmed; a new entry under
+ * confirm (confirm.h); published to Redis if confirmed (and, not yet
+ * confirmed, for its own user alone: own_key() below); a new entry under
  * sharing = confirm is confirmed in idle time (a background job of the
  * pool: a worker exec'd for it computes it again), tier or not; then every
  * waiter answered, each with its own source paths for a portable cubin,
@@ -226,9 +228,64 @@ static int flight_wanted(struct pool_job *job)
 	return 0;
 }
 
+/* Under sharing = confirm, Redis holds a key's confirmed value for
+ * everyone under the key itself, and a result its tenant's worker alone
+ * vouches for (not confirmed yet) for that tenant alone: under a key of
+ * its own, the key with the tenant (the seal covers it, so that no copy
+ * made in Redis moves a value from one to the other), in a space that
+ * names the tenant. So a fleet compiles a user's kernel once for that
+ * user without waiting for its confirmation, as artifacts are shared
+ * (a uid names the same person on every node, ARCHITECTURE.md). */
+struct own_key {
+	struct key key;
+	char space[L2_SPACE_MAX + 1];
+};
+
+static int own_key(const struct flight *f, struct own_key *o)
+{
+	char t[24];
+
+	snprintf(t, sizeof t, "u%lld", (long long)f->tenant);
+	snprintf(o->space, sizeof o->space, "own:%s:", t);
+	const struct key_part parts[] = {
+		{ "kind", "own" }, { "tenant", t }, { "key", f->key.hex },
+	};
+	return key_derive(parts, sizeof parts / sizeof parts[0], &o->key, NULL);
+}
+
+static void flight_l2_done(void *arg, enum fleet_answer a, const struct l2_value *v);
+
+/* Ask the tier for f: under sharing = confirm, the confirmed value (a
+ * lookup), then, once that missed, its tenant's own (with the fleet's
+ * lease: f->own); else the value, with the lease. 1: the tier will
+ * answer; 0: go to the pool. */
+static int flight_ask_tier(struct server *s, struct flight *f)
+{
+	int64_t wait_ms = (int64_t)s->cfg->pool.job_timeout_s * 1000;
+	struct own_key o;
+
+	if (!s->l2)
+		return 0;
+	if (s->sharing != SHARING_CONFIRM) {
+		f->fw = fleet_get(s->fleet, NULL, f->key.hash, 1, wait_ms, flight_l2_done, f);
+	} else if (!f->fw) {
+		f->fw = fleet_get(s->fleet, NULL, f->key.hash, 0, wait_ms, flight_l2_done, f);
+	} else {
+		fleet_end(f->fw, 0);
+		f->fw = NULL;
+		if (own_key(f, &o) == 0) {
+			f->own = 1;
+			f->fw = fleet_get(s->fleet, o.space, o.key.hash, 1, wait_ms,
+					  flight_l2_done, f);
+		}
+	}
+	return f->fw != NULL;
+}
+
 /* The tier answered for f: a verified value of the right stage finishes
- * the flight as a hit; anything else (a miss, this node's turn to produce)
- * sends it to the pool. */
+ * the flight as a hit; a miss of the confirmed value asks for the
+ * tenant's own; anything else (this node's turn to produce) sends it to
+ * the pool. */
 static void flight_l2_done(void *arg, enum fleet_answer a, const struct l2_value *v)
 {
 	struct flight *f = arg;
@@ -249,6 +306,8 @@ static void flight_l2_done(void *arg, enum fleet_answer a, const struct l2_value
 		flight_finish(f, &res, 0);
 		return;
 	}
+	if (a == FLEET_MISS && flight_ask_tier(f->srv, f))
+		return;
 	pool_submit(f->srv->pool, &f->job);
 }
 
@@ -279,15 +338,8 @@ void flight_launch(struct server *s, struct flight *f, struct conn *c)
 	f->tenant = conn_tenant(c);
 	flight_register(s, f);
 	f->job.owner = (int64_t)c->uid;
-	/* Once in the fleet where the result is published when it is done:
-	 * under sharing = confirm only a confirmed entry is, so another node
-	 * would wait for a confirmation in this node's idle time. */
-	if (s->l2 && (f->fw = fleet_get(s->fleet, NULL, f->key.hash,
-					s->sharing != SHARING_CONFIRM,
-					(int64_t)s->cfg->pool.job_timeout_s * 1000,
-					flight_l2_done, f)))
-		return;
-	pool_submit(s->pool, &f->job);
+	if (!flight_ask_tier(s, f))
+		pool_submit(s->pool, &f->job);
 }
 
 /* ---- its result ----------------------------------------------------- */
@@ -347,8 +399,9 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 		 * the policy, so that a site that moves from trust to confirm
 		 * serves it to nobody else before another user's worker confirms
 		 * it (under trust everyone is served it anyway). From the Redis
-		 * tier: confirmed by the node that published it. */
-		int trusted = !compiled;
+		 * tier: confirmed by the node that published it, or its
+		 * tenant's own (own_key()), as if computed here. */
+		int trusted = !compiled && !f->own;
 		struct store_entry e = {
 			.kind = f->kind,
 			.status = status,
@@ -374,18 +427,27 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 			log_warn("%s", err.data ? err.data : "cannot store entry");
 		}
 		buf_free(&err);
-		/* Only what no single tenant's worker alone vouches for goes to
-		 * the Redis tier: confirmed entries (confirm.h). */
+		/* To the Redis tier: for everyone, only what no single tenant's
+		 * worker alone vouches for (confirm.h); under sharing = confirm,
+		 * for its tenant alone what is new, for the fleet's nodes that
+		 * wait on its lease (own_key(); never what a mismatch
+		 * quarantined). */
+		const struct l2_value lv = {
+			.kind = f->kind, .status = status,
+			.data = data, .data_len = data_len,
+			.log = res->log, .log_len = res->log_len,
+		};
+		struct own_key o;
 		if (compiled && s->l2 && (s->sharing != SHARING_CONFIRM || v == SETTLE_CONFIRMED)) {
-			struct l2_value lv = {
-				.kind = f->kind, .status = status,
-				.data = data, .data_len = data_len,
-				.log = res->log, .log_len = res->log_len,
-			};
 			l2_put(s->l2, f->key.hash, &lv);
 			published = 1;
-		} else if (compiled && s->sharing == SHARING_CONFIRM && v == SETTLE_STORE &&
-			   !f->background) {
+		}
+		if (compiled && s->l2 && f->own && v != SETTLE_MISMATCH && own_key(f, &o) == 0) {
+			l2_put_in(s->l2, o.space, o.key.hash, &lv);
+			published = 1;
+		}
+		if (compiled && s->sharing == SHARING_CONFIRM && v == SETTLE_STORE &&
+		    !f->background) {
 			/* New, one tenant's alone: confirmed in idle time, so
 			 * that the next user hits (and, with the tier on, so
 			 * that it may be published). */

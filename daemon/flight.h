@@ -71,6 +71,7 @@ struct flight {
 	int background;         /* a confirmation nobody waits for */
 	struct flight_dbg *dbg; /* a portable -lineinfo cubin, or NULL */
 	struct fleet_wait *fw;  /* its lookup in the tier, and the fleet's lease */
+	int own;                /* fw is for its tenant's own value (flight.c) */
 };
 
 /* A portable cubin flight: whose paths the assembler ran with, the

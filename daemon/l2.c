@@ -51,7 +51,9 @@
  *    the connection has moved bytes since it was armed (read events, writes
  *    that shrank hiredis's output buffer, counted by our own libevent
  *    adapter; or the kernel's send queue, TIOCOUTQ, draining), it is armed
- *    again. A connection silent for a whole period is dropped with
+ *    again (but never past L2_CMD_MAX_MS: bytes that trickle without a
+ *    pause as long as the period hold nothing for ever). A connection
+ *    silent for a whole period is dropped with
  *    redisAsyncFree() (not redisAsyncDisconnect(), which waits politely for
  *    the pending replies of a server that is not answering): the replies
  *    still owed on it can never be matched to newer requests, and each
@@ -164,6 +166,11 @@
 #define L2_OPEN_MS 1000                 /* first open period */
 #define L2_OPEN_MAX_MS 30000            /* cap of the doubling */
 #define L2_DEFAULT_TIMEOUT_MS 50
+/* No command outlives this (or twice its silence bound, if longer), bytes
+ * moving or not: one carries at most a chunk each way, so a command still
+ * going after 10 s crosses under about 400 KiB/s with its window's others,
+ * a server trickling bytes to hold this node rather than a tier. */
+#define L2_CMD_MAX_MS 10000
 #define L2_DEFAULT_MAX_VALUE (1LL << 30)
 /* Values: a sealed value of up to L2_INLINE bytes is stored whole under
  * its key; a larger one as chunks of L2_CHUNK bytes, L2_WINDOW of them in
@@ -260,6 +267,7 @@ struct l2_cmd {
 	int64_t timeout_ms;             /* of silence on its connection */
 	uint64_t seen;                  /* the connection's progress when armed */
 	int64_t armed_us;               /* when its timer was armed */
+	int64_t sent_us;                /* when it was sent (L2_CMD_MAX_MS) */
 	int outq;                       /* and its kernel send queue's bytes */
 	sds wire;                       /* a cluster's: the command, to resend */
 	unsigned slot;                  /* a cluster's: argv[1]'s */
@@ -1413,7 +1421,8 @@ static int inq_of(const redisAsyncContext *ac)
  * out, and then that connection alone is dropped (completing every
  * command on it). Silent means the other end's: bytes waiting to be read,
  * or a timer that fires late (this process was not run: a loaded machine,
- * a long callback), are this side's delay, and the timer is armed again. */
+ * a long callback), are this side's delay, and the timer is armed again.
+ * A command past L2_CMD_MAX_MS times out however its bytes move. */
 static void on_cmd_timeout(evutil_socket_t fd, short what, void *arg)
 {
 	struct l2_cmd *cmd = arg;
@@ -1422,9 +1431,12 @@ static void on_cmd_timeout(evutil_socket_t fd, short what, void *arg)
 
 	int q = outq_of(cmd->ac);
 	int64_t now = now_us(), late_us = now - cmd->armed_us - cmd->timeout_ms * 1000;
+	int64_t max_ms = cmd->timeout_ms * 2 > L2_CMD_MAX_MS ? cmd->timeout_ms * 2 : L2_CMD_MAX_MS;
+	int too_long = now - cmd->sent_us > max_ms * 1000;
 
-	if (cmd->ac && (progress_of(cmd->ac) != cmd->seen || (q >= 0 && q < cmd->outq) ||
-			inq_of(cmd->ac) > 0 || late_us > cmd->timeout_ms * 1000 / 2)) {
+	if (cmd->ac && !too_long &&
+	    (progress_of(cmd->ac) != cmd->seen || (q >= 0 && q < cmd->outq) ||
+	     inq_of(cmd->ac) > 0 || late_us > cmd->timeout_ms * 1000 / 2)) {
 		cmd->seen = progress_of(cmd->ac);
 		cmd->outq = q;
 		cmd->armed_us = now;
@@ -1432,8 +1444,12 @@ static void on_cmd_timeout(evutil_socket_t fd, short what, void *arg)
 		evtimer_add(cmd->timer, &tv);
 		return;
 	}
-	snprintf(l2->last_error, sizeof l2->last_error, "no answer within %lld ms",
-		 (long long)cmd->timeout_ms);
+	if (too_long)
+		snprintf(l2->last_error, sizeof l2->last_error,
+			 "no whole answer within %lld ms (bytes trickling)", (long long)max_ms);
+	else
+		snprintf(l2->last_error, sizeof l2->last_error, "no answer within %lld ms",
+			 (long long)cmd->timeout_ms);
 	if (cmd->ac && cmd->node) {
 		struct l2_node *nd = cmd->node;
 		drop_ac(nd, cmd->ac, OUT_TIMEOUT);      /* completes cmd too */
@@ -1534,7 +1550,7 @@ static void node_send(struct l2_node *nd, struct l2_cmd *cmd, int asking,
 	cmd->refs++;                    /* hiredis's callback */
 	cmd->seen = progress_of(cmd->ac);
 	cmd->outq = outq_of(cmd->ac);
-	cmd->armed_us = now_us();
+	cmd->armed_us = cmd->sent_us = now_us();
 	if (nd->single) {               /* never sent again: no redirects */
 		redisFreeSdsCommand(cmd->wire);
 		cmd->wire = NULL;

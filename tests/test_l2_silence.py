@@ -121,3 +121,37 @@ def test_l2_throttled_transfer_outlives_the_timeout_stall_does_not():
         finally:
             d.close()
             proxy.close()
+
+
+def test_l2_a_trickle_never_silent_for_the_timeout_still_ends():
+    """A server whose bytes trickle (64 bytes every 20 ms: never silent for
+    the default 50 ms) holds no command past its bound (10 s, l2.c's
+    L2_CMD_MAX_MS): a 512 KiB value's get, minutes at that rate, ends as a
+    timeout and a miss, and the connection's next command is a fresh one."""
+    if not os.path.exists(L2DRIVE):
+        raise AssertionError("%s not built (make all)" % L2DRIVE)
+    with RedisServer(tcp=True) as r:
+        data = os.urandom(512 << 10)
+        w = Drive(r.url, r.tmp)
+        try:
+            w.put(KEY, data)
+            w.wait(lambda c: c["writes"] == 1, "the write")
+        finally:
+            w.close()
+        proxy = Throttle(r.port, chunk=64, gap_s=0.02)
+        d = Drive("redis://127.0.0.1:%d/0" % proxy.port, r.tmp)
+        try:
+            t0 = time.time()
+            assert d.cmd("get " + KEY, timeout=60).startswith("miss"), d.counters()
+            took = time.time() - t0
+            c = d.counters()
+            assert c["timeouts"] == 1 and c["hits"] == 0, (c, took)
+            print("     a trickling server's get ended after %.1f s" % took)
+            proxy.chunk, proxy.gap = 1 << 20, 0
+            out = os.path.join(r.tmp, "got")
+            assert d.cmd("get %s %s" % (KEY, out), timeout=60).startswith("hit"), d.counters()
+            with open(out, "rb") as f:
+                assert f.read() == data
+        finally:
+            d.close()
+            proxy.close()

@@ -354,7 +354,7 @@ def test_lineinfo_second_node_hits_through_redis_with_its_own_paths():
                 s = d.stats()
                 if i == 0:
                     assert s["compiles"] == 1, s
-                    wait_for(lambda: d.stats()["l2_writes"] == 1, "the write to Redis")
+                    wait_for(lambda: d.stats()["l2_writes"] >= 1, "the write to Redis")
                 else:
                     assert s["compiles"] == 0 and s["l2_hits"] == 1, s
         assert outs[0] != outs[1]
