@@ -262,22 +262,20 @@ static void flight_l2_done(void *arg, enum fleet_answer a, const struct l2_value
 static int flight_ask_tier(struct server *s, struct flight *f)
 {
 	int64_t wait_ms = (int64_t)s->cfg->pool.job_timeout_s * 1000;
+	int looked_up = f->fw != NULL;  /* the value for everyone: missed */
 	struct own_key o;
 
+	fleet_end(f->fw, 0);
+	f->fw = NULL;
 	if (!s->l2)
 		return 0;
 	if (s->sharing != SHARING_CONFIRM) {
 		f->fw = fleet_get(s->fleet, NULL, f->key.hash, 1, wait_ms, flight_l2_done, f);
-	} else if (!f->fw) {
+	} else if (!looked_up) {
 		f->fw = fleet_get(s->fleet, NULL, f->key.hash, 0, wait_ms, flight_l2_done, f);
-	} else {
-		fleet_end(f->fw, 0);
-		f->fw = NULL;
-		if (own_key(f, &o) == 0) {
-			f->own = 1;
-			f->fw = fleet_get(s->fleet, o.space, o.key.hash, 1, wait_ms,
-					  flight_l2_done, f);
-		}
+	} else if (own_key(f, &o) == 0) {
+		f->own = 1;
+		f->fw = fleet_get(s->fleet, o.space, o.key.hash, 1, wait_ms, flight_l2_done, f);
 	}
 	return f->fw != NULL;
 }
