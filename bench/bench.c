@@ -1226,12 +1226,13 @@ static void second_node(struct figures *f)
 		}
 		usleep(10000);
 	}
-	const char *const extra[] = { "--l2", url, "--l2-secret-file", secret,
-				      "--l2-timeout-ms", "2000", NULL };
+	const char *const extra[] = { "--l2", url, "--l2-secret-file", secret, NULL };
 	daemon_start_with(&a, n1, extra);
 	f->l2_node1_pass_ms = corpus_pass(a.sock);
-	/* Publishing is in the background: wait for every write. */
-	for (int i = 0; i < 3000 && stat_of(a.sock, "l2_writes") < g.distinct; i++)
+	/* Publishing is in the background: wait for every write, two a kernel
+	 * under sharing = confirm (its user's own at once, everyone's once
+	 * confirmed in idle time). */
+	for (int i = 0; i < 3000 && stat_of(a.sock, "l2_writes") < 2 * g.distinct; i++)
 		usleep(10000);
 	daemon_stop(&a);
 	daemon_start_with(&b, n2, extra);
