@@ -39,15 +39,52 @@ LLVM_LIBS = $(shell $(LLVM_CONFIG) --link-static --ldflags --libs $(LLVM_COMPONE
 DAEMON_LIBS = $(LLVM_LIBS) $(DEP_LIBS) -lpthread
 
 # STATIC=1: every library but glibc linked statically (libstdc++ too), for
-# a daemon and CLI that run on a machine without Debian's packages (the GPU
-# proof, tests/gpu/README.md): make STATIC=1 B=build-static ptxcached ptxcache
+# programs that run on any Linux with glibc 2.28 or later (the wheel, the
+# tarball, the image, the GPU proof: tests/gpu/README.md):
+#   make STATIC=1 B=build-static build-static/ptxcached build-static/ptxcache
+# They link against Debian 11's glibc 2.31 (mk/sysroot.sh: Debian packages,
+# fetched once into $(SYSROOT)), with compat/glibc.c for the few symbols
+# that 2.31 lacks or versions after 2.28; mk/wheel_backend.py checks that
+# nothing newer than GLIBC_2.28 is imported. ARCH=aarch64 cross-compiles
+# with Debian's gcc-aarch64-linux-gnu against Debian 12's arm64 packages
+# (LLVM 22's included). SYSROOT= (empty) links against this host's glibc.
 ifdef STATIC
+HOST_ARCH   := $(shell uname -m)
+ARCH        ?= $(HOST_ARCH)
+TRIPLET     := $(ARCH)-linux-gnu
+# The roots built from Debian packages (the sysroots, the Debian 11 test
+# root): kept across runs; CI points them outside the clone it tests.
+PTXCACHE_ROOTS ?= $(CURDIR)/build/roots
+SYSROOT     ?= $(PTXCACHE_ROOTS)/sysroot-$(ARCH)
 SYSLIBS     := -ldl -lm -lrt -lpthread -pthread
 static_libs  = -Wl,-Bstatic $(filter-out $(SYSLIBS) %.so,$(1)) -Wl,-Bdynamic -ldl -lm -lrt -lpthread
 DEP_LIBS     = $(shell pkg-config --static --libs $(PKGS) 2>/dev/null)
 DAEMON_LIBS  = $(call static_libs,$(LLVM_LIBS) $(DEP_LIBS))
 CLI_LIBS     = $(call static_libs,-lmsgpackc $(shell pkg-config --static --libs json-c 2>/dev/null))
 LDFLAGS     += -static-libstdc++ -static-libgcc
+ifneq ($(ARCH),$(HOST_ARCH))
+CC          := $(TRIPLET)-gcc
+CXX         := $(TRIPLET)-g++
+DEPROOT     := $(SYSROOT)/deps/root
+LLVM_HOST   := $(shell $(LLVM_CONFIG) --prefix 2>/dev/null)
+LLVM_CFLAGS   = $(subst $(LLVM_HOST),$(DEPROOT)$(LLVM_HOST),$(shell $(LLVM_CONFIG) --cflags 2>/dev/null))
+LLVM_CXXFLAGS = $(subst $(LLVM_HOST),$(DEPROOT)$(LLVM_HOST),$(shell $(LLVM_CONFIG) --cxxflags 2>/dev/null))
+LLVM_LIBS     = $(subst $(LLVM_HOST),$(DEPROOT)$(LLVM_HOST),$(shell $(LLVM_CONFIG) --link-static --ldflags --libs $(LLVM_COMPONENTS) 2>/dev/null)) \
+                $(shell $(LLVM_CONFIG) --link-static --system-libs 2>/dev/null)
+export PKG_CONFIG_LIBDIR := $(DEPROOT)/usr/lib/$(TRIPLET)/pkgconfig:$(DEPROOT)/usr/share/pkgconfig
+export PKG_CONFIG_SYSROOT_DIR := $(DEPROOT)
+CPPFLAGS    += -I$(DEPROOT)/usr/include -I$(DEPROOT)/usr/include/$(TRIPLET)
+endif
+ifneq ($(SYSROOT),)
+GLIBC_ROOT  := $(SYSROOT)/glibc/root
+LDFLAGS     += --sysroot=$(GLIBC_ROOT) -B$(GLIBC_ROOT)/usr/lib/$(TRIPLET)/ \
+               -L$(GLIBC_ROOT)/usr/lib/$(TRIPLET) -L$(GLIBC_ROOT)/lib/$(TRIPLET) -L$(SYSROOT)/static \
+               -Wl,--wrap=exp,--wrap=log,--wrap=log2,--wrap=pow
+COMPAT_OBJ  := $(B)/obj/compat/glibc.o
+$(SYSROOT)/.done: mk/sysroot.sh mk/debs.sh
+	@echo "  SYSROOT $(SYSROOT)"
+	$(Q)mk/sysroot.sh $(ARCH) $(SYSROOT)
+endif
 endif
 
 PROTO_SRC  := proto/buf.c proto/frame.c proto/msg.c proto/ptxas_args.c proto/llc_args.c
@@ -60,6 +97,12 @@ CLIENT_SRC := client/lib.c
 CLI_SRC    := client/cli.c client/autostart.c client/front.c client/llc.c client/ptxas.c client/artifact.c
 
 obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
+
+ifneq ($(COMPAT_OBJ),)
+# Every object waits for the sysroot: a cross build compiles against it.
+$(call obj,$(DAEMON_SRC) $(PROTO_SRC) $(CLIENT_SRC) $(CLI_SRC) compat/glibc.c) \
+	$(B)/obj/daemon/llvm_shim.o: | $(SYSROOT)/.done
+endif
 
 ifeq ($(V),1)
 Q :=
@@ -101,7 +144,7 @@ $(B)/gen/schema.h: schema.sql
 $(B)/obj/daemon/store.o: $(B)/gen/schema.h
 $(B)/obj/daemon/store.o: CFLAGS += -I$(B)/gen
 
-$(B)/ptxcached: $(call obj,$(DAEMON_SRC) $(PROTO_SRC)) $(B)/obj/daemon/llvm_shim.o
+$(B)/ptxcached: $(call obj,$(DAEMON_SRC) $(PROTO_SRC)) $(B)/obj/daemon/llvm_shim.o $(COMPAT_OBJ)
 	@echo "  LD  $@"
 	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS)
 
@@ -139,7 +182,7 @@ $(B)/libptxcache.so: $(B)/$(SONAME)
 	$(Q)ln -sf $(SONAME) $@
 
 # The CLI alone uses json-c, to print the daemon's JSON answers as tables.
-$(B)/ptxcache: $(call obj,$(CLI_SRC)) $(B)/libptxcache.a
+$(B)/ptxcache: $(call obj,$(CLI_SRC)) $(B)/libptxcache.a $(COMPAT_OBJ)
 	@echo "  LD  $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(CLI_LIBS)
 
@@ -359,7 +402,8 @@ WHEEL_DIR ?= $(B)/wheel
 wheel sdist:
 	@./mk/deps.sh
 	$(Q)mkdir -p $(WHEEL_DIR)
-	$(Q)$(PYTHON) -c 'import os, sys; sys.path.insert(0, "mk"); import wheel_backend as w; \
+	$(Q)PTXCACHE_WHEEL_ARCH=$(ARCH) $(PYTHON) -c 'import os, sys; sys.path.insert(0, "mk"); \
+	  import wheel_backend as w; \
 	  print(os.path.join(sys.argv[2], getattr(w, "build_" + sys.argv[1])(sys.argv[2])))' $@ $(WHEEL_DIR)
 
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)
