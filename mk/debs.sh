@@ -36,8 +36,15 @@ o="-o Dir::Etc::SourceList=$dir/apt/sources.list -o Dir::Etc::SourceParts=/dev/n
 echo "  DEBS $suite/$arch:$missing"
 # shellcheck disable=SC2086
 apt-get $o -qq update
-# shellcheck disable=SC2086
-(cd "$dir" && apt-get $o -qq download $missing)
+# Each package at the newest version that downloads: a mirror may list a
+# security update whose file it does not hold.
 for p in $missing; do
+	# shellcheck disable=SC2086
+	for v in $(apt-cache $o madison "$p" | awk '{ print $3 }'); do
+		# shellcheck disable=SC2086
+		(cd "$dir" && apt-get $o -qq download "$p=$v" 2>/dev/null) && break
+	done
+	ls "$dir"/"${p}"_*.deb >/dev/null 2>&1 ||
+		{ echo "mk/debs.sh: cannot download $p ($suite/$arch)" >&2; exit 1; }
 	dpkg-deb -x "$dir"/"${p}"_*.deb "$dir/root"
 done
