@@ -206,7 +206,7 @@ $(B)/l2drive: $(call obj,tests/tools/l2drive.c daemon/cluster.c daemon/l2.c daem
 all: $(B)/relocdrive
 $(B)/relocdrive: $(call obj,tests/tools/relocdrive.c daemon/cubin_debug.c proto/buf.c)
 	@echo "  LD  $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lm
 
 # Fuzz harnesses (tests/fuzz/). Every `make test` replays their seed
 # corpora through replay_* (the normal compiler: no clang needed);
@@ -405,5 +405,9 @@ wheel sdist:
 	$(Q)PTXCACHE_WHEEL_ARCH=$(ARCH) $(PYTHON) -c 'import os, sys; sys.path.insert(0, "mk"); \
 	  import wheel_backend as w; \
 	  print(os.path.join(sys.argv[2], getattr(w, "build_" + sys.argv[1])(sys.argv[2])))' $@ $(WHEEL_DIR)
+
+# Everything linked against the sysroot carries compat/glibc.c (STATIC=1).
+$(B)/ptxcached-probe $(B)/unit $(B)/l2drive $(B)/relocdrive \
+	$(patsubst %,$(B)/fuzz/replay_%,$(FUZZ_HARNESSES)): $(COMPAT_OBJ)
 
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)
