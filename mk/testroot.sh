@@ -16,7 +16,6 @@ echo "  DEBOOTSTRAP bullseye $dir"
 debootstrap --variant=minbase --include=python3-venv bullseye "$dir" \
 	"${DEBIAN_MIRROR:-http://deb.debian.org/debian}" > "$dir.log" 2>&1 ||
 	{ tail -20 "$dir.log" >&2; exit 1; }
-# What a test leaves in it goes away with the test; the root is not
-# changed after this.
+# Tests run in copies of it (tests/sysroot.py): it is not changed after this.
 rm -rf "$dir/var/cache/apt/archives"/*.deb
 touch "$dir/.done"

@@ -2,13 +2,15 @@
 """Other systems on this machine, for the tests that run the project's
 programs where Debian 12 is not (tests/test_oldsystem.py):
 
-- ``Root(path)``: a directory run as a system of its own. A holder
-  process in a mount and pid namespace of its own (``unshare``), with
-  /proc of that namespace and this machine's /dev mounted in the
-  directory; ``run()`` enters both namespaces and chroots there, so a
-  daemon one command starts is still there for the next; leaving kills
-  the holder, and with it every process left in the namespace, and the
-  mounts go with the namespace.
+- ``Root(base)``: a copy of the directory base run as a system of its
+  own (the copy, so that every test starts from the same system and
+  leaves base as it was). A holder process in a mount and pid namespace
+  of its own (``unshare``), with /proc of that namespace and this
+  machine's /dev mounted in the copy; ``run()`` (or ``prefix``, for a
+  command line of one's own) enters both namespaces and chroots there, so
+  a daemon one command starts is still there for the next; leaving kills
+  the holder, and with it every process left in the namespace, the
+  mounts go with the namespace, and the copy is removed.
 - ``debian11()``: Debian 11 (bullseye, glibc 2.31, Python 3.9), made once
   by mk/testroot.sh under ``ROOTS`` and kept.
 - ``aarch64()``: what an aarch64 program linked against glibc needs to
@@ -37,9 +39,11 @@ def need_root():
 
 
 class Root:
-    def __init__(self, path):
+    def __init__(self, base):
         need_root()
-        self.path = os.path.realpath(path)
+        base = os.path.realpath(base)
+        self.path = tempfile.mkdtemp(prefix=os.path.basename(base) + ".run-", dir=os.path.dirname(base))
+        subprocess.run(["cp", "-a", base + "/.", self.path], check=True)
         self.scratch = tempfile.mkdtemp(prefix="ptxcache-", dir=os.path.join(self.path, "tmp"))
         self.inside = "/tmp/" + os.path.basename(self.scratch)   # the scratch, seen inside
         os.chmod(self.scratch, 0o755)
@@ -55,6 +59,8 @@ class Root:
                               text=True).stdout.split()
         assert len(kids) == 1, kids
         self.pid = int(kids[0])
+        self.prefix = [shutil.which("nsenter"), "-t", str(self.pid), "-m", "-p", "--",
+                       shutil.which("chroot"), self.path]
 
     def host_path(self, inside):
         """The path on this machine of a path inside the root."""
@@ -63,8 +69,7 @@ class Root:
     def run(self, argv, env=None, timeout=300, check=True, input=None, popen=None):
         """argv in the root, with env alone as its environment; popen: a
         file for its output, and the process is returned running."""
-        cmd = [shutil.which("nsenter"), "-t", str(self.pid), "-m", "-p", "--",
-               shutil.which("chroot"), self.path] + list(argv)
+        cmd = self.prefix + list(argv)
         env = dict(env or {"PATH": "/usr/bin:/bin"})
         if popen:
             return subprocess.Popen(cmd, stdout=popen, stderr=popen, env=env)
@@ -87,7 +92,7 @@ class Root:
     def close(self):
         self.holder.kill()
         self.holder.wait()
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        shutil.rmtree(self.path, ignore_errors=True)
 
     def __enter__(self):
         return self
