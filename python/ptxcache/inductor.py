@@ -46,6 +46,10 @@ assumed):
   torch._functorch.config.enable_remote_autograd_cache,
   torch._dynamo.config.automatic_dynamic_remote_pgo; torch.__version__.
 
+The same import hook installs ptxcache.autotune (a warm process believes
+the coordinate-descent results it finds) right after PyTorch imports
+torch._inductor.runtime.triton_heuristics.
+
 ``InductorArtifacts`` is the logic as a plain class; the classes handed to
 PyTorch add its ``RemoteCacheBackend`` as a base (for its cache_stats) and
 are made only when PyTorch is imported.
