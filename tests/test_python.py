@@ -488,6 +488,55 @@ def test_python_a_warm_process_tunes_nothing_and_a_changed_gpu_tunes_again():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def test_python_triton_key_is_computed_once_per_installation():
+    """Triton's installation hash (triton_key(), 0.35 s of every fresh
+    process on an H200) comes from the daemon in a second process, is
+    computed again once a file of Triton's changes, and is Triton's own
+    with PTXCACHE_TRITON_KEY=0."""
+    tmp = tempfile.mkdtemp(prefix="ptxcache-py-")
+    try:
+        stubs = os.path.join(tmp, "stubs")
+        shutil.copytree(STUBS, stubs, ignore=shutil.ignore_patterns("__pycache__"))
+        with Daemon(workers=1) as d:
+            need_artifacts(d)
+            marks = os.path.join(tmp, "marks")
+            env = clean_env(tmp, d.socket, PTXCACHE_TORCH="1", PYTHONUSERBASE=pth_site(tmp),
+                            PYTHONPATH=PKG + os.pathsep + stubs, JITSTUB_MARKS=marks)
+
+            def run(**extra):
+                # The copy's jobs.py: its directory is the first on sys.path.
+                p = subprocess.Popen([sys.executable, os.path.join(stubs, "jobs.py"), "tkey"],
+                                     env=dict(env, **extra), stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+                r, err = result(p)
+                assert not warnings_in(err), err
+                assert r["same"], r
+                return r
+
+            def computed():
+                return len(os.listdir(marks)) if os.path.isdir(marks) else 0
+
+            first = run()
+            assert first["counts"] == {"stored": 0, "computed": 1} and computed() == 1, first
+            second = run()
+            assert second["key"] == first["key"], (first, second)
+            assert second["counts"] == {"stored": 1, "computed": 0} and computed() == 1, second
+            assert second["layers"]["triton-key"]["gets"] == 1, second
+            # A file of Triton's changes in place (its size and times, not
+            # its name): computed again.
+            with open(os.path.join(stubs, "triton", "runtime", "__init__.py"), "a") as f:
+                f.write("# another Triton\n")
+            third = run()
+            assert third["counts"] == {"stored": 0, "computed": 1} and computed() == 2, third
+            assert third["key"] != first["key"], third
+            # Switched off: Triton's own function, the same answer.
+            off = run(PTXCACHE_TRITON_KEY="0")
+            assert off["key"] == third["key"] and computed() == 3, off
+            assert "triton-key" not in off["layers"], off
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 # ---- scopes ------------------------------------------------------------------------
 
 def _copy_for_others(tmp):

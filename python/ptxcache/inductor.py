@@ -48,7 +48,9 @@ assumed):
 
 The same import hook installs ptxcache.autotune (a warm process believes
 the coordinate-descent results it finds) right after PyTorch imports
-torch._inductor.runtime.triton_heuristics.
+torch._inductor.runtime.triton_heuristics, and ptxcache.triton_key
+(Triton's installation hash kept on the daemon) right after it imports
+torch._inductor.runtime.triton_compat.
 
 ``InductorArtifacts`` is the logic as a plain class; the classes handed to
 PyTorch add its ``RemoteCacheBackend`` as a base (for its cache_stats) and
@@ -63,7 +65,7 @@ import sys
 import threading
 from typing import Any
 
-from . import autotune
+from . import autotune, triton_key
 from .artifacts import ArtifactStore, store
 
 __all__ = ["InductorArtifacts", "CACHES", "install", "installed", "install_on_import",
@@ -247,10 +249,15 @@ def _install_autotune(module: Any) -> None:
     autotune.install(module)
 
 
+def _install_triton_key(module: Any) -> None:
+    triton_key.install(module)
+
+
 # The modules of PyTorch's whose import this package waits for, and what it
 # does right after each is imported.
 _AFTER_IMPORT: dict[str, Any] = {MODULE: lambda m: install(m),
-                                 autotune.MODULE: _install_autotune}
+                                 autotune.MODULE: _install_autotune,
+                                 triton_key.MODULE: _install_triton_key}
 
 
 class _ImportHook(importlib.abc.MetaPathFinder):

@@ -9,6 +9,7 @@ Inductor's FX graph cache do with their remote caches, step by step.
     jobs.py autotune cold|warm DIR KERNELS [--backend-hash H]
                                      Inductor's autotuner on a graph's kernels: cold
                                      compiles and tunes them; warm is an FX graph hit
+    jobs.py tkey                     PyTorch asking for Triton's installation hash
 
 Each prints one JSON line: what it got and how long it took.
 """
@@ -128,6 +129,21 @@ def autotune(a):
     return {"chosen": chosen, "counters": th.counters, "layers": store().layers(), "fix": fix}
 
 
+def tkey(a):
+    # PyTorch's CacheBase.get_system(): triton_key from triton_compat, at
+    # each call (twice here: the second must not ask again).
+    import torch._inductor.runtime.triton_compat as tc
+    from ptxcache.artifacts import store
+    k1 = tc.triton_key()
+    k2 = tc.triton_key()
+    try:
+        import ptxcache.triton_key as ptk
+        counts = dict(ptk.counts)
+    except ImportError:
+        counts = None
+    return {"key": k1, "same": k1 == k2, "counts": counts, "layers": store().layers()}
+
+
 def main():
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     ap = argparse.ArgumentParser()
@@ -155,9 +171,10 @@ def main():
     u.add_argument("dir")
     u.add_argument("kernels")
     u.add_argument("--backend-hash", default="gpu-a:triton-3.6")
+    sub.add_parser("tkey")
     a = ap.parse_args()
     try:
-        r = {"triton": triton, "fx": fx, "gets": gets, "autotune": autotune}[a.cmd](a)
+        r = {"triton": triton, "fx": fx, "gets": gets, "autotune": autotune, "tkey": tkey}[a.cmd](a)
     except RuntimeError as e:
         r = {"result": "failed", "error": str(e)}
         if getattr(a, "hold", 0):
