@@ -36,7 +36,7 @@ t1 = time.time()
 import triton.runtime.cache as trc
 own = trc.triton_key()
 out = {"get_system_s": t1 - t0, "equal": system["version"]["triton"] == own,
-       "wrapped": getattr(tc.triton_key, "__wrapped__", None) is not None}
+       "wrapped": bool(getattr(tc.triton_key, "_ptxcache_triton_key", False))}
 if "ptxcache.triton_key" in sys.modules:
     import ptxcache.triton_key as k
     out["counts"] = k.counts
