@@ -8,10 +8,17 @@ see tests/gpu/README.md.
     python3 tests/gpu/torch_cache.py --bundle gpu-carry-py/bundle.tar.xz --out $OUT \
         [--models cnn,mixer] [--modes default,max-autotune-no-cudagraphs]
         [--runs cold,local,pkg-l2,four] [--daemon-log debug]
+    python3 tests/gpu/torch_cache.py --bundle ... --out $OUT --repeat 3 \
+        --cases vit/default,vit-train/max-autotune-no-cudagraphs [--runs pkg-l2,plain,profile,precompile]
 
 Two models of this script's own: `cnn`, inference (a small convolutional
 net, eval, no_grad), and `mixer`, one training step (two MLP-Mixer blocks,
-forward, cross-entropy, backward; the gradients are the output). For each
+forward, cross-entropy, backward; the gradients are the output). Issue 29's
+`vit` (a small vision transformer in bf16, inference) and `vit-train` (one
+training step of it). With --repeat N, the series of tests/gpu/README.md's
+issue-29 section instead: cold anchors, then N rounds of local / pkg-warm /
+pkg-l2 alternating, medians in the table, each run's counters, requests
+per namespace and Dynamo's stage timers in results.json. For each
 model and mode, every run a fresh process with fresh TORCHINDUCTOR_CACHE_DIR
 and TRITON_CACHE_DIR unless said otherwise, timed from the compiled
 module's first call to its results on the host:
