@@ -427,6 +427,116 @@ def test_python_inductor_graph_compiled_once_with_the_environment_alone():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# ---- autotuning on a warm process --------------------------------------------------
+
+# A graph's kernels, as (candidate BLOCKs, {BLOCK: benchmark time}):
+# descent stays on the candidate autotuning chose (k1: case 1 of
+# ptxcache/autotune.py), moves off the candidates (k2: PyTorch's own
+# case), is the only candidate and moves (k3: case 2) or stays (k4).
+_KERNELS = json.dumps({
+    "k1": [[8, 16], {"8": 5, "16": 3, "32": 4}],
+    "k2": [[8, 16], {"8": 5, "16": 4, "32": 2, "64": 3}],
+    "k3": [[8], {"8": 5, "16": 3, "32": 4, "4": 9}],
+    "k4": [[8], {"8": 2, "16": 3, "4": 3}],
+})
+
+
+def test_python_a_warm_process_tunes_nothing_and_a_changed_gpu_tunes_again():
+    """Max-autotune's coordinate descent, stored by a cold process, is
+    believed by a warm one whose FX graph hit (no benchmark, and a Triton
+    compile only for a stored best outside the candidates: from Triton's
+    cache on a real node), with one autotune get a kernel; with
+    PTXCACHE_AUTOTUNE_RECHECK=0 (PyTorch 2.11's own recheck) the warm
+    process tunes 3 of the 4 kernels again; another backend hash (GPU,
+    Triton) misses and tunes everything, as PyTorch means it to."""
+    tmp = tempfile.mkdtemp(prefix="ptxcache-py-")
+    try:
+        with Daemon(workers=1) as d:
+            need_artifacts(d)
+            env = clean_env(tmp, d.socket, PTXCACHE_TORCH="1", PYTHONUSERBASE=pth_site(tmp))
+
+            def run(phase, sub, *extra, **env_extra):
+                r, err = result(job(dict(env, **env_extra), "autotune", phase,
+                                    os.path.join(tmp, sub), _KERNELS, *extra))
+                assert not warnings_in(err), err
+                return r
+
+            cold = run("cold", "cold")
+            assert cold["counters"]["benchmarks"] > 0 and cold["fix"]["installed"], cold
+            assert cold["chosen"] == {"k1": 16, "k2": 32, "k3": 16, "k4": 8}, cold
+            warm = run("warm", "warm1")
+            assert warm["chosen"] == cold["chosen"], warm
+            assert warm["counters"]["benchmarks"] == 0, warm
+            assert warm["counters"]["coordesc_tuning_bench"] == 0, warm
+            # k2 (PyTorch's own) and k3 (ours): the stored best, outside the
+            # candidates, loaded; nothing else.
+            assert warm["counters"]["compiles"] == 2, warm
+            assert warm["fix"]["marked"] == 2 and warm["fix"]["replaced"] == 1, warm
+            lay = warm["layers"]["inductor-autotune"]
+            assert lay["gets"] == 4 and lay["trips"] == 4 and lay["hits"] == 4, warm["layers"]
+            assert "puts" not in warm["layers"].get("inductor-autotune", {}) or lay["puts"] == 0, warm
+            # PyTorch's own recheck: k1, k3 and k4 tuned again.
+            plain = run("warm", "warm2", PTXCACHE_AUTOTUNE_RECHECK="0")
+            assert plain["counters"]["coordesc_tuning_bench"] > 0, plain
+            assert plain["chosen"] == cold["chosen"] and plain["fix"]["marked"] == 0, plain
+            # Another GPU or Triton: PyTorch's key differs, everything tunes.
+            other = run("warm", "warm3", "--backend-hash", "gpu-b:triton-3.6")
+            assert other["layers"]["inductor-autotune"]["hits"] == 0, other
+            assert other["counters"]["benchmarks"] >= cold["counters"]["benchmarks"], (other, cold)
+            assert other["fix"]["marked"] == 0 and other["fix"]["replaced"] == 0, other
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_python_triton_key_is_computed_once_per_installation():
+    """Triton's installation hash (triton_key(), 0.35 s of every fresh
+    process on an H200) comes from the daemon in a second process, is
+    computed again once a file of Triton's changes, and is Triton's own
+    with PTXCACHE_TRITON_KEY=0."""
+    tmp = tempfile.mkdtemp(prefix="ptxcache-py-")
+    try:
+        stubs = os.path.join(tmp, "stubs")
+        shutil.copytree(STUBS, stubs, ignore=shutil.ignore_patterns("__pycache__"))
+        with Daemon(workers=1) as d:
+            need_artifacts(d)
+            marks = os.path.join(tmp, "marks")
+            env = clean_env(tmp, d.socket, PTXCACHE_TORCH="1", PYTHONUSERBASE=pth_site(tmp),
+                            PYTHONPATH=PKG + os.pathsep + stubs, JITSTUB_MARKS=marks)
+
+            def run(**extra):
+                # The copy's jobs.py: its directory is the first on sys.path.
+                p = subprocess.Popen([sys.executable, os.path.join(stubs, "jobs.py"), "tkey"],
+                                     env=dict(env, **extra), stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+                r, err = result(p)
+                assert not warnings_in(err), err
+                assert r["same"], r
+                return r
+
+            def computed():
+                return len(os.listdir(marks)) if os.path.isdir(marks) else 0
+
+            first = run()
+            assert first["counts"] == {"stored": 0, "computed": 1} and computed() == 1, first
+            second = run()
+            assert second["key"] == first["key"], (first, second)
+            assert second["counts"] == {"stored": 1, "computed": 0} and computed() == 1, second
+            assert second["layers"]["triton-key"]["gets"] == 1, second
+            # A file of Triton's changes in place (its size and times, not
+            # its name): computed again.
+            with open(os.path.join(stubs, "triton", "runtime", "__init__.py"), "a") as f:
+                f.write("# another Triton\n")
+            third = run()
+            assert third["counts"] == {"stored": 0, "computed": 1} and computed() == 2, third
+            assert third["key"] != first["key"], third
+            # Switched off: Triton's own function, the same answer.
+            off = run(PTXCACHE_TRITON_KEY="0")
+            assert off["key"] == third["key"] and computed() == 3, off
+            assert "triton-key" not in off["layers"], off
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 # ---- scopes ------------------------------------------------------------------------
 
 def _copy_for_others(tmp):

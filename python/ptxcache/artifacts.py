@@ -95,6 +95,23 @@ class ArtifactStore:
         self._warned = False
         self.counts = {"hits": 0, "misses": 0, "puts": 0, "leases": 0, "releases": 0,
                        "errors": 0, "skipped": 0}
+        # Per namespace: requests, round trips and the seconds and bytes
+        # they took, as this process saw them (`layers()`).
+        self._layers: dict[str, dict[str, float]] = {}
+
+    def layers(self) -> dict[str, dict[str, float]]:
+        """{namespace: {gets, hits, trips, get_s, bytes_in, puts, put_s,
+        bytes_out}}: what each layer cost this process so far."""
+        with self._lock:
+            return {ns: dict(v) for ns, v in self._layers.items()}
+
+    def _account(self, ns: str, **add: float) -> None:
+        with self._lock:
+            d = self._layers.setdefault(ns, {"gets": 0, "hits": 0, "trips": 0, "get_s": 0.0,
+                                             "bytes_in": 0, "puts": 0, "put_s": 0.0,
+                                             "bytes_out": 0})
+            for k, v in add.items():
+                d[k] += v
 
     # ---- failure handling ------------------------------------------------
 
@@ -200,6 +217,7 @@ class ArtifactStore:
             return {}
         c = self._client()
         wire_keys = [artifact_key(k) for k in keys]
+        t0 = time.monotonic()
         try:
             replies = c.artifact_get_many(ns, wire_keys, lease=lease, wait_ms=self.wait_ms)
         except PtxcacheError as e:
@@ -208,10 +226,14 @@ class ArtifactStore:
         except Exception as e:      # never let a cache lookup break a compile
             self._failed("artifact get '%s' %s" % (ns, _short(keys[0])), e)
             return {}
+        now = time.monotonic()
+        self._account(ns, gets=len(keys), trips=1, get_s=now - t0,
+                      hits=sum(1 for r in replies if not isinstance(r, ServerError) and r.found),
+                      bytes_in=sum(len(r.value) for r in replies
+                                   if not isinstance(r, ServerError) and r.value is not None))
         self._recovered()
         self._check_version(c)
         out: dict[str, bytes] = {}
-        now = time.monotonic()
         for k, r in zip(keys, replies):
             if isinstance(r, ServerError):
                 if isinstance(r, Unsupported):
@@ -247,6 +269,7 @@ class ArtifactStore:
             return False
         c = held.client if held is not None else self._client()
         wk = artifact_key(key)
+        t0 = time.monotonic()
         try:
             try:
                 ok = c.artifact_put(ns, wk, value, held.token if held is not None else None)
@@ -274,6 +297,7 @@ class ArtifactStore:
         except Exception as e:
             self._failed("artifact put '%s' %s" % (ns, _short(key)), e)
             return False
+        self._account(ns, puts=1, put_s=time.monotonic() - t0, bytes_out=len(value))
         self._recovered()
         self.counts["puts"] += 1
         self._flush(c)

@@ -356,7 +356,9 @@ class Client:
         hdr = self._read_exact(wire.HEADER, deadline)
         try:
             ftype, n = wire.parse_header(bytes(hdr), REPLY_MAX)
-            body = wire.unpack(bytes(self._read_exact(n, deadline)))
+            # The buffer itself, not a copy of it: a value of tens of MB
+            # (an FX graph) is copied once, into the bytes unpack returns.
+            body = wire.unpack(self._read_exact(n, deadline))
         except wire.WireError as e:
             raise ProtocolError("malformed reply from ptxcached at '%s': %s" % (self.path, e)) from None
         if not isinstance(body, dict):

@@ -46,6 +46,12 @@ assumed):
   torch._functorch.config.enable_remote_autograd_cache,
   torch._dynamo.config.automatic_dynamic_remote_pgo; torch.__version__.
 
+The same import hook installs ptxcache.autotune (a warm process believes
+the coordinate-descent results it finds) right after PyTorch imports
+torch._inductor.runtime.triton_heuristics, and ptxcache.triton_key
+(Triton's installation hash kept on the daemon) right after it imports
+torch._inductor.runtime.triton_compat.
+
 ``InductorArtifacts`` is the logic as a plain class; the classes handed to
 PyTorch add its ``RemoteCacheBackend`` as a base (for its cache_stats) and
 are made only when PyTorch is imported.
@@ -59,6 +65,7 @@ import sys
 import threading
 from typing import Any
 
+from . import autotune, triton_key
 from .artifacts import ArtifactStore, store
 
 __all__ = ["InductorArtifacts", "CACHES", "install", "installed", "install_on_import",
@@ -238,13 +245,34 @@ def _check_version() -> None:
                  ", ".join(TESTED_TORCH))
 
 
+def _install_autotune(module: Any) -> None:
+    autotune.install(module)
+
+
+def _install_triton_key(module: Any) -> None:
+    triton_key.install(module)
+
+
+# The modules of PyTorch's whose import this package waits for, and what it
+# does right after each is imported.
+_AFTER_IMPORT: dict[str, Any] = {MODULE: lambda m: install(m),
+                                 autotune.MODULE: _install_autotune,
+                                 triton_key.MODULE: _install_triton_key}
+
+
 class _ImportHook(importlib.abc.MetaPathFinder):
     """Calls install() right after torch._inductor.remote_cache is first
-    imported, before anything can create a remote cache (the standard
-    library's import machinery; nothing of PyTorch's is patched)."""
+    imported, before anything can create a remote cache, and
+    ptxcache.autotune's install() right after triton_heuristics is (the
+    standard library's import machinery; nothing of PyTorch's is patched
+    by this hook itself)."""
+
+    def __init__(self) -> None:
+        self.pending = dict(_AFTER_IMPORT)
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != MODULE:
+        then = self.pending.get(fullname)
+        if then is None:
             return None
         spec = None
         for finder in sys.meta_path:
@@ -259,11 +287,13 @@ class _ImportHook(importlib.abc.MetaPathFinder):
 
         def exec_module(module: Any) -> None:
             run(module)
-            _remove_hook()
+            self.pending.pop(fullname, None)
+            if not self.pending:
+                _remove_hook()
             try:
-                install(module)
+                then(module)
             except Exception:
-                log.warning("ptxcache: cannot install Inductor's backends", exc_info=True)
+                log.warning("ptxcache: cannot install into %s", fullname, exc_info=True)
 
         spec.loader.exec_module = exec_module   # this module's own loader object
         return spec
@@ -281,13 +311,24 @@ def _remove_hook() -> None:
 
 def install_on_import() -> str:
     """install() now if PyTorch's remote_cache module is loaded, else as
-    soon as it is. Returns "installed" or "on import"."""
+    soon as it is (and ptxcache.autotune's, for triton_heuristics, the
+    same way). Returns "installed" or "on import"."""
     global _hook
-    if MODULE in sys.modules:
-        install(sys.modules[MODULE])
-        return "installed"
+    how = "installed"
     with _lock:
-        if _hook is None:
-            _hook = _ImportHook()
-            sys.meta_path.insert(0, _hook)
-    return "on import"
+        waiting = {}
+        for name, then in _AFTER_IMPORT.items():
+            if name not in sys.modules:
+                waiting[name] = then
+    for name, then in _AFTER_IMPORT.items():
+        if name not in waiting:
+            then(sys.modules[name])
+    if waiting:
+        with _lock:
+            if _hook is None:
+                _hook = _ImportHook()
+                sys.meta_path.insert(0, _hook)
+            _hook.pending = waiting
+        if MODULE in waiting:
+            how = "on import"
+    return how

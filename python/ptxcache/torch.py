@@ -25,7 +25,8 @@ them), each of these that is not set already (a value you set wins, so
 
 sets the same switches in PyTorch's config modules if they are imported
 already, and installs the Inductor backends (ptxcache.inductor) now or the
-moment PyTorch imports its remote_cache module. It never imports PyTorch
+moment PyTorch imports its remote_cache module (and ptxcache.autotune, the
+moment it imports triton_heuristics). It never imports PyTorch
 or Triton itself.
 """
 from __future__ import annotations

@@ -77,7 +77,7 @@ def pack(obj: Any) -> bytes:
     return b"".join(out)
 
 
-def unpack(data: bytes) -> Any:
+def unpack(data: bytes | bytearray) -> Any:
     """The one msgpack object that is the whole of data."""
     if _msgpack is not None:
         try:

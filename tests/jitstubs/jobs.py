@@ -6,6 +6,10 @@ Inductor's FX graph cache do with their remote caches, step by step.
     jobs.py triton KEY NAME MARKDIR [--sleep S] [--fail]
     jobs.py fx KEY MARKDIR [--sleep S] [--bypass]
     jobs.py gets NS N GOFILE         N artifact gets, pausing for GOFILE after the first
+    jobs.py autotune cold|warm DIR KERNELS [--backend-hash H]
+                                     Inductor's autotuner on a graph's kernels: cold
+                                     compiles and tunes them; warm is an FX graph hit
+    jobs.py tkey                     PyTorch asking for Triton's installation hash
 
 Each prints one JSON line: what it got and how long it took.
 """
@@ -93,6 +97,53 @@ def gets(a):
     return {"gets": out, "counts": st.counts}
 
 
+def autotune(a):
+    # KERNELS: {name: [[candidate BLOCKs], {BLOCK: time}]}. cold: each
+    # kernel compiled afresh (cached_autotune), run once (benchmarks, then
+    # coordinate descent, results stored). warm: what an FX graph hit does
+    # with the unpickled autotuner: its compiled candidates, then
+    # recheck_autotune_cache, then run().
+    import torch._inductor.runtime.triton_heuristics as th
+    from ptxcache.artifacts import store
+    kernels = json.loads(a.kernels)
+    meta = {"coordinate_descent_tuning": True, "autotune_local_cache": True,
+            "autotune_remote_cache": True, "backend_hash": a.backend_hash}
+    chosen = {}
+    for name, (blocks, times) in sorted(kernels.items()):
+        th.TIMES = {int(k): v for k, v in times.items()}
+        configs = [th.Config({"BLOCK": b}) for b in blocks]
+        filename = os.path.join(a.dir, "c%s.py" % hashlib.sha256(name.encode()).hexdigest()[:16])
+        if a.phase == "cold":
+            k = th.cached_autotune(configs, filename, meta)
+        else:
+            k = th.CachingAutotuner(configs, filename, meta)
+            k.compile_results = [th.CompileResult(c) for c in configs]
+            k.recheck_autotune_cache(lambda: th.CachingAutotuner(configs, filename, meta))
+            k.launchers = [r.config for r in k.compile_results]
+        chosen[name] = k.run().kwargs["BLOCK"]
+    try:
+        import ptxcache.autotune as pa
+        fix = {"installed": pa.installed(), **pa.counts}
+    except ImportError:
+        fix = None
+    return {"chosen": chosen, "counters": th.counters, "layers": store().layers(), "fix": fix}
+
+
+def tkey(a):
+    # PyTorch's CacheBase.get_system(): triton_key from triton_compat, at
+    # each call (twice here: the second must not ask again).
+    import torch._inductor.runtime.triton_compat as tc
+    from ptxcache.artifacts import store
+    k1 = tc.triton_key()
+    k2 = tc.triton_key()
+    try:
+        import ptxcache.triton_key as ptk
+        counts = dict(ptk.counts)
+    except ImportError:
+        counts = None
+    return {"key": k1, "same": k1 == k2, "counts": counts, "layers": store().layers()}
+
+
 def main():
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     ap = argparse.ArgumentParser()
@@ -115,9 +166,15 @@ def main():
     g.add_argument("ns")
     g.add_argument("n", type=int)
     g.add_argument("gofile")
+    u = sub.add_parser("autotune")
+    u.add_argument("phase", choices=("cold", "warm"))
+    u.add_argument("dir")
+    u.add_argument("kernels")
+    u.add_argument("--backend-hash", default="gpu-a:triton-3.6")
+    sub.add_parser("tkey")
     a = ap.parse_args()
     try:
-        r = {"triton": triton, "fx": fx, "gets": gets}[a.cmd](a)
+        r = {"triton": triton, "fx": fx, "gets": gets, "autotune": autotune, "tkey": tkey}[a.cmd](a)
     except RuntimeError as e:
         r = {"result": "failed", "error": str(e)}
         if getattr(a, "hold", 0):

@@ -2,6 +2,8 @@
 """Test stand-in for triton/runtime/cache.py (Triton 3.6): the cache
 managers a TRITON_REMOTE_CACHE_BACKEND class is used by, with Triton's call
 shapes (see tests/jitstubs/README.md)."""
+import functools
+import hashlib
 import importlib
 import json
 import os
@@ -123,3 +125,22 @@ def get_cache_manager(key):
         mod, _, name = spec.partition(":")
         return getattr(importlib.import_module(mod), name)(key)
     return FileCacheManager(key)
+
+
+@functools.lru_cache()
+def triton_key():
+    # Triton's: a SHA-256 of its own files and its version. Each time it is
+    # computed, a file named after the process goes to $JITSTUB_MARKS.
+    import triton
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    h = hashlib.sha256()
+    for d, dirs, files in os.walk(root):
+        dirs[:] = sorted(x for x in dirs if x != "__pycache__")
+        for f in sorted(files):
+            with open(os.path.join(d, f), "rb") as fh:
+                h.update(hashlib.sha256(fh.read()).digest())
+    marks = os.environ.get("JITSTUB_MARKS")
+    if marks:
+        os.makedirs(marks, exist_ok=True)
+        open(os.path.join(marks, "triton_key.%d" % os.getpid()), "w").close()
+    return "%s-%s" % (triton.__version__, h.hexdigest())
