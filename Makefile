@@ -67,7 +67,7 @@ else
 Q := @
 endif
 
-.PHONY: all deps run test check bench clean check-asan fuzz corpus deb wheel sdist
+.PHONY: all deps run test check bench clean check-asan fuzz corpus deb wheel sdist dist image
 all: $(B)/ptxcached $(B)/ptxcache $(B)/libptxcache.a $(B)/libptxcache.so $(B)/unit
 
 deps:
@@ -361,5 +361,53 @@ wheel sdist:
 	$(Q)mkdir -p $(WHEEL_DIR)
 	$(Q)$(PYTHON) -c 'import os, sys; sys.path.insert(0, "mk"); import wheel_backend as w; \
 	  print(os.path.join(sys.argv[2], getattr(w, "build_" + sys.argv[1])(sys.argv[2])))' $@ $(WHEEL_DIR)
+
+# make dist [ARCH=x86_64|aarch64]: the node tarball for any distribution,
+# $(DIST_DIR)/ptxcache-VERSION-linux-ARCH.tar.xz: ptxcached and ptxcache
+# built with STATIC=1 in $(STATIC_B)/ (every library but glibc linked in,
+# as for the wheel) and stripped, the systemd units (the service's
+# ExecStart= filled in by install.sh for its PREFIX), the sysusers.d
+# snippet, the sample configuration, the man pages and install.sh
+# (mk/dist/install.sh: PREFIX, DESTDIR, the ptxcache user when run as
+# root). For ARCH=aarch64 the programs are taken as they are from
+# $(STATIC_B)/, which the cross build fills (make STATIC=1 B=$(STATIC_B)
+# $(STATIC_B)/ptxcached $(STATIC_B)/ptxcache with an aarch64 compiler),
+# and stripped with aarch64-linux-gnu-strip. The archive is reproducible:
+# names sorted, owner 0, every mtime SOURCE_DATE_EPOCH (default: the last
+# commit's time), xz in threaded mode (its output is the same for any
+# number of threads; DIST_XZ sets its options). tests/test_dist.py installs and runs it.
+ARCH      ?= $(shell uname -m)
+STATIC_B  ?= build-static
+DIST_DIR  ?= $(B)/dist
+DIST_NAME := ptxcache-$(VERSION)-linux-$(ARCH)
+DIST_ELF_x86_64  := X86-64
+DIST_ELF_aarch64 := AArch64
+STRIP     ?= $(if $(filter $(ARCH),$(shell uname -m)),strip,$(ARCH)-linux-gnu-strip)
+DIST_XZ   ?= -T2 -6
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+dist:
+	$(Q)test -n "$(DIST_ELF_$(ARCH))" || { echo "make dist: ARCH is x86_64 or aarch64, not '$(ARCH)'" >&2; exit 2; }
+	$(Q)if [ "$(ARCH)" = "$$(uname -m)" ]; then \
+	  ./mk/deps.sh && $(MAKE) --no-print-directory STATIC=1 B=$(STATIC_B) $(STATIC_B)/ptxcached $(STATIC_B)/ptxcache; \
+	else for p in ptxcached ptxcache; do test -x $(STATIC_B)/$$p || { \
+	  echo "make dist: no $(STATIC_B)/$$p: build the $(ARCH) programs there first (STATIC=1 B=$(STATIC_B))" >&2; exit 1; }; done; fi
+	$(Q)rm -rf $(DIST_DIR)/$(DIST_NAME) && mkdir -p $(DIST_DIR)/$(DIST_NAME)/bin \
+	  $(DIST_DIR)/$(DIST_NAME)/systemd $(DIST_DIR)/$(DIST_NAME)/man
+	$(Q)for p in ptxcached ptxcache; do \
+	  readelf -h $(STATIC_B)/$$p | grep -q 'Machine: *.*$(DIST_ELF_$(ARCH))' || { \
+	    echo "make dist: $(STATIC_B)/$$p is not an $(ARCH) program" >&2; exit 1; }; \
+	  $(STRIP) -o $(DIST_DIR)/$(DIST_NAME)/bin/$$p $(STATIC_B)/$$p || exit 1; done
+	$(Q)cp systemd/ptxcached.service.in systemd/ptxcached.socket systemd/ptxcache.sysusers \
+	  systemd/ptxcached.conf $(DIST_DIR)/$(DIST_NAME)/systemd/
+	$(Q)cp man/ptxcache.1 man/ptxcached.conf.5 man/ptxcached.8 $(DIST_DIR)/$(DIST_NAME)/man/
+	$(Q)cp mk/dist/install.sh LICENSE $(DIST_DIR)/$(DIST_NAME)/
+	$(Q)chmod -R u=rwX,go=rX $(DIST_DIR)/$(DIST_NAME) && \
+	  chmod 755 $(DIST_DIR)/$(DIST_NAME)/install.sh $(DIST_DIR)/$(DIST_NAME)/bin/*
+	@echo "  TAR $(DIST_DIR)/$(DIST_NAME).tar.xz"
+	$(Q)tar -C $(DIST_DIR) --sort=name --mtime=@$(SOURCE_DATE_EPOCH) --owner=0 --group=0 \
+	  --numeric-owner --format=gnu -cf - $(DIST_NAME) | xz $(DIST_XZ) -c > $(DIST_DIR)/$(DIST_NAME).tar.xz.tmp
+	$(Q)mv $(DIST_DIR)/$(DIST_NAME).tar.xz.tmp $(DIST_DIR)/$(DIST_NAME).tar.xz
+	$(Q)rm -rf $(DIST_DIR)/$(DIST_NAME)
+	@ls -l $(DIST_DIR)/$(DIST_NAME).tar.xz
 
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)
