@@ -273,3 +273,40 @@ def test_dist_installs_into_a_destdir_and_its_execstart_serves():
         r = subprocess.run(["/bin/sh", unpack(tar, dest) + "/install.sh"], capture_output=True,
                            text=True, env=dict(os.environ, PREFIX="relative", DESTDIR=dest))
         assert r.returncode == 2 and "PREFIX must be an absolute path" in r.stderr, r.stderr
+
+
+def test_dist_install_as_root_creates_the_service_user():
+    """install.sh as root with no DESTDIR creates the ptxcache user and
+    group, here with systemd-sysusers, and says so; a second run finds it.
+    It runs in a mount namespace of its own over a copy of /etc (without
+    any ptxcache user of this machine's), so this machine's are not touched."""
+    tar = tarball()
+    if os.geteuid() != 0:
+        raise Skip("needs root: install.sh creates the service user only as root")
+    if not shutil.which("unshare") or not shutil.which("systemd-sysusers"):
+        raise Skip("needs unshare (util-linux) and systemd-sysusers")
+    host_passwd = open("/etc/passwd").read()
+    with tempfile.TemporaryDirectory() as t:
+        top = unpack(tar, t)
+        etc = os.path.join(t, "etc")
+        shutil.copytree("/etc", etc, symlinks=True, ignore_dangling_symlinks=True)
+        for f in ("passwd", "group", "shadow", "gshadow"):
+            p = os.path.join(etc, f)
+            if os.path.exists(p):
+                kept = [l for l in open(p) if not l.startswith("ptxcache:")]
+                with open(p, "w") as out:
+                    out.writelines(kept)
+        script = ("mount --make-rprivate / && mount --bind %s /etc && "
+                  "PREFIX=%s/usr sh %s/install.sh && echo --- && PREFIX=%s/usr sh %s/install.sh"
+                  % (shlex.quote(etc), t, top, t, top))
+        env = {k: v for k, v in os.environ.items() if k not in ("DESTDIR", "PREFIX")}
+        r = subprocess.run(["unshare", "--mount", "sh", "-c", script], capture_output=True,
+                           text=True, timeout=120, env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        first, second = r.stdout.split("---\n")
+        assert "install.sh: created user and group ptxcache with systemd-sysusers\n" in first, first
+        assert "install.sh: user ptxcache exists\n" in second, second
+        assert any(l.startswith("ptxcache:") for l in open(os.path.join(etc, "passwd"))), "no user"
+        assert any(l.startswith("ptxcache:") for l in open(os.path.join(etc, "group"))), "no group"
+        assert os.path.exists(os.path.join(etc, "ptxcache", "ptxcached.conf"))
+        assert open("/etc/passwd").read() == host_passwd, "this machine's /etc/passwd changed"
