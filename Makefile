@@ -410,4 +410,26 @@ dist:
 	$(Q)rm -rf $(DIST_DIR)/$(DIST_NAME)
 	@ls -l $(DIST_DIR)/$(DIST_NAME).tar.xz
 
+# make image: the OCI image of the daemon, FROM scratch (no base image
+# fetched), by mk/image.py with Debian's umoci: ptxcached and ptxcache
+# (the STATIC=1 build in $(STATIC_B)/, stripped), the glibc loader and
+# libraries they need from this machine's /lib/<multiarch> (libc, libm,
+# ld.so: nothing else), /etc/passwd and /etc/group with the non-root user
+# ptxcache ($(IMAGE_UID)), /tmp. It runs as $(IMAGE_UID):$(IMAGE_UID), entrypoint
+# `ptxcached --socket /run/ptxcache/ptxcached.sock --cache-dir
+# /var/cache/ptxcache`, both directories volumes. Output: the OCI layout
+# $(IMAGE_DIR)/oci (tag $(VERSION)) and the same as an oci-archive,
+# $(IMAGE_DIR)/$(IMAGE_NAME)-$(VERSION).oci.tar (`podman load -i`, `skopeo
+# copy oci-archive:FILE docker://REGISTRY/$(IMAGE_NAME):$(VERSION)`). Size on
+# Debian 12, x86_64: 52 MB unpacked, 23 MB compressed (the daemon carries
+# LLVM's NVPTX back end: 49 MB of it). tests/test_image.py runs it.
+IMAGE_DIR  ?= $(B)/image
+IMAGE_NAME ?= ptxcache
+IMAGE_UID  ?= 65532
+image:
+	@./mk/deps.sh
+	@$(MAKE) --no-print-directory STATIC=1 B=$(STATIC_B) $(STATIC_B)/ptxcached $(STATIC_B)/ptxcache
+	$(Q)SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(PYTHON) mk/image.py --programs $(STATIC_B) \
+	  --out $(IMAGE_DIR) --name $(IMAGE_NAME) --tag $(VERSION) --uid $(IMAGE_UID)
+
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

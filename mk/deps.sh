@@ -3,7 +3,8 @@
 # Install what ptxcache needs to build and test, from Debian's packages.
 # As root it installs whatever is missing; otherwise it names the command to run.
 # `mk/deps.sh bench` does the same for what only `make bench` uses (the chart),
-# `mk/deps.sh fuzz` for what only `make fuzz` uses (clang and libFuzzer).
+# `mk/deps.sh fuzz` for what only `make fuzz` uses (clang and libFuzzer),
+# `mk/deps.sh podman` for running the image under podman in tests/test_image.py.
 set -e
 PKGS="llvm-22 llvm-22-dev llvm-22-tools libsqlite3-dev libevent-dev libmsgpack-dev
 libzstd-dev libxxhash-dev libseccomp-dev libssl-dev libjson-c-dev libhiredis-dev redis-server pkg-config python3 sqlite3
@@ -20,6 +21,10 @@ python3-build binutils umoci python3-yaml"  # zstd: unpacks tests/corpus; system
 # validator against Kubernetes' schemas)
 [ "${1:-}" = bench ] && PKGS="python3-matplotlib"
 [ "${1:-}" = fuzz ] && PKGS="clang libclang-rt-14-dev"  # make fuzz: libFuzzer
+# `mk/deps.sh podman`: what tests/test_image.py needs to run the image under
+# podman as well as in a chroot: runc (crun refuses a hybrid cgroup
+# hierarchy) and catatonit (podman run --init: the daemon is not PID 1)
+[ "${1:-}" = podman ] && PKGS="podman runc catatonit"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
