@@ -12,10 +12,12 @@ daemon of the build tree gives.
 `install_and_serve(root, prefix)` is the same install and run inside any
 root file system: `prefix` is the command prefix that runs a program
 there (`["chroot", root]`), and the install is then a real one (no
-DESTDIR: the `ptxcache` user is created). Skipped under make check-asan
-(the tarball holds the static build) and inside the Debian package's
-build. About 25 s here, most of it xz (the static build is incremental,
-in build-static/)."""
+DESTDIR: the `ptxcache` user is created, and the daemon runs as it);
+here it runs in this machine's own root under an overlay whose writes go
+to a tmpfs. Skipped under make check-asan (the tarball holds the static
+build) and inside the Debian package's build; the tests that need root
+skip without it. About 40 s in all here, most of it the two archives'
+strip and xz (the static build is incremental, in build-static/)."""
 import hashlib
 import os
 import re
@@ -133,17 +135,24 @@ def run_install(rt, tar, env, prefix_dir="/usr/local"):
     return r.stdout.splitlines()
 
 
-def serve_installed(rt, prefix_dir="/usr/local"):
+def serve_installed(rt, prefix_dir="/usr/local", as_user=None):
     """The installed service's ExecStart= line, run through rt with the
     directories systemd would give it redirected to temp dirs of the root,
     then the installed CLI's ping and a compile of a corpus kernel, which
-    must be the bytes of a daemon of the build tree."""
+    must be the bytes of a daemon of the build tree. as_user: run both as
+    the unit's User= and Group= (the prefix then ends in a chroot, whose
+    --userspec goes before the root)."""
     ir, want = expected_compile()
     unit = open(rt.host(prefix_dir + "/lib/systemd/system/ptxcached.service")).read()
     m = re.search(r"^ExecStart=(.+)$", unit, re.M)
     assert m, unit
     argv = shlex.split(m.group(1))
     assert argv[0] == prefix_dir + "/bin/ptxcached", argv
+    if as_user:
+        user = re.search(r"^User=(\S+)$", unit, re.M).group(1)
+        group = re.search(r"^Group=(\S+)$", unit, re.M).group(1)
+        assert rt.prefix and rt.prefix[0] == "chroot", rt.prefix
+        rt = Root(rt.root, rt.prefix[:-1] + ["--userspec=%s:%s" % (user, group), rt.prefix[-1]])
     base = "/tmp/ptxcache-dist-run"
     shutil.rmtree(rt.host(base), ignore_errors=True)
     os.makedirs(rt.host(base))
@@ -169,8 +178,13 @@ def serve_installed(rt, prefix_dir="/usr/local"):
         r = subprocess.run(cli + COMPILE, input=ir, capture_output=True, timeout=300, env=env)
         assert r.returncode == 0, r.stderr
         assert r.stdout == want, "the installed daemon's PTX differs from the build tree's"
-        # It was the service's directories it used.
-        assert os.path.exists(rt.host(base + "/cache/cache.db")), os.listdir(rt.host(base + "/cache"))
+        # It was the service's directories it used, as the service's user.
+        db = rt.host(base + "/cache/cache.db")
+        assert os.path.exists(db), os.listdir(rt.host(base + "/cache"))
+        if as_user:
+            with open(rt.host("/etc/passwd")) as f:
+                uid = [l.split(":")[2] for l in f if l.startswith(user + ":")]
+            assert uid and os.stat(db).st_uid == int(uid[0]), (uid, os.stat(db).st_uid)
         daemon.terminate()
         assert daemon.wait(60) == 0, open(rt.host(base + "-daemon.log")).read()
     finally:
@@ -181,13 +195,15 @@ def serve_installed(rt, prefix_dir="/usr/local"):
         shutil.rmtree(rt.host(base), ignore_errors=True)
 
 
-def install_and_serve(root, prefix):
+def install_and_serve(root, prefix, as_user=True):
     """The tarball installed for real inside root (install.sh through
     prefix, e.g. ["chroot", root]; run as root it creates the ptxcache
-    user), then served from there; install.sh's lines."""
+    user), then served from there, as that user (as_user; the prefix is
+    then a chroot's); install.sh's lines. The root needs /proc mounted
+    (the daemon execs its workers through /proc/self/exe) and /dev."""
     rt = Root(root, prefix)
     lines = run_install(rt, tarball(), {"DESTDIR": ""})
-    serve_installed(rt)
+    serve_installed(rt, as_user=as_user)
     return lines
 
 
@@ -310,3 +326,46 @@ def test_dist_install_as_root_creates_the_service_user():
         assert any(l.startswith("ptxcache:") for l in open(os.path.join(etc, "group"))), "no group"
         assert os.path.exists(os.path.join(etc, "ptxcache", "ptxcached.conf"))
         assert open("/etc/passwd").read() == host_passwd, "this machine's /etc/passwd changed"
+
+
+def test_dist_installs_in_another_root_and_serves_as_its_user():
+    """install_and_serve() through a chroot, as a root file system of
+    another distribution is used: here this machine's own, under an
+    overlay whose writes go to a tmpfs (so nothing here changes), with
+    /proc and /dev mounted in it; the daemon runs as the user the
+    install made (or found)."""
+    tarball()
+    if os.geteuid() != 0:
+        raise Skip("needs root: chroot and mount")
+    t = tempfile.mkdtemp(prefix="ptxcache-dist-root-")
+    upper, merged = os.path.join(t, "rw"), os.path.join(t, "root")
+    os.makedirs(upper)
+    os.makedirs(merged)
+    mounted = []
+
+    def mount(*args):
+        r = subprocess.run(["mount"] + list(args), capture_output=True, text=True)
+        assert r.returncode == 0, (args, r.stderr)
+        mounted.append(args[-1])
+
+    try:
+        mount("-t", "tmpfs", "tmpfs", upper)
+        os.makedirs(upper + "/u")
+        os.makedirs(upper + "/w")
+        mount("-t", "overlay", "overlay", "-o",
+              "lowerdir=/,upperdir=%s/u,workdir=%s/w" % (upper, upper), merged)
+        mount("-t", "proc", "proc", merged + "/proc")
+        mount("--bind", "/dev", merged + "/dev")
+        lines = install_and_serve(merged, ["chroot", merged])
+        assert any(l.startswith("install.sh: installed /usr/local/bin/ptxcached") for l in lines), lines
+        assert any("ptxcache with systemd-sysusers" in l or l == "install.sh: user ptxcache exists"
+                   for l in lines), lines
+        assert any(l.startswith("install.sh: next: systemctl daemon-reload") for l in lines), lines
+    finally:
+        for m in reversed(mounted):
+            subprocess.run(["umount", m], capture_output=True)
+        with open("/proc/self/mounts") as f:
+            left = [l.split()[1] for l in f if l.split()[1].startswith(t)]
+        # Never remove a tree that still has this machine's /dev or / under it.
+        assert not left, "still mounted: %s (left in place)" % left
+        shutil.rmtree(t, ignore_errors=True)
