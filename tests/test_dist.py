@@ -18,6 +18,7 @@ to a tmpfs. Skipped under make check-asan (the tarball holds the static
 build) and inside the Debian package's build; the tests that need root
 skip without it. About 40 s in all here, most of it the two archives'
 strip and xz (the static build is incremental, in build-static/)."""
+import atexit
 import hashlib
 import os
 import re
@@ -67,6 +68,7 @@ def tarball():
     need_dist_context()
     if "tarball" not in _cache:
         d = tempfile.mkdtemp(prefix="ptxcache-dist-")
+        atexit.register(shutil.rmtree, d, True)
         paths = []
         for sub in ("a", "b"):
             r = make_dist(os.path.join(d, sub))

@@ -22,6 +22,7 @@ How it runs, both where both can:
 The test prints which ran. Skipped only where not root (chroot, unshare
 and mount need it), under make check-asan and inside the Debian package's
 build. About 15 s here (20 s more with podman)."""
+import atexit
 import hashlib
 import json
 import os
@@ -56,6 +57,7 @@ def image():
     need_image_context()
     if "dir" not in _cache:
         d = tempfile.mkdtemp(prefix="ptxcache-image-")
+        atexit.register(shutil.rmtree, d, True)
         r = subprocess.run(["make", "-s", "--no-print-directory", "-C", ROOT, "image",
                             "IMAGE_DIR=" + d], capture_output=True, text=True, timeout=1800)
         assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
