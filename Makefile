@@ -418,7 +418,7 @@ dist:
 # ptxcache ($(IMAGE_UID)), /tmp. It runs as $(IMAGE_UID):$(IMAGE_UID), entrypoint
 # `ptxcached --socket /run/ptxcache/ptxcached.sock --cache-dir
 # /var/cache/ptxcache`, both directories volumes. Output: the OCI layout
-# $(IMAGE_DIR)/oci (tag $(VERSION)) and the same as an oci-archive,
+# $(IMAGE_DIR)/oci (reference $(IMAGE_NAME):$(VERSION)) and the same as an oci-archive,
 # $(IMAGE_DIR)/$(IMAGE_NAME)-$(VERSION).oci.tar (`podman load -i`, `skopeo
 # copy oci-archive:FILE docker://REGISTRY/$(IMAGE_NAME):$(VERSION)`). Size on
 # Debian 12, x86_64: 52 MB unpacked, 23 MB compressed (the daemon carries

@@ -21,9 +21,9 @@ entry, every mtime SOURCE_DATE_EPOCH), so building needs no root. umoci
 (Debian's package) makes the rest: the OCI layout (umoci init, new), the
 layer (umoci raw add-layer), the config (user UID:UID, entrypoint
 ptxcached with the socket and cache flags, the volumes, created at the
-same epoch). Then the layout is packed as an oci-archive tar, which
-`podman load`, `skopeo copy oci-archive:...` and containerd's `ctr import`
-take.
+same epoch), under the reference NAME:TAG. Then the layout is packed as an
+oci-archive tar, which `podman load` takes (as localhost/NAME:TAG) and
+`skopeo copy oci-archive:FILE docker://REGISTRY/NAME:TAG` pushes.
 
 usage: mk/image.py --programs DIR --out DIR [--name ptxcache] [--tag VERSION] [--uid 65532]
 """
@@ -195,7 +195,9 @@ def main() -> None:
         with open(tar, "wb") as f:
             f.write(data)
 
-        ref = "%s:%s" % (layout, a.tag)
+        # The layout's reference is NAME:TAG (a ref.name may hold a colon),
+        # which podman load takes as the image's name.
+        ref = "%s:%s:%s" % (layout, a.name, a.tag)
         created = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime(
             "%Y-%m-%dT%H:%M:%SZ")
         umoci("init", "--layout", layout)

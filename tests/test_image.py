@@ -121,7 +121,7 @@ def test_image_is_from_scratch_and_runs_as_its_user():
     layout = os.path.join(d, "oci")
     index = json.load(open(os.path.join(layout, "index.json")))
     assert [m["annotations"]["org.opencontainers.image.ref.name"] for m in index["manifests"]] \
-        == [VERSION], index
+        == ["ptxcache:" + VERSION], index
     manifest = json.load(open(blob(layout, index["manifests"][0]["digest"])))
     assert len(manifest["layers"]) == 1, manifest     # from scratch: no base layer
     config = json.load(open(blob(layout, manifest["config"]["digest"])))
@@ -158,7 +158,7 @@ def run_in_chroot(layout, tmp):
     """The image's entrypoint, as its user, in a chroot of its unpacked
     rootfs; what it served is checked."""
     bundle = os.path.join(tmp, "bundle")
-    r = subprocess.run(["umoci", "unpack", "--image", "%s:%s" % (layout, VERSION), bundle],
+    r = subprocess.run(["umoci", "unpack", "--image", "%s:ptxcache:%s" % (layout, VERSION), bundle],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     spec = json.load(open(os.path.join(bundle, "config.json")))
@@ -214,6 +214,7 @@ def run_under_podman(archive, tmp):
     m = re.search(r"Loaded image(?:\(s\))?: (\S+)", r.stdout + r.stderr)
     assert m, r.stdout + r.stderr
     ref = m.group(1)
+    assert ref == "localhost/ptxcache:" + VERSION, ref     # the name the layout gives
     vols = {}
     for v in (SOCKET_DIR, CACHE_DIR):
         vols[v] = os.path.join(tmp, "vol" + v.replace("/", "-"))
