@@ -21,7 +21,8 @@ How it runs, both where both can:
   says why not. `--init`: see the image's note on PID 1 in the README.
 The test prints which ran. Skipped only where not root (chroot, unshare
 and mount need it), under make check-asan and inside the Debian package's
-build. About 15 s here (20 s more with podman)."""
+build. About 10 s here, podman's run included (the static build is
+incremental, in build-static/)."""
 import atexit
 import hashlib
 import json

@@ -1,8 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
 # install.sh: installs ptxcache from this tarball (make dist) on any Linux
-# node with glibc and, for the service, systemd; POSIX sh, nothing but
-# mkdir, cp, chmod, sed and ln.
+# node with glibc and, for the service, systemd; POSIX sh and POSIX
+# utilities alone (mkdir, cp, mv, chmod, ln, sed, grep, id).
 #
 #   sudo ./install.sh                       # PREFIX=/usr/local
 #   sudo PREFIX=/opt/ptxcache ./install.sh
