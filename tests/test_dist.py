@@ -335,7 +335,8 @@ def test_dist_installs_in_another_root_and_serves_as_its_user():
     another distribution is used: here this machine's own, under an
     overlay whose writes go to a tmpfs (so nothing here changes), with
     /proc and /dev mounted in it; the daemon runs as the user the
-    install made (or found)."""
+    install made (or found), and systemd-analyze verify reads the
+    installed units there."""
     tarball()
     if os.geteuid() != 0:
         raise Skip("needs root: chroot and mount")
@@ -363,6 +364,12 @@ def test_dist_installs_in_another_root_and_serves_as_its_user():
         assert any("ptxcache with systemd-sysusers" in l or l == "install.sh: user ptxcache exists"
                    for l in lines), lines
         assert any(l.startswith("install.sh: next: systemctl daemon-reload") for l in lines), lines
+        # The installed units, as systemd reads them there (no systemd runs here).
+        units = ["/usr/local/lib/systemd/system/ptxcached.socket",
+                 "/usr/local/lib/systemd/system/ptxcached.service"]
+        r = subprocess.run(["chroot", merged, "systemd-analyze", "verify", "--man=no"] + units,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and not r.stderr.strip(), r.stdout + r.stderr
     finally:
         for m in reversed(mounted):
             subprocess.run(["umount", m], capture_output=True)
