@@ -39,15 +39,52 @@ LLVM_LIBS = $(shell $(LLVM_CONFIG) --link-static --ldflags --libs $(LLVM_COMPONE
 DAEMON_LIBS = $(LLVM_LIBS) $(DEP_LIBS) -lpthread
 
 # STATIC=1: every library but glibc linked statically (libstdc++ too), for
-# a daemon and CLI that run on a machine without Debian's packages (the GPU
-# proof, tests/gpu/README.md): make STATIC=1 B=build-static ptxcached ptxcache
+# programs that run on any Linux with glibc 2.28 or later (the wheel, the
+# tarball, the image, the GPU proof: tests/gpu/README.md):
+#   make STATIC=1 B=build-static build-static/ptxcached build-static/ptxcache
+# They link against Debian 11's glibc 2.31 (mk/sysroot.sh: Debian packages,
+# fetched once into $(SYSROOT)), with compat/glibc.c for the few symbols
+# that 2.31 lacks or versions after 2.28; mk/wheel_backend.py checks that
+# nothing newer than GLIBC_2.28 is imported. ARCH=aarch64 cross-compiles
+# with Debian's gcc-aarch64-linux-gnu against Debian 12's arm64 packages
+# (LLVM 22's included). SYSROOT= (empty) links against this host's glibc.
 ifdef STATIC
+HOST_ARCH   := $(shell uname -m)
+ARCH        ?= $(HOST_ARCH)
+TRIPLET     := $(ARCH)-linux-gnu
+# The roots built from Debian packages (the sysroots, the Debian 11 test
+# root): kept across runs; CI points them outside the clone it tests.
+PTXCACHE_ROOTS ?= $(CURDIR)/build/roots
+SYSROOT     ?= $(PTXCACHE_ROOTS)/sysroot-$(ARCH)
 SYSLIBS     := -ldl -lm -lrt -lpthread -pthread
 static_libs  = -Wl,-Bstatic $(filter-out $(SYSLIBS) %.so,$(1)) -Wl,-Bdynamic -ldl -lm -lrt -lpthread
 DEP_LIBS     = $(shell pkg-config --static --libs $(PKGS) 2>/dev/null)
 DAEMON_LIBS  = $(call static_libs,$(LLVM_LIBS) $(DEP_LIBS))
 CLI_LIBS     = $(call static_libs,-lmsgpackc $(shell pkg-config --static --libs json-c 2>/dev/null))
 LDFLAGS     += -static-libstdc++ -static-libgcc
+ifneq ($(ARCH),$(HOST_ARCH))
+CC          := $(TRIPLET)-gcc
+CXX         := $(TRIPLET)-g++
+DEPROOT     := $(SYSROOT)/deps/root
+LLVM_HOST   := $(shell $(LLVM_CONFIG) --prefix 2>/dev/null)
+LLVM_CFLAGS   = $(subst $(LLVM_HOST),$(DEPROOT)$(LLVM_HOST),$(shell $(LLVM_CONFIG) --cflags 2>/dev/null))
+LLVM_CXXFLAGS = $(subst $(LLVM_HOST),$(DEPROOT)$(LLVM_HOST),$(shell $(LLVM_CONFIG) --cxxflags 2>/dev/null))
+LLVM_LIBS     = $(subst $(LLVM_HOST),$(DEPROOT)$(LLVM_HOST),$(shell $(LLVM_CONFIG) --link-static --ldflags --libs $(LLVM_COMPONENTS) 2>/dev/null)) \
+                $(shell $(LLVM_CONFIG) --link-static --system-libs 2>/dev/null)
+export PKG_CONFIG_LIBDIR := $(DEPROOT)/usr/lib/$(TRIPLET)/pkgconfig:$(DEPROOT)/usr/share/pkgconfig
+export PKG_CONFIG_SYSROOT_DIR := $(DEPROOT)
+CPPFLAGS    += -I$(DEPROOT)/usr/include -I$(DEPROOT)/usr/include/$(TRIPLET)
+endif
+ifneq ($(SYSROOT),)
+GLIBC_ROOT  := $(SYSROOT)/glibc/root
+LDFLAGS     += --sysroot=$(GLIBC_ROOT) -B$(GLIBC_ROOT)/usr/lib/$(TRIPLET)/ \
+               -L$(GLIBC_ROOT)/usr/lib/$(TRIPLET) -L$(GLIBC_ROOT)/lib/$(TRIPLET) -L$(SYSROOT)/static \
+               -Wl,--wrap=exp,--wrap=log,--wrap=log2,--wrap=pow
+COMPAT_OBJ  := $(B)/obj/compat/glibc.o
+$(SYSROOT)/.done: mk/sysroot.sh mk/debs.sh
+	@echo "  SYSROOT $(SYSROOT)"
+	$(Q)mk/sysroot.sh $(ARCH) $(SYSROOT)
+endif
 endif
 
 PROTO_SRC  := proto/buf.c proto/frame.c proto/msg.c proto/ptxas_args.c proto/llc_args.c
@@ -60,6 +97,12 @@ CLIENT_SRC := client/lib.c
 CLI_SRC    := client/cli.c client/autostart.c client/front.c client/llc.c client/ptxas.c client/artifact.c
 
 obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
+
+ifneq ($(COMPAT_OBJ),)
+# Every object waits for the sysroot: a cross build compiles against it.
+$(call obj,$(DAEMON_SRC) $(PROTO_SRC) $(CLIENT_SRC) $(CLI_SRC) compat/glibc.c) \
+	$(B)/obj/daemon/llvm_shim.o: | $(SYSROOT)/.done
+endif
 
 ifeq ($(V),1)
 Q :=
@@ -101,7 +144,7 @@ $(B)/gen/schema.h: schema.sql
 $(B)/obj/daemon/store.o: $(B)/gen/schema.h
 $(B)/obj/daemon/store.o: CFLAGS += -I$(B)/gen
 
-$(B)/ptxcached: $(call obj,$(DAEMON_SRC) $(PROTO_SRC)) $(B)/obj/daemon/llvm_shim.o
+$(B)/ptxcached: $(call obj,$(DAEMON_SRC) $(PROTO_SRC)) $(B)/obj/daemon/llvm_shim.o $(COMPAT_OBJ)
 	@echo "  LD  $@"
 	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS)
 
@@ -139,7 +182,7 @@ $(B)/libptxcache.so: $(B)/$(SONAME)
 	$(Q)ln -sf $(SONAME) $@
 
 # The CLI alone uses json-c, to print the daemon's JSON answers as tables.
-$(B)/ptxcache: $(call obj,$(CLI_SRC)) $(B)/libptxcache.a
+$(B)/ptxcache: $(call obj,$(CLI_SRC)) $(B)/libptxcache.a $(COMPAT_OBJ)
 	@echo "  LD  $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(CLI_LIBS)
 
@@ -163,7 +206,7 @@ $(B)/l2drive: $(call obj,tests/tools/l2drive.c daemon/cluster.c daemon/l2.c daem
 all: $(B)/relocdrive
 $(B)/relocdrive: $(call obj,tests/tools/relocdrive.c daemon/cubin_debug.c proto/buf.c)
 	@echo "  LD  $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lm
 
 # Fuzz harnesses (tests/fuzz/). Every `make test` replays their seed
 # corpora through replay_* (the normal compiler: no clang needed);
@@ -359,27 +402,32 @@ WHEEL_DIR ?= $(B)/wheel
 wheel sdist:
 	@./mk/deps.sh
 	$(Q)mkdir -p $(WHEEL_DIR)
-	$(Q)$(PYTHON) -c 'import os, sys; sys.path.insert(0, "mk"); import wheel_backend as w; \
+	$(Q)PTXCACHE_WHEEL_ARCH=$(ARCH) $(PYTHON) -c 'import os, sys; sys.path.insert(0, "mk"); \
+	  import wheel_backend as w; \
 	  print(os.path.join(sys.argv[2], getattr(w, "build_" + sys.argv[1])(sys.argv[2])))' $@ $(WHEEL_DIR)
+
+# Everything linked against the sysroot carries compat/glibc.c (STATIC=1).
+$(B)/ptxcached-probe $(B)/unit $(B)/l2drive $(B)/relocdrive \
+	$(patsubst %,$(B)/fuzz/replay_%,$(FUZZ_HARNESSES)): $(COMPAT_OBJ)
 
 # make dist [ARCH=x86_64|aarch64]: the node tarball for any distribution,
 # $(DIST_DIR)/ptxcache-VERSION-linux-ARCH.tar.xz: ptxcached and ptxcache
-# built with STATIC=1 in $(STATIC_B)/ (every library but glibc linked in,
-# as for the wheel) and stripped, the systemd units (the service's
-# ExecStart= filled in by install.sh for its PREFIX), the sysusers.d
-# snippet, the sample configuration, the man pages and install.sh
-# (mk/dist/install.sh: PREFIX, DESTDIR, the ptxcache user when run as
-# root). For ARCH=aarch64 the programs are taken as they are from
-# $(STATIC_B)/, which the cross build fills (make STATIC=1 B=$(STATIC_B)
-# $(STATIC_B)/ptxcached $(STATIC_B)/ptxcache with an aarch64 compiler),
-# and stripped with aarch64-linux-gnu-strip. The archive is reproducible:
-# names sorted, owner 0, every mtime SOURCE_DATE_EPOCH (default: the last
-# commit's time), xz in threaded mode (its output is the same for any
-# number of threads; DIST_XZ sets its options). tests/test_dist.py installs and runs it.
+# built with STATIC=1 in $(STATIC_B)/ as for the wheel (every library but
+# glibc linked in; build-static/, or build-static-aarch64/ for the cross
+# build) and stripped, the systemd units (the service's ExecStart= filled
+# in by install.sh for its PREFIX), the sysusers.d snippet, the sample
+# configuration, the man pages and install.sh (mk/dist/install.sh: PREFIX,
+# DESTDIR, the ptxcache user when run as root). DIST_BUILD=0 takes the
+# programs in $(STATIC_B)/ as they are (built elsewhere), after checking
+# their ELF machine. The archive is reproducible: names sorted, owner 0,
+# every mtime SOURCE_DATE_EPOCH (default: the last commit's time), xz in
+# threaded mode (its output is the same for any number of threads;
+# DIST_XZ sets its options). tests/test_dist.py installs and runs it.
 ARCH      ?= $(shell uname -m)
-STATIC_B  ?= build-static
+STATIC_B  ?= $(if $(filter $(ARCH),$(shell uname -m)),build-static,build-static-$(ARCH))
 DIST_DIR  ?= $(B)/dist
 DIST_NAME := ptxcache-$(VERSION)-linux-$(ARCH)
+DIST_BUILD ?= 1
 DIST_ELF_x86_64  := X86-64
 DIST_ELF_aarch64 := AArch64
 STRIP     ?= $(if $(filter $(ARCH),$(shell uname -m)),strip,$(ARCH)-linux-gnu-strip)
@@ -387,8 +435,8 @@ DIST_XZ   ?= -T2 -6
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 dist:
 	$(Q)test -n "$(DIST_ELF_$(ARCH))" || { echo "make dist: ARCH is x86_64 or aarch64, not '$(ARCH)'" >&2; exit 2; }
-	$(Q)if [ "$(ARCH)" = "$$(uname -m)" ]; then \
-	  ./mk/deps.sh && $(MAKE) --no-print-directory STATIC=1 B=$(STATIC_B) $(STATIC_B)/ptxcached $(STATIC_B)/ptxcache; \
+	$(Q)if [ "$(DIST_BUILD)" = 1 ]; then ./mk/deps.sh && $(MAKE) --no-print-directory STATIC=1 \
+	  ARCH=$(ARCH) B=$(STATIC_B) $(STATIC_B)/ptxcached $(STATIC_B)/ptxcache; \
 	else for p in ptxcached ptxcache; do test -x $(STATIC_B)/$$p || { \
 	  echo "make dist: no $(STATIC_B)/$$p: build the $(ARCH) programs there first (STATIC=1 B=$(STATIC_B))" >&2; exit 1; }; done; fi
 	$(Q)rm -rf $(DIST_DIR)/$(DIST_NAME) && mkdir -p $(DIST_DIR)/$(DIST_NAME)/bin \
@@ -427,6 +475,7 @@ IMAGE_DIR  ?= $(B)/image
 IMAGE_NAME ?= ptxcache
 IMAGE_UID  ?= 65532
 image:
+	$(Q)test "$(ARCH)" = "$$(uname -m)" || { echo "make image: this machine's architecture only" >&2; exit 2; }
 	@./mk/deps.sh
 	@$(MAKE) --no-print-directory STATIC=1 B=$(STATIC_B) $(STATIC_B)/ptxcached $(STATIC_B)/ptxcache
 	$(Q)SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(PYTHON) mk/image.py --programs $(STATIC_B) \

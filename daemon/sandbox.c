@@ -210,12 +210,25 @@ static int assembler_filter(scmp_filter_ctx c)
 	return r;
 }
 
+/* Whether this kernel has seccomp filters, as libseccomp sees it. */
+static int have_seccomp(void)
+{
+	return prctl(PR_GET_SECCOMP, 0, 0, 0, 0) >= 0 && seccomp_api_get() >= 1;
+}
+
 static int apply_seccomp(enum sandbox_profile profile, struct buf *missing)
 {
 	scmp_filter_ctx c = seccomp_init(profile == SANDBOX_CODEGEN ? SCMP_ACT_KILL_PROCESS
 								    : SCMP_ACT_ALLOW);
 	if (!c) {
-		buf_puts(missing, "seccomp_init failed");
+		/* No seccomp that libseccomp can use here (qemu-user emulates
+		 * none; a kernel without SECCOMP_RET_KILL_PROCESS): missing, as
+		 * for EINVAL below, where the master saw none either. */
+		if (!have_seccomp()) {
+			buf_puts(missing, missing->len ? ", seccomp" : "seccomp");
+			return 1;
+		}
+		buf_puts(missing, missing->len ? ", seccomp_init failed" : "seccomp_init failed");
 		return -1;
 	}
 	int r = profile == SANDBOX_CODEGEN ? codegen_filter(c) : assembler_filter(c);
@@ -261,8 +274,7 @@ int sandbox_apply(enum sandbox_profile profile, const struct sandbox_paths *path
 int sandbox_support(struct buf *out)
 {
 	int abi = landlock_abi();
-	int seccomp = prctl(PR_GET_SECCOMP, 0, 0, 0, 0) >= 0 &&
-		      seccomp_api_get() >= 1;
+	int seccomp = have_seccomp();
 #if defined(__SANITIZE_ADDRESS__)
 	buf_puts(out, "off (AddressSanitizer build)");
 	return 0;

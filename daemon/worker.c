@@ -71,6 +71,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -848,6 +849,21 @@ static void send_config(struct pool *p, struct worker *w)
 	buf_free(&out);
 }
 
+/* Every descriptor from lo up closed, in a child between fork and exec:
+ * close_range(2) where the kernel has it (5.9 on; glibc has a wrapper
+ * only from 2.34, so the system call itself), else one close() per
+ * descriptor the process may hold (kernels before 5.9: RHEL 8's 4.18). */
+static void close_from(int lo)
+{
+	if (syscall(SYS_close_range, (unsigned)lo, ~0U, 0) == 0)
+		return;
+	struct rlimit rl;
+	long hi = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+		? (long)rl.rlim_cur : 65536;
+	for (long fd = lo; fd < hi; fd++)
+		close((int)fd);
+}
+
 /* Start a worker for optset (background: a background worker, at idle
  * priority). Returns it, or NULL if fork or socketpair fail. */
 static struct worker *spawn(struct pool *p, const char *optset, int background)
@@ -890,7 +906,7 @@ static struct worker *spawn(struct pool *p, const char *optset, int background)
 		 * of the master's memory or descriptors survives. */
 		if (dup2(sv[1], 3) < 0 || dup2(start_log, 4) < 0)
 			_exit(1);
-		close_range(5, ~0U, 0);
+		close_from(5);
 		int null = open("/dev/null", O_RDWR);
 		if (null >= 0) {
 			dup2(null, 0);

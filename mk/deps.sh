@@ -9,12 +9,16 @@ set -e
 PKGS="llvm-22 llvm-22-dev llvm-22-tools libsqlite3-dev libevent-dev libmsgpack-dev
 libzstd-dev libxxhash-dev libseccomp-dev libssl-dev libjson-c-dev libhiredis-dev redis-server pkg-config python3 sqlite3
 python3-msgpack zstd systemd debhelper dh-python dpkg-dev lintian python3-venv python3-pip
-python3-build binutils umoci python3-yaml"  # zstd: unpacks tests/corpus; systemd: systemd-analyze,
+python3-build binutils debootstrap qemu-user-static gcc-aarch64-linux-gnu
+g++-aarch64-linux-gnu umoci python3-yaml"  # zstd: unpacks tests/corpus; systemd: systemd-analyze,
 # systemd-socket-activate for tests/test_systemd.py; debhelper, dh-python, dpkg-dev,
 # lintian: make deb and tests/test_deb.py; python3-msgpack: the Python package's
 # codec (python/ptxcache; tests/test_python.py compares it with its own);
 # python3-venv, python3-pip, python3-build, binutils (objdump, strip): make
 # wheel and tests/test_wheel.py (a fresh venv, pip install --no-index);
+# debootstrap, qemu-user-static, gcc- and g++-aarch64-linux-gnu: make wheel
+# ARCH=aarch64 and tests/test_oldsystem.py (a Debian 11 root, the aarch64
+# programs under qemu-user);
 # umoci: make image writes the OCI image from scratch with it (layout,
 # layer, config), tests/test_image.py unpacks it; python3-yaml:
 # tests/test_kubernetes.py parses deploy/kubernetes/ (Debian ships no

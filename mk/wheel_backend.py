@@ -12,16 +12,23 @@ Standard library only, so that a wheel builds with nothing fetched
   programs as the wheel's scripts (pip puts them in the environment's bin/,
   on its PATH), the man pages under its data, and the dist-info with a
   RECORD of SHA-256 digests.
+- The programs link against Debian 11's glibc (the Makefile's sysroot,
+  mk/sysroot.sh), so that they import nothing newer than GLIBC_2.28.
 - The platform tag says what the programs need of the C library: every
-  ``GLIBC_x.y`` symbol version they import (``objdump -T``), the highest
-  giving ``manylinux_2_y_<arch>``; a program that needs any shared library
-  but glibc's own fails the build, as the tag would then lie.
+  ``GLIBC_x.y`` symbol version they import (``readelf``, which reads an
+  ELF of any architecture), the highest giving ``manylinux_2_y_<arch>``,
+  the architecture that of the ELF header; a program that needs any
+  shared library but glibc's own fails the build, as the tag would then
+  lie.
 - ``build_sdist`` writes the source tree (``git ls-files``, or the MANIFEST
   an earlier sdist left) with PKG-INFO; a wheel built from it runs the same
   Makefile.
 
-$PTXCACHE_WHEEL_B picks the Makefile's build directory (default
-build-static); $PTXCACHE_WHEEL_JOBS make's -j (default: the cores).
+$PTXCACHE_WHEEL_ARCH the architecture (default: this machine's; aarch64
+on x86_64 cross-compiles, ``make wheel ARCH=aarch64``); $PTXCACHE_WHEEL_B
+the Makefile's build directory (default build-static, build-static-ARCH
+for another architecture); $PTXCACHE_WHEEL_JOBS make's -j (default: the
+cores).
 """
 from __future__ import annotations
 
@@ -85,34 +92,70 @@ def _pkg_info() -> str:
     return "\n".join(lines) + "\n\n" + readme
 
 
+def _arch() -> str:
+    return os.environ.get("PTXCACHE_WHEEL_ARCH") or platform.machine()
+
+
 def _build_programs() -> str:
     """make STATIC=1 for the two programs; their directory."""
-    b = os.environ.get("PTXCACHE_WHEEL_B", "build-static")
+    arch = _arch()
+    default_b = "build-static" if arch == platform.machine() else "build-static-" + arch
+    b = os.environ.get("PTXCACHE_WHEEL_B", default_b)
     jobs = os.environ.get("PTXCACHE_WHEEL_JOBS", str(os.cpu_count() or 1))
     targets = ["%s/%s" % (b, p) for p in PROGRAMS]
-    subprocess.run(["make", "-C", ROOT, "-j" + jobs, "STATIC=1", "B=" + b] + targets, check=True)
+    subprocess.run(["make", "-C", ROOT, "-j" + jobs, "STATIC=1", "ARCH=" + arch, "B=" + b] + targets,
+                   check=True)
     return os.path.join(ROOT, b)
 
 
+def _strip(src: str, dst: str) -> None:
+    """strip for the program's own architecture (binutils of the cross
+    toolchain where it is another)."""
+    arch = elf_arch(src)
+    tool = "strip" if arch == platform.machine() else "%s-linux-gnu-strip" % arch
+    subprocess.run([tool, "-o", dst, src], check=True)
+
+
+# ELF e_machine values (elf.h) and the names manylinux tags use.
+ELF_MACHINES = {62: "x86_64", 183: "aarch64"}
+
+
+def elf_arch(path: str) -> str:
+    with open(path, "rb") as f:
+        head = f.read(20)
+    if head[:4] != b"\x7fELF" or head[5] != 1:
+        raise RuntimeError("%s is not a little-endian ELF file" % path)
+    machine = int.from_bytes(head[18:20], "little")
+    if machine not in ELF_MACHINES:
+        raise RuntimeError("%s is for ELF machine %d: no manylinux tag for it" % (path, machine))
+    return ELF_MACHINES[machine]
+
+
 def glibc_needs(paths: list[str]) -> tuple[int, int]:
-    """The highest GLIBC_x.y version the programs import (objdump -T),
-    after checking that they need no shared library but glibc's."""
+    """The highest GLIBC_x.y version the programs import (readelf, any
+    architecture), after checking that they need no shared library but
+    glibc's."""
     best = (2, 17)
     for p in paths:
-        dyn = subprocess.run(["objdump", "-p", p], capture_output=True, text=True, check=True).stdout
-        needed = set(re.findall(r"^\s*NEEDED\s+(\S+)", dyn, re.M))
+        dyn = subprocess.run(["readelf", "-d", "-W", p], capture_output=True, text=True,
+                             check=True).stdout
+        needed = set(re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dyn))
         if needed - GLIBC_LIBS:
             raise RuntimeError("%s needs %s besides glibc: no manylinux tag would be true"
                                % (p, ", ".join(sorted(needed - GLIBC_LIBS))))
-        syms = subprocess.run(["objdump", "-T", p], capture_output=True, text=True, check=True).stdout
-        for major, minor in re.findall(r"\bGLIBC_(\d+)\.(\d+)\b", syms):
+        syms = subprocess.run(["readelf", "--dyn-syms", "-W", p], capture_output=True,
+                              text=True, check=True).stdout
+        for major, minor in re.findall(r"@GLIBC_(\d+)\.(\d+)\b", syms):
             best = max(best, (int(major), int(minor)))
     return best
 
 
 def platform_tag(paths: list[str]) -> str:
     major, minor = glibc_needs(paths)
-    return "manylinux_%d_%d_%s" % (major, minor, platform.machine())
+    arches = {elf_arch(p) for p in paths}
+    if len(arches) != 1:
+        raise RuntimeError("the programs are for %s: one wheel, one architecture" % sorted(arches))
+    return "manylinux_%d_%d_%s" % (major, minor, arches.pop())
 
 
 def _record_line(arc: str, data: bytes) -> list[str]:
@@ -146,7 +189,7 @@ def build_wheel(wheel_directory: str, config_settings: dict | None = None,
         progs = []
         for p in PROGRAMS:
             dst = os.path.join(tmp, p)
-            subprocess.run(["strip", "-o", dst, os.path.join(bdir, p)], check=True)
+            _strip(os.path.join(bdir, p), dst)
             progs.append(dst)
         tag = "py3-none-" + platform_tag(progs)
         dist = "%s-%s" % (name, version)
