@@ -461,8 +461,8 @@ dist:
 # make image: the OCI image of the daemon, FROM scratch (no base image
 # fetched), by mk/image.py with Debian's umoci: ptxcached and ptxcache
 # (the STATIC=1 build in $(STATIC_B)/, stripped), the glibc loader and
-# libraries they need from this machine's /lib/<multiarch> (libc, libm,
-# ld.so: nothing else), /etc/passwd and /etc/group with the non-root user
+# libraries they NEED from this machine's /lib/<multiarch> (libc, libm,
+# libpthread, libdl and ld.so: nothing else), /etc/passwd and /etc/group with the non-root user
 # ptxcache ($(IMAGE_UID)), /tmp. It runs as $(IMAGE_UID):$(IMAGE_UID), entrypoint
 # `ptxcached --socket /run/ptxcache/ptxcached.sock --cache-dir
 # /var/cache/ptxcache`, both directories volumes. Output: the OCI layout

@@ -142,8 +142,8 @@ def serve_installed(rt, prefix_dir="/usr/local", as_user=None):
     directories systemd would give it redirected to temp dirs of the root,
     then the installed CLI's ping and a compile of a corpus kernel, which
     must be the bytes of a daemon of the build tree. as_user: run both as
-    the unit's User= and Group= (the prefix then ends in a chroot, whose
-    --userspec goes before the root)."""
+    the unit's User= and Group= (the prefix then runs chroot, and its
+    --userspec goes after it)."""
     ir, want = expected_compile()
     unit = open(rt.host(prefix_dir + "/lib/systemd/system/ptxcached.service")).read()
     m = re.search(r"^ExecStart=(.+)$", unit, re.M)
@@ -153,8 +153,10 @@ def serve_installed(rt, prefix_dir="/usr/local", as_user=None):
     if as_user:
         user = re.search(r"^User=(\S+)$", unit, re.M).group(1)
         group = re.search(r"^Group=(\S+)$", unit, re.M).group(1)
-        assert rt.prefix and rt.prefix[0] == "chroot", rt.prefix
-        rt = Root(rt.root, rt.prefix[:-1] + ["--userspec=%s:%s" % (user, group), rt.prefix[-1]])
+        at = [i for i, a in enumerate(rt.prefix) if os.path.basename(a) == "chroot"]
+        assert at, "as_user needs a prefix that chroots: %s" % rt.prefix
+        rt = Root(rt.root, rt.prefix[:at[-1] + 1] + ["--userspec=%s:%s" % (user, group)] +
+                  rt.prefix[at[-1] + 1:])
     base = "/tmp/ptxcache-dist-run"
     shutil.rmtree(rt.host(base), ignore_errors=True)
     os.makedirs(rt.host(base))
@@ -199,10 +201,11 @@ def serve_installed(rt, prefix_dir="/usr/local", as_user=None):
 
 def install_and_serve(root, prefix, as_user=True):
     """The tarball installed for real inside root (install.sh through
-    prefix, e.g. ["chroot", root]; run as root it creates the ptxcache
-    user), then served from there, as that user (as_user; the prefix is
-    then a chroot's); install.sh's lines. The root needs /proc mounted
-    (the daemon execs its workers through /proc/self/exe) and /dev."""
+    prefix, e.g. ["chroot", root], or a tests/sysroot.py Root's; run as
+    root it creates the ptxcache user), then served from there, as that
+    user (as_user; the prefix then runs chroot); install.sh's lines. The
+    root needs /proc mounted (the daemon execs its workers through
+    /proc/self/exe) and /dev."""
     rt = Root(root, prefix)
     lines = run_install(rt, tarball(), {"DESTDIR": ""})
     serve_installed(rt, as_user=as_user)
@@ -380,3 +383,17 @@ def test_dist_installs_in_another_root_and_serves_as_its_user():
         # Never remove a tree that still has this machine's /dev or / under it.
         assert not left, "still mounted: %s (left in place)" % left
         shutil.rmtree(t, ignore_errors=True)
+
+
+def test_dist_installs_and_serves_on_debian_11():
+    """The tarball on a system that is not Debian 12: Debian 11 (glibc
+    2.31, no systemd in its minbase), a copy of tests/sysroot.py's root:
+    install.sh creates the user with useradd there, and the installed
+    unit's ExecStart= serves ping and the compile as that user."""
+    tarball()
+    import sysroot
+    with sysroot.Root(sysroot.debian11()) as r:
+        lines = install_and_serve(r.path, r.prefix)
+        assert "install.sh: created user and group ptxcache with useradd" in lines, lines
+        with open(r.host_path("/etc/os-release")) as f:
+            assert 'VERSION_ID="11"' in f.read()
