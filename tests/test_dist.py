@@ -13,17 +13,21 @@ daemon of the build tree gives.
 root file system: `prefix` is the command prefix that runs a program
 there (`["chroot", root]`), and the install is then a real one (no
 DESTDIR: the `ptxcache` user is created, and the daemon runs as it);
-here it runs in this machine's own root under an overlay whose writes go
-to a tmpfs. Skipped under make check-asan (the tarball holds the static
+here it runs in Debian 11 (tests/sysroot.py's root: useradd, glibc 2.31)
+and in this machine's own root under an overlay whose writes go to a
+tmpfs (systemd-sysusers, and systemd-analyze verify of the installed
+units). Skipped under make check-asan (the tarball holds the static
 build) and inside the Debian package's build; the tests that need root
-skip without it. About 40 s in all here, most of it the two archives'
-strip and xz (the static build is incremental, in build-static/)."""
+skip without it. About 60 s in all here, most of it the two archives'
+strip and xz and the copy of the Debian 11 root (the static build is
+incremental, in build-static/; the root is made once)."""
 import atexit
 import hashlib
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import tarfile
 import tempfile
@@ -189,7 +193,9 @@ def serve_installed(rt, prefix_dir="/usr/local", as_user=None):
             with open(rt.host("/etc/passwd")) as f:
                 uid = [l.split(":")[2] for l in f if l.startswith(user + ":")]
             assert uid and os.stat(db).st_uid == int(uid[0]), (uid, os.stat(db).st_uid)
-        daemon.terminate()
+        # SIGTERM to the daemon itself (a prefix may fork: nsenter -p), and
+        # the prefix ends with its status.
+        os.kill(master_of(daemon.pid), signal.SIGTERM)
         assert daemon.wait(60) == 0, open(rt.host(base + "-daemon.log")).read()
     finally:
         if daemon.poll() is None:
@@ -197,6 +203,23 @@ def serve_installed(rt, prefix_dir="/usr/local", as_user=None):
             daemon.wait()
         log.close()
         shutil.rmtree(rt.host(base), ignore_errors=True)
+
+
+def master_of(pid):
+    """The shallowest process named ptxcached from pid down (pid itself,
+    where the prefix execs; its child, where the prefix forks)."""
+    level = [pid]
+    for _ in range(4):
+        for p in level:
+            try:
+                with open("/proc/%d/comm" % p) as f:
+                    if f.read().strip() == "ptxcached":
+                        return p
+            except OSError:
+                pass
+        r = subprocess.run(["pgrep", "-P", ",".join(map(str, level))], capture_output=True, text=True)
+        level = [int(x) for x in r.stdout.split()]
+    raise AssertionError("no ptxcached under pid %d" % pid)
 
 
 def install_and_serve(root, prefix, as_user=True):
