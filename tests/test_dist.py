@@ -18,9 +18,10 @@ and in this machine's own root under an overlay whose writes go to a
 tmpfs (systemd-sysusers, and systemd-analyze verify of the installed
 units). Skipped under make check-asan (the tarball holds the static
 build) and inside the Debian package's build; the tests that need root
-skip without it. About 60 s in all here, most of it the two archives'
-strip and xz and the copy of the Debian 11 root (the static build is
-incremental, in build-static/; the root is made once)."""
+skip without it. About 90 s in all here, most of it the archives' strip
+and xz and the copy of the Debian 11 root (the static builds are
+incremental, in build-static/ and build-static-aarch64/; the root is made
+once)."""
 import atexit
 import hashlib
 import os
@@ -420,3 +421,30 @@ def test_dist_installs_and_serves_on_debian_11():
         assert "install.sh: created user and group ptxcache with useradd" in lines, lines
         with open(r.host_path("/etc/os-release")) as f:
             assert 'VERSION_ID="11"' in f.read()
+
+
+def test_dist_for_aarch64_holds_the_cross_built_programs():
+    """make dist ARCH=aarch64 on x86_64: the cross build's programs
+    (build-static-aarch64/, shared with the aarch64 wheel), stripped with
+    the cross binutils, of ELF machine AArch64, needing glibc alone; the
+    rest of the archive as for x86_64. (tests/test_oldsystem.py runs the
+    same programs under qemu-user.)"""
+    need_dist_context()
+    if ARCH != "x86_64":
+        raise Skip("the cross build is x86_64's (make dist ARCH=aarch64)")
+    with tempfile.TemporaryDirectory() as t:
+        r = make_dist(t, "ARCH=aarch64")
+        assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+        name = "ptxcache-%s-linux-aarch64" % VERSION
+        with tarfile.open(os.path.join(t, name + ".tar.xz")) as tf:
+            names = sorted(m.name for m in tf.getmembers())
+            tf.extractall(t)
+        with tarfile.open(tarball()) as tf:
+            assert names == sorted(m.name.replace(NAME, name) for m in tf.getmembers())
+        for p in ("ptxcached", "ptxcache"):
+            path = os.path.join(t, name, "bin", p)
+            hdr = subprocess.run(["readelf", "-h", "-S", "-d", path], capture_output=True, text=True).stdout
+            assert re.search(r"Machine:\s+AArch64", hdr), hdr[:500]
+            assert ".symtab" not in hdr, "%s is not stripped" % p
+            needed = set(re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", hdr))
+            assert needed and needed <= GLIBC_LIBS, needed
