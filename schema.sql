@@ -47,3 +47,11 @@ CREATE INDEX IF NOT EXISTS entries_created ON entries (created);
 -- Artifacts of one scope, oldest first: the per-scope share's eviction and
 -- its total walk this index alone.
 CREATE INDEX IF NOT EXISTS entries_scope ON entries (scope, last_used, size) WHERE kind = 3;
+
+-- Tenants by socket (daemon/tenant.h): each name's number, which the
+-- tenant's identities, producers and artifact scopes are derived from.
+-- AUTOINCREMENT: a number is never given again, even once its row is gone.
+CREATE TABLE IF NOT EXISTS tenants (
+	id   INTEGER PRIMARY KEY AUTOINCREMENT,
+	name TEXT UNIQUE NOT NULL
+);

@@ -44,6 +44,13 @@ struct setting {
 static const struct setting settings[] = {
 	{ "socket", C_STR, F(socket_path), NULL, 0, 0, 0,
 	  "listen here (default $RUNTIME_DIRECTORY, $XDG_RUNTIME_DIR/ptxcache or /tmp/ptxcache-$UID, + /ptxcached.sock)" },
+	{ "tenant-dir", C_STR, F(tenant_dir), "", 0, 0, 1,
+	  "directory of the tenants' sockets: DIR/NAME.sock for each of tenants "
+	  "(made as the main socket is)" },
+	{ "tenants", C_STR, F(tenants), "", 0, 0, 1,
+	  "tenants (names of 1 to 32 of [a-z0-9-], comma-separated), each served on a socket "
+	  "of its own whose clients share nothing with another tenant's or the main socket's "
+	  "(empty: none)" },
 	{ "cache-dir", C_STR, F(cache_dir), NULL, 0, 0, 0,
 	  "cache directory (default $CACHE_DIRECTORY, $XDG_CACHE_HOME/ptxcache or ~/.cache/ptxcache)" },
 	{ "workers", C_INT, F(pool.size), NULL, 1, 256, 0,
