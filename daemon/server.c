@@ -562,21 +562,18 @@ int server_run(struct server_config *cfg)
 	 * nobody left to answer; its leases pass on, its waits end. */
 	conn_on_close(&s, flight_conn_closed, &s);
 	conn_on_close(&s, arts_conn_closed, s.arts);
+	/* The tenants' sockets, first (a bad name binds nothing): accepting
+	 * once the workers are warm, as the main one. */
+	if (!(s.tenants = tenants_new(s.base, s.store, accept_conn, &s))) {
+		buf_puts(&err, "out of memory");
+		goto out;
+	}
+	if (configure_tenants(&s, &err) < 0)
+		goto out;
 	if ((lfd = systemd_socket()) >= 0)
 		s.socket_from_systemd = 1;
 	else if ((lfd = tenant_listen(cfg->socket_path, &err)) < 0)
 		goto out;
-	/* The tenants' sockets: bound now, accepting once the workers are
-	 * warm, as the main one. */
-	if (!(s.tenants = tenants_new(s.base, s.store, accept_conn, &s))) {
-		buf_puts(&err, "out of memory");
-		close(lfd);
-		goto out;
-	}
-	if (configure_tenants(&s, &err) < 0) {
-		close(lfd);
-		goto out;
-	}
 	s.socket_gid = socket_group(lfd);
 	/* Disabled until the workers are warm (on_warm()): connections wait
 	 * in the socket's backlog meanwhile, under systemd or not. */
