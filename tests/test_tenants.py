@@ -181,13 +181,15 @@ def test_same_uid_on_one_tenants_socket_shares_as_today():
         assert ftype == GET | 0x80 and mp_unpack(body)["value"] == b"made once"
         a.close()
         b.close()
-        # A lease on x makes nobody on y wait: y's key is another.
+        # A lease on x is nothing to y: y's key is another, its own lease
+        # at once (a get that will not wait, of x's key, would be a miss).
         c = Raw(x, timeout=30)
         c.send(frame(GET, mp_pack({"id": 1, "ns": "triton", "key": "held", "lease": True})))
         assert mp_unpack(c.recv_frame()[1]).get("lease")
         r = Raw(d.sock("y"), timeout=30)
-        r.send(frame(GET, mp_pack({"id": 1, "ns": "triton", "key": "held", "lease": True})))
-        assert mp_unpack(r.recv_frame()[1]).get("lease"), "y waited on x's lease"
+        r.send(frame(GET, mp_pack({"id": 1, "ns": "triton", "key": "held", "lease": True,
+                                   "wait_ms": 0})))
+        assert mp_unpack(r.recv_frame()[1]).get("lease"), "y met x's lease"
         c.close()
         r.close()
 
