@@ -144,7 +144,7 @@ $(B)/ptxcache: $(call obj,$(CLI_SRC)) $(B)/libptxcache.a
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(CLI_LIBS)
 
 UNIT_SRC := $(wildcard tests/unit/*.c)
-$(B)/unit: $(call obj,$(UNIT_SRC) daemon/store.c daemon/store_hot.c daemon/flat.c daemon/store_fault.c daemon/key.c daemon/log.c daemon/cluster.c daemon/l2.c \
+$(B)/unit: $(call obj,$(UNIT_SRC) daemon/store.c daemon/tenant.c daemon/store_hot.c daemon/flat.c daemon/store_fault.c daemon/key.c daemon/log.c daemon/cluster.c daemon/l2.c \
 		daemon/cubin_debug.c $(PROTO_SRC))
 	@echo "  LD  $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DEP_LIBS)
