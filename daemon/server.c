@@ -562,9 +562,19 @@ int server_run(struct server_config *cfg)
 	 * nobody left to answer; its leases pass on, its waits end. */
 	conn_on_close(&s, flight_conn_closed, &s);
 	conn_on_close(&s, arts_conn_closed, s.arts);
+	/* Every socket the daemon makes: socket-mode, socket-group. */
+	struct socket_perm perm = { .mode = (unsigned)cfg->socket_mode, .gid = -1 };
+	unsigned gid;
+	if (cfg->socket_group && *cfg->socket_group) {
+		if (!config_list_id(cfg->socket_group, 1, &gid)) {
+			buf_printf(&err, "socket-group: no group '%s'", cfg->socket_group);
+			goto out;
+		}
+		perm.gid = (long)gid;
+	}
 	/* The tenants' sockets, first (a bad name binds nothing): accepting
 	 * once the workers are warm, as the main one. */
-	if (!(s.tenants = tenants_new(s.base, s.store, accept_conn, &s))) {
+	if (!(s.tenants = tenants_new(s.base, s.store, &perm, accept_conn, &s))) {
 		buf_puts(&err, "out of memory");
 		goto out;
 	}
@@ -572,7 +582,7 @@ int server_run(struct server_config *cfg)
 		goto out;
 	if ((lfd = systemd_socket()) >= 0)
 		s.socket_from_systemd = 1;
-	else if ((lfd = tenant_listen(cfg->socket_path, &err)) < 0)
+	else if ((lfd = tenant_listen(cfg->socket_path, &perm, &err)) < 0)
 		goto out;
 	s.socket_gid = socket_group(lfd);
 	/* Disabled until the workers are warm (on_warm()): connections wait

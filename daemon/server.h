@@ -13,6 +13,8 @@
 /* Filled by config.c; the fields marked (live) change on SIGHUP. */
 struct server_config {
 	const char *socket_path;
+	int socket_mode;        /* of the sockets the daemon makes */
+	const char *socket_group; /* their group: a name, a gid, "" */
 	const char *tenant_dir; /* the tenants' sockets' directory (live) */
 	const char *tenants;    /* their names, comma-separated (live;
 	                           tenant.h) */

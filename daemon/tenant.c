@@ -51,6 +51,7 @@ struct tenants {
 	struct store *store;
 	tenant_accept_fn accept;
 	void *arg;
+	struct socket_perm perm;
 	int enabled;
 	struct listener *list;
 };
@@ -103,7 +104,7 @@ int tenant_make_dir(const char *path, struct buf *err)
 	return 0;
 }
 
-int tenant_listen(const char *path, struct buf *err)
+int tenant_listen(const char *path, const struct socket_perm *perm, struct buf *err)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 
@@ -136,9 +137,25 @@ int tenant_listen(const char *path, struct buf *err)
 	if (probe >= 0)
 		close(probe);
 	unlink(path);
-	mode_t old = umask(0177);
+	/* Bound with the owner's bits of the mode alone, then widened. */
+	mode_t old = umask(0177 | (~(mode_t)perm->mode & 0600));
 	int r = bind(fd, (struct sockaddr *)&sa, sizeof sa);
 	umask(old);
+	if (r == 0 && perm->gid >= 0 && chown(path, (uid_t)-1, (gid_t)perm->gid) < 0) {
+		buf_printf(err, "cannot give '%s' the group %ld: %s", path, perm->gid,
+			   strerror(errno));
+		close(fd);
+		unlink(path);
+		return -1;
+	}
+	if (r == 0 && (perm->mode & 0777) != (perm->mode & 0600) &&
+	    chmod(path, perm->mode & 0777) < 0) {
+		buf_printf(err, "cannot make '%s' mode %04o: %s", path, perm->mode & 0777,
+			   strerror(errno));
+		close(fd);
+		unlink(path);
+		return -1;
+	}
 	if (r < 0 || listen(fd, 128) < 0) {
 		buf_printf(err, "cannot listen on '%s': %s", path, strerror(errno));
 		close(fd);
@@ -158,11 +175,13 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 }
 
 struct tenants *tenants_new(struct event_base *base, struct store *store,
-			    tenant_accept_fn accept, void *arg)
+			    const struct socket_perm *perm, tenant_accept_fn accept,
+			    void *arg)
 {
 	struct tenants *ts = calloc(1, sizeof *ts);
 
 	if (ts) {
+		ts->perm = *perm;
 		ts->base = base;
 		ts->store = store;
 		ts->accept = accept;
@@ -223,7 +242,7 @@ static struct listener *listener_new(struct tenants *ts, const char *dir, const 
 static int bind_listener(struct tenants *ts, struct listener *li, struct buf *err)
 {
 	struct buf why = BUF_INIT;
-	int fd = tenant_listen(li->path, &why);
+	int fd = tenant_listen(li->path, &ts->perm, &why);
 
 	if (fd < 0) {
 		buf_printf(err, "tenant '%s': %s", li->t.name, why.data ? why.data : "");

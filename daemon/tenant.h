@@ -74,11 +74,19 @@ int tenant_name_valid(const char *name, size_t n);
  * strlen(local) bytes. */
 void tenant_qualify(const struct tenant *t, const char *local, char *out, size_t n);
 
+/* What a socket the daemon makes is given (socket-mode, socket-group). */
+struct socket_perm {
+	unsigned mode;          /* e.g. 0600 */
+	long gid;               /* its group; -1: the daemon's own */
+};
+
 /* Bind a listening Unix socket at path, as every socket of the daemon is:
- * 0600, its directory made (0700 for the last part) if missing; a live
- * socket of another daemon is never taken over. The descriptor
- * (nonblocking, close-on-exec), or -1 with a message in err. */
-int tenant_listen(const char *path, struct buf *err);
+ * perm's mode and group (bound 0600, then widened: never wider than asked
+ * for, not even for a moment), its directory made (0700 for the last
+ * part) if missing; a live socket of another daemon is never taken over.
+ * The descriptor (nonblocking, close-on-exec), or -1 with a message in
+ * err. */
+int tenant_listen(const char *path, const struct socket_perm *perm, struct buf *err);
 
 /* mkdir -p path, its last component 0700. 0, or -1 with err set. */
 int tenant_make_dir(const char *path, struct buf *err);
@@ -89,9 +97,11 @@ struct tenants;
 typedef void (*tenant_accept_fn)(void *arg, int fd, const struct tenant *t);
 
 /* None yet, accepting nothing until tenants_enable(). NULL if memory is
- * short. store gives the tenants their numbers. */
+ * short. store gives the tenants their numbers; perm (copied) is what
+ * their sockets are made with, the main socket's. */
 struct tenants *tenants_new(struct event_base *base, struct store *store,
-			    tenant_accept_fn accept, void *arg);
+			    const struct socket_perm *perm, tenant_accept_fn accept,
+			    void *arg);
 
 /*
  * Serve the tenants in list (comma- or space-separated names) under dir:

@@ -393,3 +393,35 @@ def test_a_tenants_compromised_worker_changes_only_what_that_tenant_receives():
         s = stats(d.socket)
         assert s["confirm_mismatches"] == 1, s
         assert compile_on(d.sock("x"), k) == altered
+
+
+def test_socket_mode_and_group_apply_to_every_socket_the_daemon_makes():
+    """socket-mode and socket-group: the main socket and each tenant's get
+    them; a member of the group reaches a tenant's socket and is served as
+    that tenant; a uid outside it is kept out by the mode; bad values are
+    refused."""
+    if os.geteuid() != 0:
+        from harness import Skip
+        raise Skip("needs root to give sockets a group and run clients as other users")
+    from sysutil import cli_as, make_reachable
+    gid, other = 54321, 65534
+    with tenant_daemon("x", extra=["--socket-mode", "0660", "--socket-group", str(gid)]) as d:
+        for path in (d.socket, d.sock("x")):
+            st = os.stat(path)
+            assert stat.S_IMODE(st.st_mode) == 0o660 and st.st_gid == gid, (path, oct(st.st_mode),
+                                                                            st.st_gid)
+        make_reachable(d.sock("x"), 0o660)
+        r = cli_as(d.sock("x"), other, other, "stats", "--json", groups=(gid,))
+        assert r.returncode == 0 and json.loads(r.stdout)["tenant"] == "x", r.stderr
+        r = cli_as(d.sock("x"), other, other, "ping")
+        assert r.returncode != 0, r
+    with tempfile.TemporaryDirectory() as t:
+        for flag, value, want in (("--socket-mode", "0999", b"bad mode '0999' for socket-mode"),
+                                  ("--socket-mode", "rw", b"bad mode 'rw'"),
+                                  ("--socket-group", "no-such-group-here",
+                                   b"socket-group: no group 'no-such-group-here'")):
+            r = subprocess.run([DAEMON, "--socket", os.path.join(t, "main.sock"),
+                                "--cache-dir", os.path.join(t, "cache"), "--workers", "1",
+                                flag, value], capture_output=True, timeout=60)
+            assert r.returncode != 0 and want in r.stderr, (value, r.stderr)
+            assert not os.path.exists(os.path.join(t, "main.sock"))
