@@ -118,6 +118,14 @@ def test_same_uid_on_two_tenants_never_sees_changes_lists_or_evicts_the_other():
         put(x, "triton", "k2", b"x's kernel")
         put(main, "triton", "k2", b"main's kernel")
         assert get(y, "triton", "k2") is None
+        # No field of a request names a tenant or a scope: y asking for
+        # x's in x's name is y asking for its own.
+        c = Raw(y)
+        c.send(frame(GET, mp_pack({"id": 1, "ns": "triton", "key": "k2", "tenant": "x",
+                                   "scope": "x/u0", "uid": 0})))
+        ftype, body = c.recv_frame()
+        assert ftype in (GET | 0x80, ERROR) and "value" not in mp_unpack(body), body
+        c.close()
 
         lx, ly = ls(x), ls(y)
         assert sorted(e["components"]["key"] for e in lx) == ["graph", "k2"], lx
@@ -311,9 +319,18 @@ def test_sighup_adds_and_removes_tenant_sockets():
             assert get(sock("a"), "triton", "k") == b"a's"
             assert get(sock("b"), "triton", "k") is None
 
-            write_conf(conf)
+            # Another directory: the sockets move, the tenants stay.
+            tdir2 = os.path.join(t, "tenants2")
+            write_conf(conf, tenant_dir=tdir2, tenants="b,a")
             reload(d, 5)
-            assert os.listdir(tdir) == []
+            assert os.listdir(tdir) == [] and sorted(os.listdir(tdir2)) == ["a.sock", "b.sock"]
+            assert get(os.path.join(tdir2, "a.sock"), "triton", "k") == b"a's"
+            gone.send(frame(GET, mp_pack({"id": 3, "ns": "triton", "key": "k"})))
+            assert gone.recv_frame() is not None, "b's connection was closed by the move"
+
+            write_conf(conf)
+            reload(d, 6)
+            assert os.listdir(tdir2) == []
             assert stats(d.socket)["tenants"] == 0
             gone.close()
             stay.close()
