@@ -442,3 +442,40 @@ def test_socket_mode_and_group_apply_to_every_socket_the_daemon_makes():
                                 flag, value], capture_output=True, timeout=60)
             assert r.returncode != 0 and want in r.stderr, (value, r.stderr)
             assert not os.path.exists(os.path.join(t, "main.sock"))
+
+
+def derive(*parts):
+    """daemon/key.c's key_derive(): SHA-256 over the magic, the schema
+    version and each (name, value) length-prefixed."""
+    import hashlib
+    import struct
+    enc = b"ptxcache-key\0" + struct.pack(">I", 1)
+    for name, value in parts:
+        for field in (name.encode(), value.encode()):
+            enc += struct.pack(">I", len(field)) + field
+    return hashlib.sha256(enc).hexdigest()
+
+
+def test_main_socket_keys_are_those_of_a_daemon_without_tenants():
+    """The main socket's artifact keys, Redis keys and own keys are what a
+    daemon without tenants derives (so existing caches and Redis entries
+    stay valid); a tenant's hold its name as a component of its own."""
+    k = small_ir("tenant_main_keys")
+    with RedisServer() as r, tempfile.TemporaryDirectory() as t:
+        with node(r, t, "a", "--confirm-workers", "0") as d:
+            put(d.socket, "triton", "same", b"main's")
+            put(d.sock("x"), "triton", "same", b"x's")
+            compile_on(d.socket, k)
+            wait_for(lambda: stats(d.socket)["l2_writes"] == 3, "three writes")
+            old = derive(("kind", "artifact"), ("scope", "u0"), ("namespace", "triton"),
+                         ("key", "same"))
+            new = derive(("kind", "artifact"), ("tenant", "x"), ("scope", "u0"),
+                         ("namespace", "triton"), ("key", "same"))
+            keys = sorted(e["key"] for e in ls(d.socket))
+            assert keys == sorted([old, new]), (keys, old, new)
+            (ptx,) = [e["key"] for e in json.loads(cli(d.socket, "ls", "--kind", "ptx", "--json",
+                                                          check=True).stdout)]
+            own = derive(("kind", "own"), ("tenant", "u0"), ("key", ptx))
+            in_redis = set(r.keys("ptxcache:*"))
+            assert {"ptxcache:artifact:u0:" + old, "ptxcache:artifact:x/u0:" + new,
+                    "ptxcache:own:u0:" + own} <= in_redis, in_redis
