@@ -4,7 +4,9 @@
  *
  * One libevent loop owns everything: the listening Unix socket, client
  * connections, the SQLite store and the worker pool. This file is the
- * top floor (ARCHITECTURE.md, "Floors"): the listener and its access
+ * top floor (ARCHITECTURE.md, "Floors"): the listeners (the main
+ * socket's here, the tenants' through tenant.c, which hands each
+ * connection to accept_conn() with its tenant) and their access
  * policy, the request table's dispatch (with hello and ping, its own),
  * the timers, signals, start, reload and stop; it starts and stops the
  * floors below and hands them, at start, the only ways they call back up
@@ -234,13 +236,17 @@ static int configure_tenants(struct server *s, struct buf *err)
 {
 	if (tenants_configure(s->tenants, s->cfg->tenant_dir, s->cfg->tenants, err) < 0)
 		return -1;
-	for (struct conn *c = s->conns, *next; c; c = next) {
-		next = c->next;
-		if (!tenants_serves(s->tenants, c->tenant.id)) {
-			log_info("conn %llu: tenant '%s' removed; closing",
-				 (unsigned long long)c->serial, c->tenant.name);
-			conn_close(c);
+	/* From the top after each close: a close's hooks may answer (and so
+	 * close) other connections; a closed one leaves the list. */
+	for (struct conn *c = s->conns; c;) {
+		if (tenants_serves(s->tenants, c->tenant.id)) {
+			c = c->next;
+			continue;
 		}
+		log_info("conn %llu: tenant '%s' removed; closing",
+			 (unsigned long long)c->serial, c->tenant.name);
+		conn_close(c);
+		c = s->conns;
 	}
 	return 0;
 }
