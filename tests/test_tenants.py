@@ -5,18 +5,20 @@ serves DIR/NAME.sock for each of `tenants`, and a connection's identity is
 see, change, list or evict each other's artifacts, locally or through a
 real redis-server; one tenant's compile reaches another only once another
 worker confirmed it; sockets come and go on SIGHUP; names are checked.
-Every client here is root (the case the tenants exist for), on real
-sockets of a real daemon."""
+The clients are one uid (root when the suite runs as root: the case the
+tenants exist for) on real sockets of a real daemon; socket-mode's test
+adds another uid."""
 import json
 import os
 import signal
-import socket
 import stat
 import subprocess
 import tempfile
 import time
 
-from harness import CLI, DAEMON, LLC, PROBE_DAEMON, Daemon, Raw, frame, mp_pack, mp_unpack, small_ir
+from harness import (CLI, DAEMON, LLC, PROBE_DAEMON, Daemon, Raw, Skip, frame, mp_pack, mp_unpack,
+                     small_ir)
+from sysutil import cli_as, make_reachable
 from redis_fixture import RedisServer
 
 FLAGS = ["-mtriple=nvptx64", "-mcpu=sm_90a"]
@@ -216,12 +218,12 @@ def test_per_user_limits_are_per_identity():
             c.close()
 
 
-def node(redis, tmp, name, *extra):
+def node(redis, tmp, *extra):
+    """A daemon with tenants x and y on the shared tier (one node)."""
     secret = os.path.join(tmp, "secret")
     with open(secret, "wb") as f:
         f.write(SECRET)
-    d = tenant_daemon(extra=["--l2", redis.url, "--l2-secret-file", secret] + list(extra))
-    return d
+    return tenant_daemon(extra=["--l2", redis.url, "--l2-secret-file", secret] + list(extra))
 
 
 def test_redis_tier_keeps_tenants_apart_across_nodes():
@@ -231,14 +233,14 @@ def test_redis_tier_keeps_tenants_apart_across_nodes():
     confirmed, reaches B's x through x's own key and never B's y."""
     k = small_ir("tenant_l2")
     with RedisServer() as r, tempfile.TemporaryDirectory() as t:
-        with node(r, t, "a", "--confirm-workers", "0") as a:
+        with node(r, t, "--confirm-workers", "0") as a:
             put(a.sock("x"), "inductor-fx", "graph", b"def f(): return 'x on a'\n")
             assert compile_on(a.sock("x"), k) == llc_bytes(k)
             wait_for(lambda: stats(a.socket)["l2_writes"] == 2, "A's two writes")
             keys = r.keys("ptxcache:*")
             assert any(key.startswith("ptxcache:artifact:x/u0:") for key in keys), keys
             assert any(key.startswith("ptxcache:own:x/u0:") for key in keys), keys
-        with node(r, t, "b", "--confirm-workers", "0") as b:
+        with node(r, t, "--confirm-workers", "0") as b:
             assert get(b.sock("y"), "inductor-fx", "graph") is None
             assert get(b.socket, "inductor-fx", "graph") is None
             assert get(b.sock("x"), "inductor-fx", "graph") == b"def f(): return 'x on a'\n"
@@ -254,7 +256,7 @@ def test_redis_tier_keeps_tenants_apart_across_nodes():
             assert s["compiles"] == 1 and s["l2_hits"] == 2, s
             # y's put under the same name is y's: x's in Redis is unchanged.
             put(b.sock("y"), "inductor-fx", "graph", b"def f(): return 'y on b'\n")
-        with node(r, t, "c") as c:
+        with node(r, t) as c:
             assert get(c.sock("x"), "inductor-fx", "graph") == b"def f(): return 'x on a'\n"
             assert get(c.sock("y"), "inductor-fx", "graph") == b"def f(): return 'y on b'\n"
             assert get(c.socket, "inductor-fx", "graph") is None
@@ -418,9 +420,7 @@ def test_socket_mode_and_group_apply_to_every_socket_the_daemon_makes():
     that tenant; a uid outside it is kept out by the mode; bad values are
     refused."""
     if os.geteuid() != 0:
-        from harness import Skip
         raise Skip("needs root to give sockets a group and run clients as other users")
-    from sysutil import cli_as, make_reachable
     gid, other = 54321, 65534
     with tenant_daemon("x", extra=["--socket-mode", "0660", "--socket-group", str(gid)]) as d:
         for path in (d.socket, d.sock("x")):
@@ -462,7 +462,7 @@ def test_main_socket_keys_are_those_of_a_daemon_without_tenants():
     stay valid); a tenant's hold its name as a component of its own."""
     k = small_ir("tenant_main_keys")
     with RedisServer() as r, tempfile.TemporaryDirectory() as t:
-        with node(r, t, "a", "--confirm-workers", "0") as d:
+        with node(r, t, "--confirm-workers", "0") as d:
             put(d.socket, "triton", "same", b"main's")
             put(d.sock("x"), "triton", "same", b"x's")
             compile_on(d.socket, k)
@@ -479,3 +479,15 @@ def test_main_socket_keys_are_those_of_a_daemon_without_tenants():
             in_redis = set(r.keys("ptxcache:*"))
             assert {"ptxcache:artifact:u0:" + old, "ptxcache:artifact:x/u0:" + new,
                     "ptxcache:own:u0:" + own} <= in_redis, in_redis
+
+
+def test_tenants_from_the_environment_and_the_config_file():
+    """PTXCACHE_TENANT_DIR and PTXCACHE_TENANTS, as every setting has; the
+    config file's tenant-dir and tenants are test_sighup's."""
+    with tempfile.TemporaryDirectory() as t:
+        tdir = os.path.join(t, "env-tenants")
+        with Daemon(workers=1, env={"PTXCACHE_TENANT_DIR": tdir,
+                                    "PTXCACHE_TENANTS": "team-a, team-b"}) as d:
+            assert sorted(os.listdir(tdir)) == ["team-a.sock", "team-b.sock"]
+            assert stats(os.path.join(tdir, "team-b.sock"))["tenant"] == "team-b"
+            assert stats(d.socket)["tenants"] == 2
