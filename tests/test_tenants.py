@@ -243,7 +243,8 @@ def test_redis_tier_keeps_tenants_apart_across_nodes():
         with node(r, t, "--confirm-workers", "0") as b:
             assert get(b.sock("y"), "inductor-fx", "graph") is None
             assert get(b.socket, "inductor-fx", "graph") is None
-            assert get(b.sock("x"), "inductor-fx", "graph") == b"def f(): return 'x on a'\n"
+            assert get(b.sock("x"), "inductor-fx", "graph") == b"def f(): return 'x on a'\n", \
+                (stats(b.socket), sorted(r.keys("ptxcache:*")))
             s = stats(b.socket)
             assert s["artifact_l2_hits"] == 1 and s["l2_hits"] == 1, s
             # The kernel: y compiles its own (x's value is x's alone) ...
@@ -255,10 +256,15 @@ def test_redis_tier_keeps_tenants_apart_across_nodes():
             s = stats(b.socket)
             assert s["compiles"] == 1 and s["l2_hits"] == 2, s
             # y's put under the same name is y's: x's in Redis is unchanged.
+            writes = stats(b.socket)["l2_writes"]
             put(b.sock("y"), "inductor-fx", "graph", b"def f(): return 'y on b'\n")
+            # Published in the background: in Redis before B goes.
+            wait_for(lambda: stats(b.socket)["l2_writes"] == writes + 1, "B's write")
         with node(r, t) as c:
-            assert get(c.sock("x"), "inductor-fx", "graph") == b"def f(): return 'x on a'\n"
-            assert get(c.sock("y"), "inductor-fx", "graph") == b"def f(): return 'y on b'\n"
+            assert get(c.sock("x"), "inductor-fx", "graph") == b"def f(): return 'x on a'\n", \
+                stats(c.socket)
+            assert get(c.sock("y"), "inductor-fx", "graph") == b"def f(): return 'y on b'\n", \
+                (stats(c.socket), sorted(r.keys("ptxcache:*")))
             assert get(c.socket, "inductor-fx", "graph") is None
 
 
