@@ -218,6 +218,31 @@ def test_per_user_limits_are_per_identity():
             c.close()
 
 
+def test_max_jobs_per_uid_and_the_fair_queue_are_per_identity():
+    """max-jobs-per-uid 1: root's second compile on x waits, while root's
+    on y runs beside x's first (another identity, another owner in the
+    fair queue); all three finish."""
+    def compile_frame(rid, tag):
+        return frame(3, mp_pack({"id": rid, "input": small_ir(tag), "cpu": "sm_90a",
+                                 "features": "+ptx90"}))
+    with tenant_daemon(extra=["--max-jobs-per-uid", "1", "--sharing", "trust"]) as d:
+        ws = d.workers()
+        for w in ws:
+            os.kill(w, signal.SIGSTOP)
+        try:
+            x, y = Raw(d.sock("x"), timeout=120), Raw(d.sock("y"), timeout=120)
+            x.send(compile_frame(1, "jobs_x1") + compile_frame(2, "jobs_x2"))
+            d.wait_stats(lambda s: s["jobs_running"] + s["jobs_queued"] == 2, "x's two")
+            y.send(compile_frame(1, "jobs_y1"))
+            s = d.wait_stats(lambda s: s["jobs_running"] == 2, "y's beside x's first")
+            assert s["jobs_queued"] == 1 and s["users_waiting"] == 1, s
+        finally:
+            for w in ws:
+                os.kill(w, signal.SIGCONT)
+        done = [mp_unpack(x.recv_frame()[1]) for _ in range(2)] + [mp_unpack(y.recv_frame()[1])]
+        assert all(r["status"] == 0 for r in done), done
+
+
 def node(redis, tmp, *extra):
     """A daemon with tenants x and y on the shared tier (one node)."""
     secret = os.path.join(tmp, "secret")
