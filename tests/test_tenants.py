@@ -522,3 +522,22 @@ def test_tenants_from_the_environment_and_the_config_file():
             assert sorted(os.listdir(tdir)) == ["team-a.sock", "team-b.sock"]
             assert stats(os.path.join(tdir, "team-b.sock"))["tenant"] == "team-b"
             assert stats(d.socket)["tenants"] == 2
+
+
+def test_python_status_names_the_tenant():
+    """python3 -m ptxcache status, in a pod given a tenant's socket, says
+    which tenant it is (and nothing on the main socket)."""
+    import sys
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PTXCACHE_")}
+    env["PYTHONPATH"] = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                     "python")
+    with tenant_daemon("pod-a", workers=1) as d:
+        for path, tenant in ((d.sock("pod-a"), "pod-a"), (d.socket, "-")):
+            e = dict(env, PTXCACHE_SOCKET=path)
+            r = subprocess.run([sys.executable, "-m", "ptxcache", "status", "--json", "--no-import"],
+                               env=e, capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+            assert json.loads(r.stdout)["daemon"]["tenant"] == tenant, r.stdout
+            r = subprocess.run([sys.executable, "-m", "ptxcache", "status", "--no-import"], env=e,
+                               capture_output=True, text=True, timeout=60)
+            assert ("tenant pod-a" in r.stdout) == (tenant == "pod-a"), r.stdout
