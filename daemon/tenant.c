@@ -266,10 +266,21 @@ int tenants_configure(struct tenants *ts, const char *dir, const char *list,
 		      struct buf *err)
 {
 	struct listener *next = NULL, **tail = &next;
-	char name[TENANT_NAME_MAX + 1];
+	char name[TENANT_NAME_MAX + 1], base[sizeof next->path];
 	int count = 0;
 
+	/* "DIR/" is "DIR": a socket that stays is known by its path. */
 	dir = dir ? dir : "";
+	size_t dn = strlen(dir);
+	while (dn > 1 && dir[dn - 1] == '/')
+		dn--;
+	if (dn >= sizeof base) {
+		buf_printf(err, "tenant-dir too long: '%s'", dir);
+		return -1;
+	}
+	memcpy(base, dir, dn);
+	base[dn] = '\0';
+	dir = base;
 	list = list ? list : "";
 	for (const char *p = list; *p;) {
 		p += strspn(p, ", \t");

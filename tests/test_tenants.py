@@ -320,8 +320,9 @@ def test_sighup_adds_and_removes_tenant_sockets():
             put(sock("a"), "triton", "k", b"a's")
             stay = Raw(sock("a"))
 
-            write_conf(conf, tenant_dir=tdir, tenants="a,b")
+            write_conf(conf, tenant_dir=tdir + "/", tenants="a,b")     # the same dir
             reload(d, 1)
+            assert "stay as they were" not in d.logtext(), d.logtext()
             assert stats(sock("b"))["tenant"] == "b"
             assert stats(sock("a"))["tenants"] == 2
             stay.send(frame(GET, mp_pack({"id": 1, "ns": "triton", "key": "k"})))
