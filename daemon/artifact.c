@@ -77,7 +77,6 @@ struct waiter {
 	struct waiter *next;
 };
 
-/* A key being produced (a lease) or looked up in Redis, and its waiters. */
 /* A scope: its number (the store's scope column; lease and share
  * counts), and its text: a key's components, Redis's space, logs. */
 struct scope {
@@ -87,6 +86,7 @@ struct scope {
 	char name[TENANT_NAME_MAX + 13];        /* base, or "NAME/base" */
 };
 
+/* A key being produced (a lease) or looked up in Redis, and its waiters. */
 struct slot {
 	unsigned char key[32];
 	struct scope scope;
@@ -445,8 +445,8 @@ static void on_expiry(evutil_socket_t fd, short what, void *arg)
 	struct slot *s = arg;
 
 	s->a->n.lease_expiries++;
-	log_info("artifact lease in %s:%s not filled within %d s; passing it on", s->scope.name, s->ns,
-		 s->a->cfg.lease_timeout_s);
+	log_info("artifact lease in %s, namespace %s, not filled within %d s; passing it on",
+		 s->scope.name, s->ns, s->a->cfg.lease_timeout_s);
 	lease_pass_on(s);
 }
 
