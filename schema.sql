@@ -27,7 +27,7 @@ CREATE TABLE IF NOT EXISTS entries (
 	last_used  INTEGER NOT NULL,          -- unix time, microseconds (LRU)
 	hits       INTEGER NOT NULL DEFAULT 0,
 	compile_us INTEGER NOT NULL DEFAULT 0,
-	producer   INTEGER NOT NULL DEFAULT -1, -- the tenant (uid) whose worker computed it
+	producer   INTEGER NOT NULL DEFAULT -1, -- the tenant (uid, tenant.h's number) whose worker computed it
 	trust      INTEGER NOT NULL DEFAULT 0,  -- 0 unconfirmed, 1 confirmed, 2 quarantined
 	scope      INTEGER NOT NULL DEFAULT -1, -- artifacts: who may read it (artifact.h)
 	ns         TEXT NOT NULL DEFAULT '',    -- artifacts: the client's namespace
