@@ -39,8 +39,10 @@ struct store;
 
 #define TENANT_NAME_MAX 32
 #define TENANT_MAIN "-"
-/* The most tenants one daemon serves (each is a listening socket). */
-#define TENANTS_MAX 1024
+/* The most tenants one daemon serves: each is a listening socket, a
+ * descriptor beside the connections' (a kubelet runs 110 pods a node by
+ * default). */
+#define TENANTS_MAX 256
 
 /* A tenant's numbers lie TENANT_STRIDE apart: every number the daemon
  * keys on lies in [-2^32 - 1, 2^32) for tenant 0 (uids, -1, -2 - gid), so

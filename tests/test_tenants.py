@@ -384,6 +384,7 @@ def test_invalid_tenant_names_are_refused_with_a_clear_error():
         valid = "1 to 32 bytes of [a-z0-9-]"
         cases = [(n, ["'%s' is not a valid tenant name" % n, valid]) for n in BAD_NAMES]
         cases += [("ok,ok", ["'ok' is listed twice"]),
+                  (",".join("t%d" % i for i in range(257)), ["more than 256 tenants"]),
                   ("ok " + "y" * 40, ["'%s' is not a valid" % ("y" * 40), valid])]
         for names, wants in cases:
             r = subprocess.run([DAEMON, "--socket", os.path.join(t, "main.sock"),
