@@ -27,7 +27,7 @@ CREATE TABLE IF NOT EXISTS entries (
 	last_used  INTEGER NOT NULL,          -- unix time, microseconds (LRU)
 	hits       INTEGER NOT NULL DEFAULT 0,
 	compile_us INTEGER NOT NULL DEFAULT 0,
-	producer   INTEGER NOT NULL DEFAULT -1, -- the tenant (uid) whose worker computed it
+	producer   INTEGER NOT NULL DEFAULT -1, -- the tenant (uid, tenant.h's number) whose worker computed it
 	trust      INTEGER NOT NULL DEFAULT 0,  -- 0 unconfirmed, 1 confirmed, 2 quarantined
 	scope      INTEGER NOT NULL DEFAULT -1, -- artifacts: who may read it (artifact.h)
 	ns         TEXT NOT NULL DEFAULT '',    -- artifacts: the client's namespace
@@ -47,3 +47,11 @@ CREATE INDEX IF NOT EXISTS entries_created ON entries (created);
 -- Artifacts of one scope, oldest first: the per-scope share's eviction and
 -- its total walk this index alone.
 CREATE INDEX IF NOT EXISTS entries_scope ON entries (scope, last_used, size) WHERE kind = 3;
+
+-- Tenants by socket (daemon/tenant.h): each name's number, which the
+-- tenant's identities, producers and artifact scopes are derived from.
+-- AUTOINCREMENT: a number is never given again, even once its row is gone.
+CREATE TABLE IF NOT EXISTS tenants (
+	id   INTEGER PRIMARY KEY AUTOINCREMENT,
+	name TEXT UNIQUE NOT NULL
+);

@@ -834,7 +834,7 @@ static void show_prometheus(json_object *o)
 		"uptime_s", "warm_up_ms", "users_waiting", "queued_bytes", "confirms_pending",
 		"confirms_pending_bytes", "confirms_running", "confirms_paused",
 		"confirm_workers_live", "artifact_entries", "artifact_bytes", "artifact_leases_held",
-		"artifact_waiting",
+		"artifact_waiting", "tenants",
 	};
 	json_object_object_foreach(o, k, v) {
 		if (!json_object_is_type(v, json_type_int))

@@ -12,7 +12,11 @@
  *    and the Redis tier need no access check of their own. The daemon
  *    cannot recompute these bytes (they are the client's), which is why
  *    they never cross a scope: the scope is chosen here, from the
- *    connection's SO_PEERCRED uid and groups, never by the client.
+ *    connection's SO_PEERCRED uid and groups and the socket it came in on
+ *    (its tenant, tenant.h), never by the client. Off the main socket the
+ *    key holds the tenant's name too, and the scope's number is the
+ *    tenant's (tenant_number()): no two tenants' scopes meet, in the store
+ *    or in Redis, whatever uid or group their clients share.
  *
  *  - One compile across processes: a get that misses with `lease` makes
  *    its caller the producer of that key (a slot: struct slot, found by
@@ -53,6 +57,7 @@
 #include "daemon/log.h"
 #include "daemon/master.h"
 #include "daemon/store.h"
+#include "daemon/tenant.h"
 #include "proto/frame.h"
 #include "proto/msg.h"
 
@@ -72,10 +77,19 @@ struct waiter {
 	struct waiter *next;
 };
 
+/* A scope: its number (the store's scope column; lease and share
+ * counts), and its text: a key's components, Redis's space, logs. */
+struct scope {
+	int64_t id;
+	char tenant[TENANT_NAME_MAX + 1];       /* "" on the main socket */
+	char base[12];                          /* "u1000", "g2000", "all" */
+	char name[TENANT_NAME_MAX + 13];        /* base, or "NAME/base" */
+};
+
 /* A key being produced (a lease) or looked up in Redis, and its waiters. */
 struct slot {
 	unsigned char key[32];
-	int64_t scope;
+	struct scope scope;
 	char ns[NS_MAX + 1];
 	struct conn *holder;    /* the producer; NULL while Redis is asked */
 	uint64_t token;         /* the holder's lease */
@@ -113,14 +127,14 @@ struct artifacts {
 
 /* ---- scopes and names ------------------------------------------------- */
 
-void artifact_scope_name(int64_t scope, char *out, size_t n)
+static void scope_base_name(int64_t scope, char *out, size_t n)
 {
 	if (scope == ARTIFACT_SCOPE_ALL)
 		snprintf(out, n, "all");
 	else if (scope < 0)
-		snprintf(out, n, "g%lld", (long long)(-2 - scope));
+		snprintf(out, n, "g%u", (unsigned)(-2 - scope));       /* a gid */
 	else
-		snprintf(out, n, "u%lld", (long long)scope);
+		snprintf(out, n, "u%u", (unsigned)scope);              /* a uid */
 }
 
 int artifact_ns_valid(const char *ns, size_t n)
@@ -147,9 +161,10 @@ static int key_valid(const char *k, size_t n)
 	return 1;
 }
 
-/* The first configured group the peer belongs to (its primary group or
- * one of SO_PEERGROUPS), else its uid; everyone under sharing = trust. */
-int64_t artifact_scope(struct artifacts *a, struct conn *c)
+/* Within c's tenant: the first configured group the peer belongs to (its
+ * primary group or one of SO_PEERGROUPS), else its uid; everyone under
+ * sharing = trust. */
+static int64_t base_scope(struct artifacts *a, struct conn *c)
 {
 	if (a->cfg.trust)
 		return ARTIFACT_SCOPE_ALL;
@@ -158,6 +173,23 @@ int64_t artifact_scope(struct artifacts *a, struct conn *c)
 			if ((i < 0 ? c->gid : c->groups[i]) == a->groups[g])
 				return ARTIFACT_SCOPE_GROUP(a->groups[g]);
 	return (int64_t)c->uid;
+}
+
+static void scope_of(struct artifacts *a, struct conn *c, struct scope *sc)
+{
+	int64_t base = base_scope(a, c);
+
+	memset(sc, 0, sizeof *sc);
+	sc->id = tenant_number(&c->tenant, base);
+	if (c->tenant.id != 0)
+		snprintf(sc->tenant, sizeof sc->tenant, "%s", c->tenant.name);
+	scope_base_name(base, sc->base, sizeof sc->base);
+	tenant_qualify(&c->tenant, sc->base, sc->name, sizeof sc->name);
+}
+
+int64_t artifact_scope(struct artifacts *a, struct conn *c)
+{
+	return tenant_number(&c->tenant, base_scope(a, c));
 }
 
 static void resolve_groups(struct artifacts *a)
@@ -175,25 +207,27 @@ static void resolve_groups(struct artifacts *a)
 	}
 }
 
-/* The entry's key, its components, and the Redis space of its scope. */
-static int derive(int64_t scope, const char *ns, const char *key, struct key *k,
+/* The entry's key, its components, and the Redis space of its scope. A
+ * tenant's name is a component of its own, only off the main socket: the
+ * main socket's keys are those of a daemon without tenants. */
+static int derive(const struct scope *sc, const char *ns, const char *key, struct key *k,
 		  struct buf *components)
 {
-	char sc[24];
-
-	artifact_scope_name(scope, sc, sizeof sc);
 	const struct key_part parts[] = {
-		{ "kind", "artifact" }, { "scope", sc }, { "namespace", ns }, { "key", key },
+		{ "kind", "artifact" }, { "tenant", sc->tenant }, { "scope", sc->base },
+		{ "namespace", ns }, { "key", key },
 	};
-	return key_derive(parts, sizeof parts / sizeof parts[0], k, components);
+	const struct key_part main_parts[] = {
+		{ "kind", "artifact" }, { "scope", sc->base }, { "namespace", ns }, { "key", key },
+	};
+	if (sc->tenant[0])
+		return key_derive(parts, sizeof parts / sizeof parts[0], k, components);
+	return key_derive(main_parts, sizeof main_parts / sizeof main_parts[0], k, components);
 }
 
-static void l2_space(int64_t scope, char *out, size_t n)
+static void l2_space(const struct scope *sc, char *out, size_t n)
 {
-	char sc[24];
-
-	artifact_scope_name(scope, sc, sizeof sc);
-	snprintf(out, n, "artifact:%s:", sc);
+	snprintf(out, n, "artifact:%s:", sc->name);
 }
 
 /* ---- replies ---------------------------------------------------------- */
@@ -263,10 +297,10 @@ static struct scope_count *scope_count(struct artifacts *a, int64_t scope, int c
 
 static void on_expiry(evutil_socket_t fd, short what, void *arg);
 
-static struct slot *slot_new(struct artifacts *a, const struct key *k, int64_t scope,
-			     const char *ns)
+static struct slot *slot_new(struct artifacts *a, const struct key *k,
+			     const struct scope *scope, const char *ns)
 {
-	struct scope_count *sc = scope_count(a, scope, 1);
+	struct scope_count *sc = scope_count(a, scope->id, 1);
 	struct slot *s = sc ? calloc(1, sizeof *s) : NULL;
 
 	if (!s || !(s->expiry = evtimer_new(a->base, on_expiry, s))) {
@@ -274,7 +308,7 @@ static struct slot *slot_new(struct artifacts *a, const struct key *k, int64_t s
 		return NULL;
 	}
 	memcpy(s->key, k->hash, 32);
-	s->scope = scope;
+	s->scope = *scope;
 	snprintf(s->ns, sizeof s->ns, "%s", ns);
 	s->a = a;
 	unsigned b = bucket_of(s->key);
@@ -305,7 +339,7 @@ static void slot_unlink(struct slot *s)
 		a->all = s->next_all;
 	if (s->next_all)
 		s->next_all->prev_all = s->prev_all;
-	struct scope_count *sc = scope_count(a, s->scope, 0);
+	struct scope_count *sc = scope_count(a, s->scope.id, 0);
 	if (sc && --sc->slots == 0) {
 		struct scope_count **sp = &a->scopes;
 		while (*sp != sc)
@@ -409,12 +443,10 @@ static void lease_pass_on(struct slot *s)
 static void on_expiry(evutil_socket_t fd, short what, void *arg)
 {
 	struct slot *s = arg;
-	char sc[24];
 
-	artifact_scope_name(s->scope, sc, sizeof sc);
 	s->a->n.lease_expiries++;
-	log_info("artifact lease in %s/%s not filled within %d s; passing it on", sc, s->ns,
-		 s->a->cfg.lease_timeout_s);
+	log_info("artifact lease in %s, namespace %s, not filled within %d s; passing it on",
+		 s->scope.name, s->ns, s->a->cfg.lease_timeout_s);
 	lease_pass_on(s);
 }
 
@@ -481,7 +513,7 @@ static void on_fleet(void *arg, enum fleet_answer answer, const struct l2_value 
 		struct buf value = BUF_INIT, comp = BUF_INIT;
 		struct store_entry e = {
 			.kind = STORE_ARTIFACT, .data = v->data, .data_len = v->data_len,
-			.producer = -1, .scope = s->scope, .ns = s->ns,
+			.producer = -1, .scope = s->scope.id, .ns = s->ns,
 		};
 		a->n.l2_hits++;
 		/* Its components are not in the envelope: say where it came from. */
@@ -552,8 +584,9 @@ static void artifact_get(struct conn *c, uint64_t id, const struct msg *m)
 	}
 	if (wait_ms > (int64_t)a->cfg.wait_s * 1000)
 		wait_ms = (int64_t)a->cfg.wait_s * 1000;
-	int64_t scope = artifact_scope(a, c);
-	if (derive(scope, ns, ukey, &k, NULL) < 0) {
+	struct scope scope;
+	scope_of(a, c, &scope);
+	if (derive(&scope, ns, ukey, &k, NULL) < 0) {
 		conn_send_error(c, id, "internal", "out of memory");
 		goto out;
 	}
@@ -604,7 +637,7 @@ static void artifact_get(struct conn *c, uint64_t id, const struct msg *m)
 		reply_get(c, id, NULL, 0);
 		goto out;
 	}
-	struct scope_count *sc = scope_count(a, scope, 0);
+	struct scope_count *sc = scope_count(a, scope.id, 0);
 	if (sc && sc->slots >= a->cfg.max_leases) {
 		char msg[160];
 		snprintf(msg, sizeof msg, "this scope already produces %d artifacts "
@@ -612,7 +645,7 @@ static void artifact_get(struct conn *c, uint64_t id, const struct msg *m)
 		conn_send_error(c, id, "busy", msg);
 		goto out;
 	}
-	if (!(s = slot_new(a, &k, scope, ns))) {
+	if (!(s = slot_new(a, &k, &scope, ns))) {
 		conn_send_error(c, id, "internal", "out of memory");
 		goto out;
 	}
@@ -624,7 +657,7 @@ static void artifact_get(struct conn *c, uint64_t id, const struct msg *m)
 			conn_send_error(c, id, "internal", "out of memory");
 			goto out;
 		}
-		l2_space(scope, space, sizeof space);
+		l2_space(&scope, space, sizeof space);
 		trace(c, "get", ns, &k, "miss, asking Redis", 0);
 		conn_send_progress(c, id, "waiting");
 		/* A get with a lease would produce: the fleet's lease too, so
@@ -670,8 +703,9 @@ static void artifact_put(struct conn *c, uint64_t id, const struct msg *m)
 		conn_send_error(c, id, "invalid", msg);
 		goto out;
 	}
-	int64_t scope = artifact_scope(a, c);
-	if (derive(scope, ns, ukey, &k, &comp) < 0) {
+	struct scope scope;
+	scope_of(a, c, &scope);
+	if (derive(&scope, ns, ukey, &k, &comp) < 0) {
 		conn_send_error(c, id, "internal", "out of memory");
 		goto out;
 	}
@@ -693,7 +727,7 @@ static void artifact_put(struct conn *c, uint64_t id, const struct msg *m)
 	}
 	struct store_entry e = {
 		.kind = STORE_ARTIFACT, .data = val, .data_len = len, .components = comp.data,
-		.producer = (int64_t)c->uid, .scope = scope, .ns = ns,
+		.producer = conn_tenant(c), .scope = scope.id, .ns = ns,
 	};
 	int stored = store_put(a->store, k.hash, &e, &err) == 0;
 	a->n.puts++;
@@ -702,7 +736,7 @@ static void artifact_put(struct conn *c, uint64_t id, const struct msg *m)
 	if (stored && l2) {
 		char space[L2_SPACE_MAX];
 		struct l2_value lv = { .kind = STORE_ARTIFACT, .data = val, .data_len = len };
-		l2_space(scope, space, sizeof space);
+		l2_space(&scope, space, sizeof space);
 		l2_put_in(l2, space, k.hash, &lv);
 		if (s)
 			s->published = 1;

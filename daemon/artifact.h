@@ -37,7 +37,8 @@ struct artifact_config {
 	int trust;              /* sharing = trust: one scope for everyone */
 };
 
-/* A scope: a uid (>= 0), a group (ARTIFACT_SCOPE_GROUP(gid)) or everyone. */
+/* A scope within a tenant: a uid (>= 0), a group (ARTIFACT_SCOPE_GROUP(gid))
+ * or everyone (under sharing = trust: everyone of that tenant). */
 #define ARTIFACT_SCOPE_ALL (-1)
 #define ARTIFACT_SCOPE_GROUP(gid) (-2 - (int64_t)(gid))
 
@@ -75,12 +76,11 @@ void artifacts_progress(struct artifacts *a);
 /* c is closing: the leases it holds pass on, its waits end. */
 void artifacts_conn_closed(struct artifacts *a, struct conn *c);
 
-/* The scope c's artifacts live in (for ls, evict and the tests' views). */
+/* The scope c's artifacts live in (for ls, evict and the tests' views):
+ * the number the store keeps, of c's tenant (tenant_number()). In keys,
+ * Redis and logs a scope is "u1000", "g2000" or "all", with "NAME/" in
+ * front on tenant NAME's socket. */
 int64_t artifact_scope(struct artifacts *a, struct conn *c);
-
-/* The name of a scope in logs, stats, components and Redis keys:
- * "u1000", "g2000" or "all". out holds at least 24 bytes. */
-void artifact_scope_name(int64_t scope, char *out, size_t n);
 
 /* Whether ns is a valid namespace (1 to 32 of [a-z0-9._-], starting with a
  * letter or digit). */

@@ -32,6 +32,7 @@
 #include "daemon/flight.h"
 #include "daemon/reply.h"
 #include "daemon/store.h"
+#include "daemon/tenant.h"
 #include "proto/frame.h"
 #include "proto/llc_args.h"
 #include "proto/msg.h"
@@ -164,11 +165,17 @@ int compile_key(struct compile_req *r, struct key *k,
 	return key_derive(parts, n, k, components);
 }
 
-/* With namespace-per-uid, a user's entries are theirs alone. */
+/* With namespace-per-uid, a user's entries are theirs alone: an identity's
+ * (tenant, uid), "uid:1000" on the main socket, "NAME/uid:1000" on tenant
+ * NAME's. */
 void compile_set_namespace(struct server *s, struct conn *c, struct compile_req *r)
 {
-	if (s->sharing == SHARING_SEPARATE)
-		snprintf(r->ns, sizeof r->ns, "uid:%u", (unsigned)c->uid);
+	char uid[24];
+
+	if (s->sharing == SHARING_SEPARATE) {
+		snprintf(uid, sizeof uid, "uid:%u", (unsigned)c->uid);
+		tenant_qualify(&c->tenant, uid, r->ns, sizeof r->ns);
+	}
 }
 
 /* Build the FRAME_JOB message a worker runs. */

@@ -27,7 +27,7 @@ struct compile_req {
 	int64_t opt;
 	int emit, strict;
 	char *optset;           /* '\n'-separated backend options */
-	char ns[16];            /* the user's namespace, or "" (shared) */
+	char ns[TENANT_NAME_MAX + 24]; /* the user's namespace, or "" (shared) */
 	char input_sha[65];     /* SHA-256 of input, once computed */
 	int cubin;              /* kind "cubin": asmr says how */
 	int from_ptx;           /* input_kind "ptx": the input is PTX already */

@@ -26,7 +26,7 @@
 
 #define DEFAULT_CONFIG "/etc/ptxcache/ptxcached.conf"
 
-enum ctype { C_STR, C_INT, C_SIZE, C_LEVEL, C_BOOL };
+enum ctype { C_STR, C_INT, C_SIZE, C_LEVEL, C_BOOL, C_MODE };
 
 struct setting {
 	const char *name;
@@ -44,6 +44,20 @@ struct setting {
 static const struct setting settings[] = {
 	{ "socket", C_STR, F(socket_path), NULL, 0, 0, 0,
 	  "listen here (default $RUNTIME_DIRECTORY, $XDG_RUNTIME_DIR/ptxcache or /tmp/ptxcache-$UID, + /ptxcached.sock)" },
+	{ "socket-mode", C_MODE, F(socket_mode), "0600", 0, 0777, 0,
+	  "mode (octal) of the sockets the daemon makes: the main one (unless systemd passes "
+	  "it) and the tenants'; a user it admits must still be allowed (allow-users, "
+	  "allow-groups, socket-group)" },
+	{ "socket-group", C_STR, F(socket_group), "", 0, 0, 0,
+	  "group (name or gid) of the sockets the daemon makes, whose members it serves "
+	  "(empty: the daemon's own)" },
+	{ "tenant-dir", C_STR, F(tenant_dir), "", 0, 0, 1,
+	  "directory of the tenants' sockets: DIR/NAME.sock for each of tenants "
+	  "(made as the main socket is)" },
+	{ "tenants", C_STR, F(tenants), "", 0, 0, 1,
+	  "tenants (names of 1 to 32 of [a-z0-9-], comma-separated), each served on a socket "
+	  "of its own whose clients share nothing with another tenant's or the main socket's "
+	  "(empty: none)" },
 	{ "cache-dir", C_STR, F(cache_dir), NULL, 0, 0, 0,
 	  "cache directory (default $CACHE_DIRECTORY, $XDG_CACHE_HOME/ptxcache or ~/.cache/ptxcache)" },
 	{ "workers", C_INT, F(pool.size), NULL, 1, 256, 0,
@@ -230,6 +244,16 @@ static int apply(struct server_config *cfg, size_t i, const char *text,
 		*(const char **)field = copy;
 		break;
 	}
+	case C_MODE:
+		errno = 0;
+		v = strtoll(text, &end, 8);
+		if (errno || end == text || *end || v < s->min || v > s->max) {
+			buf_printf(err, "bad mode '%s' for %s (from %s): octal, e.g. 0660",
+				   text, s->name, from);
+			return -1;
+		}
+		*(int *)field = (int)v;
+		break;
 	case C_INT:
 		errno = 0;
 		v = strtoll(text, &end, 10);
@@ -371,7 +395,8 @@ static void usage(FILE *f)
 		char left[64];
 		snprintf(left, sizeof left, "--%s %s", settings[i].name,
 			 settings[i].type == C_SIZE ? "SIZE" : settings[i].type == C_INT ? "N" :
-			 settings[i].type == C_LEVEL ? "LEVEL" : settings[i].type == C_BOOL ?
+			 settings[i].type == C_LEVEL ? "LEVEL" : settings[i].type == C_MODE ? "MODE" :
+			 settings[i].type == C_BOOL ?
 			 "yes|no" : "VALUE");
 		fprintf(f, "  %-34s %s", left, settings[i].help);
 		if (settings[i].def && *settings[i].def)
@@ -397,6 +422,9 @@ static void print_config(const struct server_config *cfg)
 			break;
 		case C_INT:
 			snprintf(val, sizeof val, "%d", *(const int *)field);
+			break;
+		case C_MODE:
+			snprintf(val, sizeof val, "%04o", (unsigned)*(const int *)field);
 			break;
 		case C_BOOL:
 			snprintf(val, sizeof val, "%s", *(const int *)field ? "yes" : "no");

@@ -22,8 +22,10 @@ int sharing_parse(const char *s, enum sharing *out)
 
 int64_t confirm_oneshot_tenant(void)
 {
-	/* Above every uid (uid_t is 32 bits). */
-	static int64_t next = (int64_t)1 << 40;
+	/* Above every identity (uid_t is 32 bits; a tenant's numbers stay
+	 * below 2^62, tenant.h). Never stored: a confirmation's result is
+	 * compared, not kept (flight.c). */
+	static int64_t next = (int64_t)1 << 62;
 	return next++;
 }
 

@@ -6,8 +6,10 @@
  * attacker's hands; the sandbox keeps it from reaching anything but its
  * replies. What it could still do is answer wrongly. So:
  *
- *   - every compile runs for a tenant (the requesting uid), and a worker
- *     serves one tenant from its exec to its end (worker.c);
+ *   - every compile runs for a tenant (the requesting identity: its uid,
+ *     and off the main socket its socket's tenant, packed into one number
+ *     by conn_tenant(); tenant.h), and a worker serves one tenant from
+ *     its exec to its end (worker.c);
  *   - an entry records its producer, the tenant whose worker computed it;
  *   - sharing = confirm (the default): an entry answers its producer at
  *     once, and another user only once it is confirmed: computed again, for

@@ -23,6 +23,7 @@
 #include "daemon/conn.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -48,16 +49,17 @@ static void conn_set_state(struct conn *c, enum conn_state s)
 	c->state = s;
 }
 
-static struct peer *peer_get(struct server *s, uid_t uid)
+static struct peer *peer_get(struct server *s, int64_t tenant, uid_t uid)
 {
 	struct peer *p;
 
 	for (p = s->peers; p; p = p->next)
-		if (p->uid == uid)
+		if (p->uid == uid && p->tenant == tenant)
 			return p;
 	p = calloc(1, sizeof *p);
 	if (p) {
 		p->uid = uid;
+		p->tenant = tenant;
 		p->next = s->peers;
 		s->peers = p;
 	}
@@ -397,6 +399,14 @@ static void on_conn_event(struct bufferevent *bev, short what, void *arg)
 
 /* ---- the peer's credentials ----------------------------------------- */
 
+void conn_who(const struct conn *c, char *out, size_t n)
+{
+	if (c->tenant.id == 0)
+		snprintf(out, n, "uid %u", (unsigned)c->uid);
+	else
+		snprintf(out, n, "uid %u of tenant '%s'", (unsigned)c->uid, c->tenant.name);
+}
+
 int conn_groups(struct conn *c)
 {
 	socklen_t len = 0;
@@ -415,7 +425,7 @@ int conn_groups(struct conn *c)
 
 /* ---- a new connection ----------------------------------------------- */
 
-struct conn *conn_new(struct server *s, int fd)
+struct conn *conn_new(struct server *s, int fd, const struct tenant *t)
 {
 	struct conn *c = calloc(1, sizeof *c);
 	struct ucred cr = { 0 };
@@ -427,6 +437,7 @@ struct conn *conn_new(struct server *s, int fd)
 	}
 	c->srv = s;
 	c->refs = 1;
+	c->tenant = *t;
 	c->serial = ++s->next_serial;
 	c->state = CONN_READING;
 	c->bev = bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE);
@@ -451,9 +462,9 @@ struct conn *conn_new(struct server *s, int fd)
 	c->uid = cr.uid;
 	c->gid = cr.gid;
 	c->pid = cr.pid;
-	log_debug("conn %llu: uid %u pid %d", (unsigned long long)c->serial, (unsigned)cr.uid,
-		  (int)cr.pid);
-	c->peer = peer_get(s, cr.uid);
+	log_debug("conn %llu: uid %u pid %d tenant '%s'", (unsigned long long)c->serial,
+		  (unsigned)cr.uid, (int)cr.pid, c->tenant.name);
+	c->peer = peer_get(s, c->tenant.id, cr.uid);
 	if (c->peer)
 		c->peer->conns++;
 	/* What the socket did not take at once goes out as fast as it drains. */

@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "daemon/tenant.h"
 #include "proto/buf.h"
 
 struct msg;
@@ -33,9 +34,11 @@ enum conn_state {
 	CONN_CLOSED,    /* socket gone; struct lives while waiters hold it */
 };
 
-/* Per peer uid: what its connections hold, for the per-user caps. */
+/* Per identity (tenant, uid): what its connections hold, for the
+ * per-user caps. */
 struct peer {
 	uid_t uid;
+	int64_t tenant;         /* its tenant's number (tenant.h) */
 	int conns;
 	int jobs;               /* flights it started that are not done */
 	int64_t held;           /* their requests' bytes (max-queued-bytes-per-uid) */
@@ -51,6 +54,8 @@ struct conn {
 	uint64_t serial;
 	struct peer *peer;      /* NULL if it could not be allocated */
 	uid_t uid;              /* SO_PEERCRED: who it is, always set */
+	struct tenant tenant;   /* the socket it came in on (tenant.h): fixed
+	                           at accept, never from a request */
 	gid_t gid;              /* its primary group */
 	pid_t pid;
 	gid_t *groups;          /* and its others: conn_groups() */
@@ -69,11 +74,13 @@ struct conn_close_hook {
 	void *arg;
 };
 
-/* A new connection on accepted socket fd, reading and counted in s (its
- * peer found or made: c->peer NULL if memory is short), its credentials
- * read (SO_PEERCRED). NULL, with fd closed, if it cannot be set up. The
- * caller then decides: conn_arm() to serve it, or conn_refuse(). */
-struct conn *conn_new(struct server *s, int fd);
+/* A new connection on accepted socket fd, of tenant t (copied: the
+ * socket it was accepted on), reading and counted in s (its peer, one per
+ * tenant and uid, found or made: c->peer NULL if memory is short), its
+ * credentials read (SO_PEERCRED). NULL, with fd closed, if it cannot be
+ * set up. The caller then decides: conn_arm() to serve it, or
+ * conn_refuse(). */
+struct conn *conn_new(struct server *s, int fd, const struct tenant *t);
 
 /* fn(arg, c) as each connection closes (its socket gone, its struct
  * still held by whatever waits on it), in the order registered: for a
@@ -130,11 +137,18 @@ int conn_groups(struct conn *c);
 /* Forget a peer that holds nothing any more (NULL: nothing). */
 void peer_put(struct server *s, struct peer *p);
 
-/* The tenant c's compiles run for: its uid. */
+/* Whom c's requests are for, as one number: its identity (tenant, uid),
+ * packed by tenant_number() (the uid itself on the main socket). The
+ * tenant of its compiles (confirm.h), the owner of its jobs, the producer
+ * of what it stores. */
 static inline int64_t conn_tenant(const struct conn *c)
 {
-	return (int64_t)c->uid;
+	return tenant_number(&c->tenant, (int64_t)c->uid);
 }
+
+/* Who c is in log lines and messages: "uid 1000", or "uid 1000 of tenant
+ * 'a'" off the main socket. out holds at least 64 bytes. */
+void conn_who(const struct conn *c, char *out, size_t n);
 
 /* Bounded text field of a request, copied into *out (owned by the caller;
  * NULL if absent): 0, or -1 with why set to the field's name when it is

@@ -43,6 +43,7 @@
 #include "daemon/fleet.h"
 #include "daemon/l2.h"
 #include "daemon/log.h"
+#include "daemon/tenant.h"
 
 static unsigned bucket_of(const struct key *k)
 {
@@ -177,7 +178,7 @@ static const char *human(int64_t n, char *out, size_t size)
 int flight_refuse_new(struct server *s, struct conn *c, uint64_t id, int64_t need)
 {
 	const struct server_config *cfg = s->cfg;
-	char why[256], a[32], b[32];
+	char why[256], a[80], b[32];
 
 	if (s->stopping) {
 		conn_send_error(c, id, "unavailable", "the daemon is shutting down");
@@ -195,7 +196,8 @@ int flight_refuse_new(struct server *s, struct conn *c, uint64_t id, int64_t nee
 	else
 		return 0;
 	s->n.refused_jobs++;
-	log_info("refused a compile of uid %u: %s", (unsigned)c->peer->uid, why);
+	conn_who(c, a, sizeof a);
+	log_info("refused a compile of %s: %s", a, why);
 	conn_send_error(c, id, "busy", why);
 	return 1;
 }
@@ -243,12 +245,13 @@ struct own_key {
 
 static int own_key(const struct flight *f, struct own_key *o)
 {
-	char t[24];
-
-	snprintf(t, sizeof t, "u%lld", (long long)f->tenant);
-	snprintf(o->space, sizeof o->space, "own:%s:", t);
+	/* f->own_name: the uid's text on the main socket ("u1000", the keys of a
+	 * daemon without tenants), the tenant's name with it on another
+	 * ("NAME/u1000": every node numbers its tenants its own way, but
+	 * names them alike). */
+	snprintf(o->space, sizeof o->space, "own:%s:", f->own_name);
 	const struct key_part parts[] = {
-		{ "kind", "own" }, { "tenant", t }, { "key", f->key.hex },
+		{ "kind", "own" }, { "tenant", f->own_name }, { "key", f->key.hex },
 	};
 	return key_derive(parts, sizeof parts / sizeof parts[0], &o->key, NULL);
 }
@@ -334,8 +337,13 @@ void flight_launch(struct server *s, struct flight *f, struct conn *c)
 		f->peer->held += f->held;
 	}
 	f->tenant = conn_tenant(c);
+	char uid[24];
+	snprintf(uid, sizeof uid, "u%u", (unsigned)c->uid);
+	tenant_qualify(&c->tenant, uid, f->own_name, sizeof f->own_name);
 	flight_register(s, f);
-	f->job.owner = (int64_t)c->uid;
+	/* Fair shares and max-jobs-per-uid: per identity, so that a tenant's
+	 * root is not another's. */
+	f->job.owner = conn_tenant(c);
 	if (!flight_ask_tier(s, f))
 		pool_submit(s->pool, &f->job);
 }

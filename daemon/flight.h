@@ -67,7 +67,10 @@ struct flight {
 	struct server *srv;
 	struct peer *peer;      /* who started it (per-uid bounds) */
 	int64_t held;           /* what it holds against them: its job frame */
-	int64_t tenant;         /* whose compile it is (confirm.h) */
+	int64_t tenant;         /* whose compile it is (confirm.h): its
+	                           identity's number (conn_tenant()) */
+	char own_name[TENANT_NAME_MAX + 24]; /* and its identity as Redis names it:
+	                           "u1000", "NAME/u1000" (own_key()) */
 	int background;         /* a confirmation nobody waits for */
 	struct flight_dbg *dbg; /* a portable -lineinfo cubin, or NULL */
 	struct fleet_wait *fw;  /* its lookup in the tier, and the fleet's lease */

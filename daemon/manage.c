@@ -28,6 +28,7 @@
 #include "daemon/key.h"
 #include "daemon/l2.h"
 #include "daemon/store.h"
+#include "daemon/tenant.h"
 #include "proto/frame.h"
 #include "proto/msg.h"
 
@@ -105,6 +106,12 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 		   (long long)s->n.lineinfo_loose_hits, (long long)s->n.lineinfo_unportable,
 		   (long long)s->n.lineinfo_rewrite_errors,
 		   s->cfg->lineinfo_loose ? "true" : "false", codegen_identity());
+	if (j.len) {
+		j.len--;        /* reopen the object */
+		buf_printf(&j, ",\"tenants\":%d,\"tenant\":", tenants_count(s->tenants));
+		buf_json_str(&j, c->tenant.name, strlen(c->tenant.name));
+		buf_puts(&j, "}");
+	}
 	struct buf sb = BUF_INIT;
 	pool_sandbox(s->pool, &sb);
 	if (j.len && sb.len) {
@@ -168,9 +175,11 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 }
 
 /* ls / evict filter fields: kind, arch, older_than (s), min_bytes. */
+/* Root and the daemon's user, on the main socket only: on a tenant's, root
+ * is whoever runs a pod as root, and sees and evicts only its own. */
 static int is_admin(const struct conn *c)
 {
-	return c->uid == 0 || c->uid == geteuid();
+	return c->tenant.id == 0 && (c->uid == 0 || c->uid == geteuid());
 }
 
 /* ls / evict filter fields: kind, arch, namespace, older_than (s),

@@ -57,7 +57,8 @@ struct server {
 	struct l2 *l2;          /* the Redis tier, or NULL */
 	struct fleet *fleet;    /* fleet leases, through l2 */
 	struct artifacts *arts; /* the JIT's own entries (artifact.c) */
-	struct evconnlistener *listener;
+	struct evconnlistener *listener;       /* the main socket (tenant "-") */
+	struct tenants *tenants;        /* the tenants' sockets (tenant.h) */
 	struct store *store;
 	struct pool *pool;
 	struct flight *flights[FLIGHT_BUCKETS];

@@ -4,7 +4,9 @@
  *
  * One libevent loop owns everything: the listening Unix socket, client
  * connections, the SQLite store and the worker pool. This file is the
- * top floor (ARCHITECTURE.md, "Floors"): the listener and its access
+ * top floor (ARCHITECTURE.md, "Floors"): the listeners (the main
+ * socket's here, the tenants' through tenant.c, which hands each
+ * connection to accept_conn() with its tenant) and their access
  * policy, the request table's dispatch (with hello and ping, its own),
  * the timers, signals, start, reload and stop; it starts and stops the
  * floors below and hands them, at start, the only ways they call back up
@@ -60,6 +62,7 @@
 #include "daemon/master.h"
 #include "daemon/sandbox.h"
 #include "daemon/store.h"
+#include "daemon/tenant.h"
 #include "proto/frame.h"
 #include "proto/msg.h"
 
@@ -182,19 +185,21 @@ static int allowed(struct server *s, struct conn *c)
 	return 0;
 }
 
-static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
-		      struct sockaddr *sa, int socklen, void *arg)
+/* A connection on the main socket (t: tenant_main) or on tenant t's
+ * (tenant.c's listeners, through tenants_new()): the same policy and
+ * limits for each, its identity (t, its uid) fixed from here on. */
+static void accept_conn(void *arg, int fd, const struct tenant *t)
 {
 	struct server *s = arg;
-	struct conn *c = conn_new(s, fd);
-	char why[160];
+	struct conn *c = conn_new(s, fd, t);
+	char why[160], who[80];
 
 	if (!c)
 		return;
+	conn_who(c, who, sizeof who);
 	if (!allowed(s, c)) {
 		s->n.denied_connections++;
-		log_warn("refused connection from uid %u (pid %d): not allowed",
-			 (unsigned)c->uid, (int)c->pid);
+		log_warn("refused connection from %s (pid %d): not allowed", who, (int)c->pid);
 		snprintf(why, sizeof why, "uid %u is not allowed to use this daemon",
 			 (unsigned)c->uid);
 		conn_refuse(c, "denied", why);
@@ -210,11 +215,40 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 			 "too many connections for this user (limit %d)",
 			 s->nconns > s->cfg->max_conns ? s->cfg->max_conns :
 			 s->cfg->max_conns_per_uid);
-		log_info("refused connection from uid %u: %s", (unsigned)c->uid, why);
+		log_info("refused connection from %s: %s", who, why);
 		conn_refuse(c, "limit", why);
 	} else {
 		conn_arm(c);
 	}
+}
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
+		      struct sockaddr *sa, int socklen, void *arg)
+{
+	accept_conn(arg, fd, &tenant_main);
+}
+
+/* The tenants' sockets as the settings say (start: fatal where they
+ * cannot be; reload: the old ones kept). A reload that removes a tenant
+ * closes its connections too: its socket gone, nobody is that tenant any
+ * more. */
+static int configure_tenants(struct server *s, struct buf *err)
+{
+	if (tenants_configure(s->tenants, s->cfg->tenant_dir, s->cfg->tenants, err) < 0)
+		return -1;
+	/* From the top after each close: a close's hooks may answer (and so
+	 * close) other connections; a closed one leaves the list. */
+	for (struct conn *c = s->conns; c;) {
+		if (tenants_serves(s->tenants, c->tenant.id)) {
+			c = c->next;
+			continue;
+		}
+		log_info("conn %llu: tenant '%s' removed; closing",
+			 (unsigned long long)c->serial, c->tenant.name);
+		conn_close(c);
+		c = s->conns;
+	}
+	return 0;
 }
 
 /* ---- start and stop ------------------------------------------------- */
@@ -318,8 +352,10 @@ static void on_warm(void *arg)
 	pool_counters(s->pool, &pc);
 	log_info("serving: %d of %d workers warm after %lld ms", pc.ready, s->cfg->pool.size,
 		 (long long)pool_warm_ms(s->pool));
-	if (!s->stopping)
+	if (!s->stopping) {
 		evconnlistener_enable(s->listener);
+		tenants_enable(s->tenants, 1);
+	}
 	notify("READY=1\nSTATUS=serving");
 }
 
@@ -395,36 +431,11 @@ static void on_reload(evutil_socket_t sig, short what, void *arg)
 		struct artifact_config ac;
 		artifact_config_of(s, &ac);
 		artifacts_configure(s->arts, &ac);
+		if (configure_tenants(s, &err) < 0)
+			log_err("reload: the tenants' sockets stay as they were: %s", err.data);
 		log_info("configuration reloaded");
 	}
 	buf_free(&err);
-}
-
-/* mkdir -p with the last component 0700. */
-static int make_dir(const char *path, struct buf *err)
-{
-	char tmp[4096];
-
-	if (strlen(path) >= sizeof tmp) {
-		buf_printf(err, "path too long: '%s'", path);
-		return -1;
-	}
-	strcpy(tmp, path);
-	for (char *p = tmp + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(tmp, 0755) < 0 && errno != EEXIST) {
-			buf_printf(err, "cannot create '%s': %s", tmp, strerror(errno));
-			return -1;
-		}
-		*p = '/';
-	}
-	if (mkdir(tmp, 0700) < 0 && errno != EEXIST) {
-		buf_printf(err, "cannot create '%s': %s", tmp, strerror(errno));
-		return -1;
-	}
-	return 0;
 }
 
 /* A listening socket passed by systemd (socket activation), or -1. */
@@ -455,52 +466,6 @@ static gid_t socket_group(int fd)
 	    stat(sa.sun_path, &st) < 0)
 		return 0;
 	return st.st_gid;
-}
-
-/* Bind the Unix socket (0600 in a 0700 directory unless the directory
- * exists already). A live socket of another daemon is never taken over. */
-static int listen_socket(const char *path, struct buf *err)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-
-	if (strlen(path) >= sizeof sa.sun_path) {
-		buf_printf(err, "socket path too long: '%s'", path);
-		return -1;
-	}
-	strcpy(sa.sun_path, path);
-	char dir[sizeof sa.sun_path];
-	strcpy(dir, path);
-	char *slash = strrchr(dir, '/');
-	if (slash && slash != dir) {
-		*slash = '\0';
-		if (make_dir(dir, err) < 0)
-			return -1;
-	}
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0) {
-		buf_printf(err, "cannot create socket: %s", strerror(errno));
-		return -1;
-	}
-	/* A leftover socket file: take it over only if nobody answers. */
-	int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof sa) == 0) {
-		close(probe);
-		close(fd);
-		buf_printf(err, "another daemon is serving '%s'", path);
-		return -1;
-	}
-	if (probe >= 0)
-		close(probe);
-	unlink(path);
-	mode_t old = umask(0177);
-	int r = bind(fd, (struct sockaddr *)&sa, sizeof sa);
-	umask(old);
-	if (r < 0 || listen(fd, 128) < 0) {
-		buf_printf(err, "cannot listen on '%s': %s", path, strerror(errno));
-		close(fd);
-		return -1;
-	}
-	return fd;
 }
 
 /* One daemon per cache directory, through a lock on DIR/lock. */
@@ -542,7 +507,7 @@ int server_run(struct server_config *cfg)
 	 * Keep up to 64 MB of freed memory for reuse instead. */
 	mallopt(M_MMAP_THRESHOLD, 32 << 20);
 	mallopt(M_TRIM_THRESHOLD, 64 << 20);
-	if (make_dir(cfg->cache_dir, &err) < 0 ||
+	if (tenant_make_dir(cfg->cache_dir, &err) < 0 ||
 	    (lock = lock_cache(cfg->cache_dir, &err)) < 0)
 		goto out;
 	s.store = store_open(cfg->cache_dir, cfg->max_size, &err);
@@ -603,9 +568,27 @@ int server_run(struct server_config *cfg)
 	 * nobody left to answer; its leases pass on, its waits end. */
 	conn_on_close(&s, flight_conn_closed, &s);
 	conn_on_close(&s, arts_conn_closed, s.arts);
+	/* Every socket the daemon makes: socket-mode, socket-group. */
+	struct socket_perm perm = { .mode = (unsigned)cfg->socket_mode, .gid = -1 };
+	unsigned gid;
+	if (cfg->socket_group && *cfg->socket_group) {
+		if (!config_list_id(cfg->socket_group, 1, &gid)) {
+			buf_printf(&err, "socket-group: no group '%s'", cfg->socket_group);
+			goto out;
+		}
+		perm.gid = (long)gid;
+	}
+	/* The tenants' sockets, first (a bad name binds nothing): accepting
+	 * once the workers are warm, as the main one. */
+	if (!(s.tenants = tenants_new(s.base, s.store, &perm, accept_conn, &s))) {
+		buf_puts(&err, "out of memory");
+		goto out;
+	}
+	if (configure_tenants(&s, &err) < 0)
+		goto out;
 	if ((lfd = systemd_socket()) >= 0)
 		s.socket_from_systemd = 1;
-	else if ((lfd = listen_socket(cfg->socket_path, &err)) < 0)
+	else if ((lfd = tenant_listen(cfg->socket_path, &perm, &err)) < 0)
 		goto out;
 	s.socket_gid = socket_group(lfd);
 	/* Disabled until the workers are warm (on_warm()): connections wait
@@ -641,6 +624,8 @@ int server_run(struct server_config *cfg)
 	if (!s.socket_from_systemd)
 		unlink(cfg->socket_path);
 out:
+	tenants_free(s.tenants);        /* their sockets closed and removed */
+	s.tenants = NULL;
 	if (err.len)
 		log_err("%s", err.data);
 	idle_free(idle);

@@ -13,6 +13,11 @@
 /* Filled by config.c; the fields marked (live) change on SIGHUP. */
 struct server_config {
 	const char *socket_path;
+	int socket_mode;        /* of the sockets the daemon makes */
+	const char *socket_group; /* their group: a name, a gid, "" */
+	const char *tenant_dir; /* the tenants' sockets' directory (live) */
+	const char *tenants;    /* their names, comma-separated (live;
+	                           tenant.h) */
 	const char *cache_dir;
 	int64_t max_size;       /* cache size cap in bytes; 0 = none (live) */
 	int64_t max_frame;      /* largest request body accepted (live) */

@@ -1279,6 +1279,31 @@ out:
 	return ret;
 }
 
+int store_tenant_id(struct store *s, const char *name, int64_t *id)
+{
+	sqlite3_stmt *st = NULL;
+	int ret = -1;
+
+	/* Once given, a name's number is its own for the cache's life. */
+	if (sqlite3_prepare_v2(s->db, "INSERT OR IGNORE INTO tenants (name) VALUES (?1)", -1,
+			       &st, NULL) != SQLITE_OK)
+		return -1;
+	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+	int rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (rc != SQLITE_DONE ||
+	    sqlite3_prepare_v2(s->db, "SELECT id FROM tenants WHERE name = ?1", -1, &st,
+			       NULL) != SQLITE_OK)
+		return -1;
+	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+	if (sqlite3_step(st) == SQLITE_ROW) {
+		*id = sqlite3_column_int64(st, 0);
+		ret = 0;
+	}
+	sqlite3_finalize(st);
+	return ret;
+}
+
 int store_artifact_scope(struct store *s, const unsigned char key[32], int64_t *scope)
 {
 	sqlite3_stmt *st;

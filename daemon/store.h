@@ -160,6 +160,11 @@ void store_warm_up(struct store *s);
  * -1 on a database error or when memory runs out. */
 int store_show(struct store *s, const unsigned char key[32], struct buf *json);
 
+/* The number of tenant name (tenant.h): given the first time a name is
+ * asked for, from 1 up, and never to another name while the cache lasts.
+ * 0 with *id set, or -1 on a database error. */
+int store_tenant_id(struct store *s, const char *name, int64_t *id);
+
 /* Whether key is an artifact, and of which scope: 1 with *scope set, 0 if
  * it is no artifact (or absent), -1 on a database error. */
 int store_artifact_scope(struct store *s, const unsigned char key[32], int64_t *scope);

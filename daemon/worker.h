@@ -85,12 +85,14 @@ struct pool_job {
 	char *optset;           /* backend options, '\n'-separated; "" = none;
 	                           POOL_ASM_SET: an assembler job */
 	void (*done)(struct pool_job *job, const struct job_result *res);
-	int64_t tenant;         /* who the job is for (a uid, or another
-	                           number the submitter makes up): a worker
+	int64_t tenant;         /* who the job is for (an identity's number,
+	                           conn_tenant(), or another number the
+	                           submitter makes up): a worker
 	                           runs jobs of one tenant only, from its exec
 	                           to its end. POOL_ANY_TENANT: any worker */
-	int64_t owner;          /* whose turn it waits for (the uid it counts
-	                           against for fair sharing); foreground only */
+	int64_t owner;          /* whose turn it waits for (the identity it
+	                           counts against for fair sharing and
+	                           max-jobs-per-uid); foreground only */
 	int background;         /* 1: a confirmation: runs only on a core no
 	                           foreground job wants, in a fresh worker of
 	                           its own that is retired after it */

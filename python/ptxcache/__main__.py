@@ -50,6 +50,8 @@ def _daemon(path: str) -> dict[str, Any]:
             try:
                 s = c.stats()
                 d["stats"] = {k: v for k, v in s.items() if k.startswith("artifact")}
+                # The socket's tenant ("-": the main socket; ptxcached(8), TENANTS).
+                d["tenant"] = s.get("tenant", "-")
             except PtxcacheError:
                 pass
     except PtxcacheError as e:
@@ -202,8 +204,9 @@ def print_status(s: dict[str, Any]) -> None:
     print("%s: %s" % (ptorch.ENV_SWITCH, s["switch"][ptorch.ENV_SWITCH] or "unset"))
     print("daemon in use: %s: %s" % (d["in_use"], d["why"]))
     if d.get("reachable"):
-        print("daemon: %s (from %s): %s, pid %s, artifacts: %s%s"
+        print("daemon: %s (from %s): %s, pid %s, artifacts: %s%s%s"
               % (d["socket"], d["socket_from"], d.get("server"), d.get("pid"), _yn(d.get("artifacts")),
+                 "" if d.get("tenant", "-") == "-" else ", tenant %s" % d["tenant"],
                  "" if d.get("same_version") else "; version %s, NOT this package's %s"
                  % (d.get("version") or "unknown", p["version"])))
     else:
