@@ -890,6 +890,7 @@ static struct worker *spawn(struct pool *p, const char *optset, int background)
 		rm_tree(tmp);
 		return NULL;
 	}
+	pid_t master = getpid();
 	pid_t pid = fork();
 	if (pid < 0) {
 		log_err("cannot fork worker: %s", strerror(errno));
@@ -914,6 +915,11 @@ static struct worker *spawn(struct pool *p, const char *optset, int background)
 			close(null);
 		}
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		/* The master died before PDEATHSIG was set: we were handed to
+		 * init or a subreaper (the master itself may be pid 1, in a
+		 * container with no init). PDEATHSIG holds across the exec. */
+		if (getppid() != master)
+			_exit(1);
 		/* A background worker (and the ptxas it runs) gets the CPU
 		 * only when nothing else wants it; no way back up (that needs
 		 * a privilege), and it never serves a foreground job. */

@@ -290,8 +290,6 @@ int worker_run(void)
 		return 2;
 	}
 	wfd = 3;
-	if (getppid() == 1)
-		_exit(1);       /* the master died before PDEATHSIG was set */
 	/* While starting, stderr is the master's memory file: if we die
 	 * before the hello, what we printed is the reason. */
 	int stderr_fd = dup(STDERR_FILENO);

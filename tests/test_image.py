@@ -18,7 +18,7 @@ How it runs, both where both can:
 - under podman, where podman is installed and can run a container here
   (in this sandbox it needs runc, as crun refuses the hybrid cgroup
   hierarchy, and limits no higher than the ones it has); otherwise it
-  says why not. `--init`: see the image's note on PID 1 in the README.
+  says why not. No `--init`: the daemon is PID 1 there, as in the chroot.
 The test prints which ran. Skipped only where not root (chroot, unshare
 and mount need it), under make check-asan and inside the Debian package's
 build. About 10 s here, podman's run included (the static build is
@@ -30,6 +30,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import subprocess
 import tarfile
 import tempfile
@@ -193,20 +194,27 @@ def run_in_chroot(layout, tmp):
         env.setdefault(k, v)
     env["PATH"] = "/usr/bin:/bin:/usr/sbin:/sbin"   # for unshare, mount and chroot here
     log = open(log_path, "wb")
-    proc = subprocess.Popen(["unshare", "--mount", "sh", "-c", script, "sh"] + args +
-                            ["--workers", "1"], stdout=log, stderr=log, env=env)
+    # A pid namespace of its own: the daemon is PID 1, as in a container
+    # with no init.
+    proc = subprocess.Popen(["unshare", "--mount", "--pid", "--fork", "--kill-child", "sh", "-c",
+                             script, "sh"] + args + ["--workers", "1"],
+                            stdout=log, stderr=log, env=env)
     sock = os.path.join(rootfs, SOCKET.lstrip("/"))
     try:
         wait_ping(sock, proc, "the image's entrypoint in a chroot", lambda: open(log_path).read())
-        with open("/proc/%d/status" % proc.pid) as f:
-            uids = re.search(r"^Uid:\s+(\d+)", f.read(), re.M).group(1)
+        daemon = int(subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                    text=True).stdout.split()[0])
+        with open("/proc/%d/status" % daemon) as f:
+            status = f.read()
+        uids = re.search(r"^Uid:\s+(\d+)", status, re.M).group(1)
         assert int(uids) == UID, "the daemon runs as uid %s" % uids
+        assert re.search(r"^NSpid:\s+%d\s+1$" % daemon, status, re.M), status
         check_serves(sock, os.path.join(rootfs, CACHE_DIR.lstrip("/")), "chroot")
         # The probe of the DaemonSet: the image's own CLI, as its user.
         r = subprocess.run(["chroot", "--userspec=%d:%d" % (UID, UID), rootfs, "/usr/bin/ptxcache",
                             "--socket", SOCKET, "ping"], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0 and r.stdout.startswith("ok: ptxcached " + VERSION), r.stdout + r.stderr
-        proc.terminate()
+        os.kill(daemon, signal.SIGTERM)
         assert proc.wait(60) == 0, open(log_path).read()
     finally:
         if proc.poll() is None:
@@ -243,7 +251,7 @@ def run_under_podman(archive, tmp):
     nofile, nproc = [min(resource.getrlimit(r)[0], 4096) for r in (resource.RLIMIT_NOFILE,
                                                                  resource.RLIMIT_NPROC)]
     name = "ptxcache-test-%d" % os.getpid()
-    run = base + ["run", "-d", "--init", "--name", name, "--network", "none",
+    run = base + ["run", "-d", "--name", name, "--network", "none",
                   "--ulimit", "nofile=%d:%d" % (nofile, nofile), "--ulimit", "nproc=%d:%d" % (nproc, nproc)]
     for v, h in vols.items():
         run += ["-v", "%s:%s" % (h, v)]
