@@ -1,20 +1,32 @@
 # SPDX-License-Identifier: Apache-2.0
 """l2-timeout-ms bounds a connection's silence, not a command's size:
-daemon/l2.c through build/l2drive to a real redis-server behind a TCP proxy
-that throttles it (bytes keep moving, slowly) or stops it (silence). A
-throttled transfer many times longer than the timeout completes, exact; a
-stalled one times out within bounds and the breaker opens; the stall of
-one connection is the only thing that counts."""
+daemon/l2.c through build/l2drive, on the daemon's default (50 ms of
+silence), to a real redis-server behind a TCP proxy that throttles it
+(bytes keep moving, slowly) or stops it (silence). A throttled transfer
+many times longer than the timeout completes, exact; a stalled one ends
+as a timeout of the silence detector (not of the 10 s cap on every
+command, L2_CMD_MAX_MS: the counter `overruns` tells the two apart) in a
+small multiple of the timeout; one stall is one failure, and the breaker
+opens only after five in a row (L2_TRIP); a server that trickles bytes,
+never silent for the timeout, is ended by the cap."""
 import os
 import socket
 import threading
 import time
-from typing import List
+from typing import List, Tuple
 
 from redis_fixture import RedisServer
 from test_l2_live import L2DRIVE, Drive
 
 KEY = "9e" * 32
+SILENCE_MS = 50         # l2-timeout-ms's default (daemon/l2.c, L2_DEFAULT_TIMEOUT_MS)
+CAP_S = 10              # no command outlives this (daemon/l2.c, L2_CMD_MAX_MS)
+TRIP = 5                # consecutive failures that open a breaker (L2_TRIP)
+# A stall ends within this: a few periods of the silence timeout (the
+# timer re-armed when this process ran late), plus the start of a new
+# connection, plus margin for a loaded machine; a fifth of the cap, so an
+# end by the cap cannot pass for one by the silence detector.
+STALL_END_S = 2.0
 
 
 class Throttle:
@@ -86,38 +98,61 @@ class Throttle:
             x.close()
 
 
+def _timed(d, line: str, timeout: float = 60) -> Tuple[str, float]:
+    t0 = time.monotonic()
+    r = d.cmd(line, timeout=timeout)
+    return r, time.monotonic() - t0
+
+
 def test_l2_throttled_transfer_outlives_the_timeout_stall_does_not():
     if not os.path.exists(L2DRIVE):
         raise AssertionError("%s not built (make all)" % L2DRIVE)
     with RedisServer(tcp=True) as r:
         proxy = Throttle(r.port)
         url = "redis://127.0.0.1:%d/0" % proxy.port
-        d = Drive(url, r.tmp, "--timeout", "100", "--max-value", str(64 << 20))
+        d = Drive(url, r.tmp, "--max-value", str(64 << 20))      # the default timeout
         try:
-            # 6 MiB at about 3 MiB/s each way: seconds, against a 100 ms
-            # bound (the old allowance was 100 ms + 1 ms per 256 KiB).
+            # 6 MiB at about 3 MiB/s each way: seconds, against 50 ms of
+            # silence (the old allowance was 100 ms + 1 ms per 256 KiB).
             data = os.urandom(6 << 20)
-            t0 = time.time()
+            t0 = time.monotonic()
             d.put(KEY, data)
             c = d.wait(lambda c: c["writes"] + c["timeouts"] + c["errors"] >= 1,
                        "the throttled write", tries=3000, ms=20)
-            took = time.time() - t0
+            took = time.monotonic() - t0
             assert c["writes"] == 1 and c["timeouts"] == 0, (c, took)
             assert took > 0.5, "not throttled: %.2f s" % took   # the test's premise
             out = os.path.join(r.tmp, "got")
-            assert d.cmd("get %s %s" % (KEY, out), timeout=120).startswith("hit"), d.counters()
+            got, took = _timed(d, "get %s %s" % (KEY, out), timeout=120)
+            assert got.startswith("hit"), d.counters()
+            assert took > 0.5, "not throttled: %.2f s" % took
             with open(out, "rb") as f:
                 assert f.read() == data
-            assert d.counters()["timeouts"] == 0
-            # Silence: the same connection stalled times out, within bounds.
-            proxy.stall()
-            t0 = time.time()
-            assert d.cmd("get " + KEY, timeout=10).startswith("miss")
-            assert time.time() - t0 < 10
             c = d.counters()
-            assert c["timeouts"] == 1 and c["breaker_open"] == 0, c
+            assert c["timeouts"] == 0 and c["breaker_opens"] == 0, c
+            # Silence: the same connection stalled times out, by the
+            # silence detector, well before the cap would end it.
+            proxy.stall()
+            for i in range(1, TRIP + 1):
+                got, took = _timed(d, "get " + KEY, timeout=CAP_S * 3)
+                c = d.counters()
+                assert got.startswith("miss sync=0"), (i, got, c)
+                assert took < STALL_END_S, "stall %d ended after %.2f s: %s" % (i, took, c)
+                assert c["timeouts"] == i and c["overruns"] == 0, (i, c)
+                # One stall is one failure; the breaker opens at the fifth.
+                assert c["breaker_opens"] == (1 if i == TRIP else 0), (i, c)
+                print("     stall %d ended after %.3f s" % (i, took))
+            assert c["breaker_open"] == 1, c
+            # Open: answered at once, Redis not asked.
+            assert d.cmd("get " + KEY).startswith("miss sync=1"), d.counters()
             proxy.flow()
-            assert d.cmd("get " + KEY, timeout=120).startswith("hit"), d.counters()
+            # After the open period (1 s) a probe finds the link moving.
+            deadline = time.monotonic() + 30
+            while not d.cmd("get " + KEY, timeout=120).startswith("hit"):
+                assert time.monotonic() < deadline, d.counters()
+                d.cmd("sleep 100")
+            c = d.counters()
+            assert c["breaker_open"] == 0 and c["overruns"] == 0, c
         finally:
             d.close()
             proxy.close()
@@ -127,7 +162,8 @@ def test_l2_a_trickle_never_silent_for_the_timeout_still_ends():
     """A server whose bytes trickle (64 bytes every 20 ms: never silent for
     the default 50 ms) holds no command past its bound (10 s, l2.c's
     L2_CMD_MAX_MS): a 512 KiB value's get, minutes at that rate, ends as a
-    timeout and a miss, and the connection's next command is a fresh one."""
+    timeout and a miss within the cap and a margin, ended by the cap
+    (`overruns`), and the connection's next command is a fresh one."""
     if not os.path.exists(L2DRIVE):
         raise AssertionError("%s not built (make all)" % L2DRIVE)
     with RedisServer(tcp=True) as r:
@@ -141,11 +177,14 @@ def test_l2_a_trickle_never_silent_for_the_timeout_still_ends():
         proxy = Throttle(r.port, chunk=64, gap_s=0.02)
         d = Drive("redis://127.0.0.1:%d/0" % proxy.port, r.tmp)
         try:
-            t0 = time.time()
-            assert d.cmd("get " + KEY, timeout=60).startswith("miss"), d.counters()
-            took = time.time() - t0
+            got, took = _timed(d, "get " + KEY, timeout=CAP_S * 6)
             c = d.counters()
+            assert got.startswith("miss"), (got, c)
             assert c["timeouts"] == 1 and c["hits"] == 0, (c, took)
+            # The cap ended it (the silence detector never fired), at the
+            # cap: after it, within a period and a margin.
+            assert c["overruns"] == 1, (c, took)
+            assert took < CAP_S + 5, "a trickling get ended after %.1f s" % took
             print("     a trickling server's get ended after %.1f s" % took)
             proxy.chunk, proxy.gap = 1 << 20, 0
             out = os.path.join(r.tmp, "got")
