@@ -158,14 +158,16 @@ def test_a_failed_compile_hands_the_fleet_lease_on_at_once():
     a's job timeout, here 2 s: the setting is the fault) gives its fleet
     lease up as its flight ends (flight.c: fleet_end(, 0)): b, waiting on
     that lease, takes it over at its next poll (<= 1 s), not when it would
-    lapse (l2-lease-timeout, 10 s by default), and compiles it itself."""
+    lapse (l2-lease-timeout, 10 s by default), and compiles it itself.
+    On the defaults (sharing = confirm: the lease is the user's own key's,
+    as a's compile is new) but for a's job timeout."""
     from harness import PROBE_DAEMON, small_ir
     ir = b"; ptxcache-probe: slow 5\n" + small_ir("fleet_failed")
     with RedisServer() as r:
         secret = os.path.join(r.tmp, "secret")
         with open(secret, "wb") as f:
             f.write(SECRET)
-        common = ["--l2", r.url, "--l2-secret-file", secret, "--sharing", "trust"]
+        common = ["--l2", r.url, "--l2-secret-file", secret]     # sharing = confirm
         a = Daemon(workers=1, binary=PROBE_DAEMON, extra=common + ["--job-timeout", "2"])
         b = Daemon(workers=1, binary=PROBE_DAEMON, extra=common)
         try:

@@ -110,7 +110,7 @@ def test_l2_throttled_transfer_outlives_the_timeout_stall_does_not():
     with RedisServer(tcp=True) as r:
         proxy = Throttle(r.port)
         url = "redis://127.0.0.1:%d/0" % proxy.port
-        d = Drive(url, r.tmp, "--max-value", str(64 << 20))      # the default timeout
+        d = Drive(url, r.tmp)           # the defaults: 50 ms of silence, 1 GiB values
         try:
             # 6 MiB at about 3 MiB/s each way: seconds, against 50 ms of
             # silence (the old allowance was 100 ms + 1 ms per 256 KiB).
