@@ -7,7 +7,8 @@ For each mutant of MUTANTS: one line of the sources, found by a pattern
 that must occur exactly once in the files its glob names (daemon/*.c, not
 one file and line: files are split and lines move), is changed in a
 throwaway copy of the tree (BUILD/mutants/tree: the working tree's files
-and a copy of BUILD, so make rebuilds the changed file alone), the copy
+and a copy of BUILD, so make rebuilds the changed file alone; and, as
+the copy is no git checkout, their list in MANIFEST), the copy
 is built, and the tests that claim the mechanism are run there, one after
 another, until one fails. A mutant is "killed" when a test failed,
 "survived" when every one passed (or skipped: a skip proves nothing).
@@ -120,6 +121,13 @@ MUTANTS: List[Mutant] = [
     Mutant("handoff-flight", "lease hand-off: a flight that published nothing keeps its lease",
            "daemon/*.c", "fleet_end(f->fw, published);", "fleet_end(f->fw, 1);",
            ("test_fleet.test_a_failed_compile_hands_the_fleet_lease_on",)),
+    # The sdist's contents (mk/wheel_backend.py): files the build does not
+    # need left out, which only the member check can see.
+    Mutant("sdist-drops-tests", "sdist: the tree's tests left out", "mk/*.py",
+           "return [f for f in files if os.path.isfile(os.path.join(ROOT, f))]",
+           "return [f for f in files if os.path.isfile(os.path.join(ROOT, f)) "
+           "and not f.startswith(\"tests/\")]",
+           ("test_wheel.test_wheel_sdist_holds_the_tree",)),
 ]
 
 
@@ -145,10 +153,16 @@ def make_copy(build: str, tree: str):
     rebuilds nothing), into tree; what is there already is replaced."""
     shutil.rmtree(tree, ignore_errors=True)
     os.makedirs(tree)
-    for f in tree_files():
+    files = tree_files()
+    for f in files:
         dst = os.path.join(tree, f)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         shutil.copy2(os.path.join(ROOT, f), dst)
+    # The copy is no git checkout: its list of files, for the tests and
+    # the sdist backend that need one, as an sdist (and make deb's copy)
+    # carries it.
+    with open(os.path.join(tree, "MANIFEST"), "w", encoding="utf-8") as f:
+        f.writelines(x + "\n" for x in sorted(files) if x != "MANIFEST")
     shutil.copytree(build, os.path.join(tree, "build"), symlinks=True,
                     ignore=shutil.ignore_patterns("mutants", "wheel-test", "deb", "bench"))
 
