@@ -110,7 +110,7 @@ else
 Q := @
 endif
 
-.PHONY: all deps run test check bench clean check-asan fuzz corpus deb wheel sdist dist image
+.PHONY: all deps run test check bench clean check-asan check-mutants fuzz corpus deb wheel sdist dist image
 all: $(B)/ptxcached $(B)/ptxcache $(B)/libptxcache.a $(B)/libptxcache.so $(B)/unit
 
 deps:
@@ -292,6 +292,14 @@ test: deps
 	@PTXCACHE_BUILD=$(B) python3 tests/run.py $(TEST_ARGS)
 
 check: test
+
+# Each mechanism the tests claim, broken one at a time in a copy of the
+# tree (tests/tools/mutants.py: the list, the line each changes, the tests
+# that must notice); not part of make test (a rebuild and slow tests per
+# mutant). MUTANTS=name,... runs those alone.
+check-mutants: deps
+	@$(MAKE) --no-print-directory all corpus
+	@python3 tests/tools/mutants.py --build $(B) $(if $(MUTANTS),--only $(MUTANTS))
 
 clean:
 	rm -rf $(B)

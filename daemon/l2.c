@@ -1444,12 +1444,14 @@ static void on_cmd_timeout(evutil_socket_t fd, short what, void *arg)
 		evtimer_add(cmd->timer, &tv);
 		return;
 	}
-	if (too_long)
+	if (too_long) {
+		l2->n.overruns++;
 		snprintf(l2->last_error, sizeof l2->last_error,
 			 "no whole answer within %lld ms (bytes trickling)", (long long)max_ms);
-	else
+	} else {
 		snprintf(l2->last_error, sizeof l2->last_error, "no answer within %lld ms",
 			 (long long)cmd->timeout_ms);
+	}
 	if (cmd->ac && cmd->node) {
 		struct l2_node *nd = cmd->node;
 		drop_ac(nd, cmd->ac, OUT_TIMEOUT);      /* completes cmd too */

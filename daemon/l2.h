@@ -60,6 +60,8 @@ struct l2_counters {
 	int64_t bytes_read, bytes_written;      /* sealed values, chunks, manifests */
 	int64_t redirects;      /* a cluster's MOVED and ASK followed */
 	int64_t map_refreshes;  /* a cluster's slot map read and installed */
+	int64_t overruns;       /* of timeouts: commands past L2_CMD_MAX_MS, bytes
+	                           still moving (the rest: silences, connects) */
 	int breaker_open;       /* 1 while requests skip Redis (a cluster: skip
 	                           one of the masters of its slot map at least) */
 };

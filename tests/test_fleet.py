@@ -153,6 +153,52 @@ def test_a_release_hands_the_fleet_lease_on_at_once():
                 d.cleanup()
 
 
+def test_a_failed_compile_hands_the_fleet_lease_on_at_once():
+    """A compile that ends with nothing to publish (its worker killed at
+    a's job timeout, here 2 s: the setting is the fault) gives its fleet
+    lease up as its flight ends (flight.c: fleet_end(, 0)): b, waiting on
+    that lease, takes it over at its next poll (<= 1 s), not when it would
+    lapse (l2-lease-timeout, 10 s by default), and compiles it itself.
+    On the defaults (sharing = confirm: the lease is the user's own key's,
+    as a's compile is new) but for a's job timeout."""
+    from harness import PROBE_DAEMON, small_ir
+    ir = b"; ptxcache-probe: slow 5\n" + small_ir("fleet_failed")
+    with RedisServer() as r:
+        secret = os.path.join(r.tmp, "secret")
+        with open(secret, "wb") as f:
+            f.write(SECRET)
+        common = ["--l2", r.url, "--l2-secret-file", secret]     # sharing = confirm
+        a = Daemon(workers=1, binary=PROBE_DAEMON, extra=common + ["--job-timeout", "2"])
+        b = Daemon(workers=1, binary=PROBE_DAEMON, extra=common)
+        try:
+            out = {}
+            t = threading.Thread(target=lambda: out.update(
+                a=a.cli("compile", "--arch", "sm_90a", "-", "-o", "-", input=ir, check=False)))
+            t.start()
+            a.wait_stats(lambda s: s["jobs_running"] >= 1, "a's compile")
+            got = {}
+            tb = threading.Thread(target=lambda: got.update(
+                b=b.cli("compile", "--arch", "sm_90a", "-", "-o", "-", input=ir)))
+            tb.start()
+            b.wait_stats(lambda s: s["fleet_waits"] == 1, "b waiting on a's lease")
+            sa = a.wait_stats(lambda s: s["worker_timeouts"] == 1, "a's compile timing out")
+            t0 = time.time()
+            sb = b.wait_stats(lambda s: s["fleet_takeovers"] == 1, "b taking the lease over")
+            took = time.time() - t0
+            t.join(60)
+            tb.join(60)
+            assert out["a"].returncode != 0, out["a"]
+            assert got["b"].returncode == 0 and b".entry k_fleet_failed" in got["b"].stdout, got
+            assert sa["l2_writes"] == 0, sa
+            # Its next poll (<= 1 s) and margin; the lease would lapse at 10 s.
+            assert took < 5, "b took the lease over %.1f s after a's compile failed" % took
+            assert b.stats()["compiles"] == 1, b.stats()
+            print("     b took the lease over %.2f s after a's compile failed" % took)
+        finally:
+            for d in (a, b):
+                d.cleanup()
+
+
 def test_a_node_cut_off_from_the_tier_produces_on_its_own():
     with RedisServer() as r:
         tmp = tempfile.mkdtemp()

@@ -41,8 +41,9 @@ def test_idle_exit_is_off_by_default():
 def test_fronts_start_one_daemon_of_the_users_own_which_exits_idle():
     """The C side of autostart from the build tree (tests/test_wheel.py has
     it end to end from a wheel): eight llc fronts at once, no daemon
-    anywhere, start one ptxcached, the one beside them, which serves all
-    eight and exits when idle, its log clean."""
+    anywhere, start one ptxcached, the one beside them (autostart.c's
+    lock: no other is started to lose the race), which serves all eight
+    and exits when idle, its log clean."""
     import shutil
     import tempfile
     from harness import CLI, DAEMON, TRITON_FLAGS, sanitizer_report
@@ -66,7 +67,11 @@ def test_fronts_start_one_daemon_of_the_users_own_which_exits_idle():
             assert b".entry k_auto%d" % i in open(os.path.join(tmp, "k%d.ll.ptx" % i), "rb").read()
         log_path = os.path.join(tmp, "cache", "ptxcache", "ptxcached.log")
         log = open(log_path).read()
+        # One daemon started: one listening, and no other started to lose
+        # the race (a daemon that finds the socket or the cache taken says
+        # so in this log and exits; "listening on" alone would not tell).
         assert log.count("listening on") == 1, log
+        assert "in use by another daemon" not in log and "another daemon is serving" not in log, log
         sock = os.path.join(tmp, "run", "ptxcache", "ptxcached.sock")
         r = subprocess.run([CLI, "autostart"], env=env, capture_output=True, text=True)
         assert r.stdout.split() == ["own", sock], r

@@ -76,10 +76,13 @@ def get(d: Drive, k: str, want: Optional[bytes]) -> str:
 
 
 def publish(d: Drive, ks: List[str], rounds: int = 3):
-    """Put ks through d and wait until each publish has ended. A master
-    that falls silent for the timeout (a loaded machine can starve it)
-    ends a publish as a timeout: what then does not read back is put again,
-    in at most rounds rounds."""
+    """Put ks through d and wait until each publish has ended. Under a
+    fault (a master killed or frozen, a slot moving, the cluster full) a
+    master may fall silent for the timeout and end a publish as a timeout:
+    what then does not read back is put again, in at most rounds rounds.
+    On a healthy cluster no publish times out (the silence detector does
+    not count this side's delays, a loaded machine's included): the
+    healthy tests assert timeouts == 0 after it."""
     todo = list(ks)
     for _ in range(rounds):
         c0 = d.counters()
@@ -146,6 +149,11 @@ def test_cluster_values_cross_exact_and_spread_over_the_masters():
                     assert m.command("CLUSTER", "COUNTKEYSINSLOT", slot_of(PREFIX + k)) >= 1
             ca, cb = a.counters(), b.counters()
             assert ca["errors"] == cb["errors"] == 0 and cb["hits"] == len(ks), (ca, cb)
+            # Healthy, on the default timeout: nothing timed out (publish()
+            # put nothing twice) and no breaker opened.
+            assert ca["timeouts"] == cb["timeouts"] == 0, (ca, cb)
+            assert ca["writes"] == len(ks) and ca["breaker_opens"] == cb["breaker_opens"] == 0, \
+                (ca, cb)
             assert ca["map_refreshes"] >= 1 and cb["map_refreshes"] >= 1, (ca, cb)
         finally:
             a.close()
@@ -169,8 +177,14 @@ def test_cluster_master_killed_replica_promoted_serving_goes_on():
             killer = threading.Thread(target=lambda: result.append(c.kill_master(victim)))
             killer.start()
             answers: Dict[str, int] = {"hit": 0, "miss": 0}
-            # While the replica takes over: the other shards hit, the lost
-            # one's keys are exact or misses, every answer comes.
+            # While the replica takes over (the cluster's node timeout,
+            # 1 s, then an election): the other shards hit, the lost one's
+            # keys are exact or misses, every answer comes. Asked once the
+            # master is dead, and before its replica serves: the lost
+            # shard's gets are misses then.
+            while victim.proc.poll() is None and killer.is_alive():
+                time.sleep(0.01)
+            during = b.counters()
             while killer.is_alive():
                 for k in lost[:5]:
                     answers[get(b, k, value(k))] += 1
@@ -178,6 +192,11 @@ def test_cluster_master_killed_replica_promoted_serving_goes_on():
                     assert get(b, k, value(k)) == "hit", ("a live shard's key missed", k)
             killer.join()
             assert result, "the replica was not promoted"
+            outage = b.counters()
+            print("     during the failover: %s" % answers)
+            assert answers["miss"] > 0, ("no lost-shard get missed during the outage", answers)
+            assert outage["misses"] + outage["errors"] + outage["timeouts"] > \
+                during["misses"] + during["errors"] + during["timeouts"], (during, outage)
             promoted = result[0]
             # After the map is read again, hits resume from the new master.
             eventually_all_hit(b, ks, "after the failover")
@@ -330,9 +349,14 @@ def test_cluster_gone_and_back_misses_during_hits_after():
             c.stop_all()
             for k in ks:
                 assert get(b, k, value(k)) == "miss"
+            # The writer's puts while it is gone: each ends, as an error
+            # (no connection) or a timeout, none as a write, none hangs.
+            ca = a.counters()
             for k in ks[:5]:
-                a.put(k, value(k))             # dropped or failed, never hangs
-            a.cmd("sleep 200")
+                a.put(k, value(k))
+            ended = lambda x: x["errors"] + x["timeouts"] - ca["errors"] - ca["timeouts"]
+            ca1 = a.wait(lambda x: ended(x) >= 5, "the puts' ends while the cluster is gone")
+            assert ca1["writes"] == ca["writes"] and ended(ca1) == 5, (ca, ca1)
             cb = b.counters()
             assert cb["errors"] + cb["timeouts"] >= 5 and cb["breaker_opens"] >= 1, cb
             c.start_all()                      # empty: no persistence
@@ -368,8 +392,13 @@ def test_cluster_two_daemons_share_kernels():
                                  "--l2-secret-file", secret])
         with node() as a:
             first = [a.cli("llc", *TRITON_FLAGS, k, "-o", "-").stdout for k in kernels]
-            # Each at once for its user, and for everyone once confirmed.
-            a.wait_stats(lambda s: s["l2_writes"] == 2 * len(kernels), "writes to the cluster")
+            # Each at once for its user, and for everyone once confirmed:
+            # each write ends (a timeout too would end it: none must come
+            # on a healthy cluster on the default timeout, see publish()).
+            n = 2 * len(kernels)
+            s = a.wait_stats(lambda s: s["l2_writes"] + s["l2_errors"] + s["l2_timeouts"] >= n,
+                             "writes to the cluster")
+            assert s["l2_writes"] == n and s["l2_errors"] == s["l2_timeouts"] == 0, s
             assert a.stats()["l2_map_refreshes"] >= 1
         with node() as b:
             second = [b.cli("llc", *TRITON_FLAGS, k, "-o", "-").stdout for k in kernels]

@@ -136,6 +136,55 @@ def test_wheel_is_tagged_by_the_glibc_its_programs_need():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _ignore_rules():
+    """.gitignore's patterns as (glob, anchored at ROOT, directories only).
+    Only the forms it uses are understood; any other is a failure, not a
+    guess."""
+    rules = []
+    with open(os.path.join(ROOT, ".gitignore")) as f:
+        for line in f:
+            p = line.strip()
+            if not p or p.startswith("#"):
+                continue
+            anchored, dir_only = p.startswith("/"), p.endswith("/")
+            p = p.strip("/")
+            assert "/" not in p and not p.startswith("!") and "**" not in p, \
+                "a .gitignore pattern this test does not understand: %r" % line
+            rules.append((p, anchored, dir_only))
+    return rules
+
+
+def tree_files():
+    """The files of the source tree, relative to ROOT, found by walking it:
+    .git, what .gitignore excludes and (in a git checkout) untracked files
+    left out."""
+    import fnmatch
+    rules = _ignore_rules()
+
+    def ignored(rel, is_dir):
+        name = os.path.basename(rel)
+        return any(fnmatch.fnmatchcase(name, p) and (is_dir or not d) and
+                   (not a or os.path.dirname(rel) == "") for p, a, d in rules)
+    out = set()
+    for root, dirs, files in os.walk(ROOT):
+        rel_root = os.path.relpath(root, ROOT)
+        rel_root = "" if rel_root == "." else rel_root
+        dirs[:] = [d for d in dirs if d != ".git" and
+                   not ignored(os.path.join(rel_root, d), True)]
+        for f in files:
+            rel = os.path.join(rel_root, f)
+            if f != ".git" and not ignored(rel, False) and os.path.isfile(os.path.join(ROOT, rel)):
+                out.add(rel)
+    if os.path.exists(os.path.join(ROOT, ".git")):
+        r = subprocess.run(["git", "-C", ROOT, "ls-files", "-z", "--others", "--exclude-standard"],
+                           capture_output=True, check=True)
+        out -= {f for f in r.stdout.decode().split("\0") if f}
+    else:
+        # Not a checkout: an unpacked sdist, which carries its MANIFEST.
+        assert "MANIFEST" in out, "neither a git checkout nor an sdist's tree: %s" % ROOT
+    return out
+
+
 def test_wheel_sdist_holds_the_tree_and_builds_the_same_wheel():
     w = wheel()
     tmp = tempfile.mkdtemp(prefix="ptxcache-sdist-")
@@ -148,10 +197,13 @@ def test_wheel_sdist_holds_the_tree_and_builds_the_same_wheel():
         with tarfile.open(sdist) as t:
             members = {m.name.split("/", 1)[1] for m in t.getmembers() if m.isfile()}
             t.extractall(tmp)
-        tracked = set(subprocess.run(["git", "-C", ROOT, "ls-files"], capture_output=True,
-                                     text=True).stdout.split())
-        if tracked:
-            assert members == tracked | {"PKG-INFO", "MANIFEST"}, members ^ (tracked | {"PKG-INFO", "MANIFEST"})
+        # The tree, listed here on its own terms (not by the backend's own
+        # list): every file under ROOT that .gitignore does not exclude
+        # and, in a git checkout, that is not untracked; PKG-INFO and
+        # MANIFEST besides.
+        want = tree_files() | {"PKG-INFO", "MANIFEST"}
+        assert len(want) > 100 and "Makefile" in want and "daemon/server.c" in want, sorted(want)
+        assert members == want, (sorted(members - want), sorted(want - members))
         src = os.path.join(tmp, os.path.basename(sdist)[:-len(".tar.gz")])
         # The sdist's tree through the same Makefile, against the objects
         # built already (every source and header the build uses must be in

@@ -22,7 +22,7 @@
  *   sleep MS          let the loop run MS ms, then "slept"
  *   counters          "hits=.. misses=.. errors=.. timeouts=.. rejects=..
  *                     writes=.. breaker_opens=.. breaker_open=.. redirects=..
- *                     map_refreshes=.."
+ *                     map_refreshes=.. overruns=.."
  *   quit
  * Exit status 2 for a bad command line (with the reason on stderr).
  */
@@ -202,12 +202,12 @@ static void run(char *cmd)
 		l2_counters(l2, &c);
 		printf("hits=%lld misses=%lld errors=%lld timeouts=%lld rejects=%lld "
 		       "writes=%lld breaker_opens=%lld breaker_open=%d bytes_read=%lld "
-		       "bytes_written=%lld redirects=%lld map_refreshes=%lld\n",
+		       "bytes_written=%lld redirects=%lld map_refreshes=%lld overruns=%lld\n",
 		       (long long)c.hits, (long long)c.misses, (long long)c.errors,
 		       (long long)c.timeouts, (long long)c.rejects, (long long)c.writes,
 		       (long long)c.breaker_opens, c.breaker_open, (long long)c.bytes_read,
 		       (long long)c.bytes_written, (long long)c.redirects,
-		       (long long)c.map_refreshes);
+		       (long long)c.map_refreshes, (long long)c.overruns);
 	} else if (!strcmp(argv[0], "quit")) {
 		event_base_loopbreak(base);
 		busy = 1;
