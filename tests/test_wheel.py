@@ -176,9 +176,16 @@ def tree_files():
             if f != ".git" and not ignored(rel, False) and os.path.isfile(os.path.join(ROOT, rel)):
                 out.add(rel)
     if os.path.exists(os.path.join(ROOT, ".git")):
-        r = subprocess.run(["git", "-C", ROOT, "ls-files", "-z", "--others", "--exclude-standard"],
-                           capture_output=True, check=True)
-        out -= {f for f in r.stdout.decode().split("\0") if f}
+        # Untracked files, and what the checkout's own excludes name
+        # (.git/info/exclude: a GPU run's carry folder), whole folders at once.
+        for extra in (["--exclude-standard"], ["--ignored", "--exclude-standard", "--directory"]):
+            r = subprocess.run(["git", "-C", ROOT, "ls-files", "-z", "--others"] + extra,
+                               capture_output=True, check=True)
+            for f in r.stdout.decode().split("\0"):
+                if f.endswith("/"):
+                    out = {o for o in out if not o.startswith(f)}
+                elif f:
+                    out.discard(f)
     else:
         # Not a checkout: an unpacked sdist, which carries its MANIFEST.
         assert "MANIFEST" in out, "neither a git checkout nor an sdist's tree: %s" % ROOT
