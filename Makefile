@@ -67,7 +67,7 @@ else
 Q := @
 endif
 
-.PHONY: all deps run test check bench clean check-asan fuzz corpus deb wheel sdist
+.PHONY: all deps run test check bench bench-against clean check-asan fuzz corpus deb wheel sdist
 all: $(B)/ptxcached $(B)/ptxcache $(B)/libptxcache.a $(B)/libptxcache.so $(B)/unit
 
 deps:
@@ -229,6 +229,19 @@ bench: deps
 	@$(PLOT_PYTHON) bench/plot.py $(B)/bench/results.json $(B)/bench/latency.png
 	@PTXCACHE_BUILD=$(B) python3 bench/tier.py --build $(B) --out $(B)/bench
 	@PTXCACHE_BUILD=$(B) python3 bench/fleet.py --build $(B) --out $(B)/bench
+	@python3 bench/against.py --build $(B) $(if $(BASE),--base $(BASE)) $(if $(QUICK),,--full)
+
+# This tree's daemon against an earlier commit's (bench/against.py): BASE
+# built in $(B)/against/<sha>, a worktree of its own (reused), then
+# bench --only start,miss,hit with each daemon in turn, ROUNDS rounds
+# (at least 3), medians in $(B)/bench/against.json. FULL=1: the whole
+# corpus rather than QUICK's 10 kernels. Without BASE: the newest bench-*
+# tag, else the last commit that changed the README's benchmark figures.
+ROUNDS ?= 3
+bench-against: deps
+	@$(MAKE) --no-print-directory $(B)/ptxcached corpus $(B)/bench/bench
+	@python3 bench/against.py --build $(B) $(if $(BASE),--base $(BASE)) --rounds $(ROUNDS) \
+	  $(if $(FULL),--full)
 
 # The kernels the tests and the bench compile (tests/corpus/README.md),
 # unpacked from the repository's own archive into the build tree.

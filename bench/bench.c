@@ -28,6 +28,11 @@
  * `make bench`; null where a figure cannot be measured, with a note) and a
  * table on stdout; bench/plot.py draws the chart from the JSON.
  *
+ * --only start,miss,hit runs those sections alone (hit implies the miss
+ * pass that fills the cache; no cold runs, so no cubin figures and no PTX
+ * comparison), every other figure null: what bench/against.py runs, in
+ * turn, with the daemon of an earlier commit and of this tree.
+ *
  * Cubin figures (ptxcache_assemble() on the kernel's IR, both stages
  * cached) need a daemon that assembles (probed) and a ptxas; without them
  * they are null, with a note. Benchmarks are
@@ -78,6 +83,7 @@ struct kernel {
 static struct {
 	const char *daemon, *corpus, *out, *llc, *ptxas;
 	int quick, workers;
+	unsigned only;          /* --only: ONLY_* sections; 0: all of them */
 	char tmp[256];
 	struct kernel *k;
 	int nk, distinct;       /* kernels, and kernels with distinct IR */
@@ -90,6 +96,8 @@ static struct {
 	.llc = "/usr/lib/llvm-22/bin/llc",
 	.workers = 2,
 };
+
+enum { ONLY_START = 1, ONLY_MISS = 2, ONLY_HIT = 4 };
 
 struct daemon {
 	pid_t pid;
@@ -654,6 +662,29 @@ struct figures {
 	/* Artifact hits of 4 KiB and 4 MiB, and the floor of their sizes. */
 	double art_hit_us[2], art_floor_us[2];
 };
+
+/* Every figure null (NAN, or -1 for counts): what --only leaves of the
+ * sections it does not run. */
+static void unmeasured(struct figures *f)
+{
+	f->cold_llc_ms = f->cold_ptxas_ms = f->miss_ptx_ms = f->miss_cubin_ms = NAN;
+	f->hit_ptx_ms = f->hit_cubin_ms = f->hit_p50_us = f->hit_p99_us = NAN;
+	f->floor_p50_us = f->floor_p99_us = f->hit_cubin_p50_us = NAN;
+	f->ranks8_wall_ms = f->ranks1_wall_ms = NAN;
+	f->ranks8_compiles = f->ranks1_compiles = -1;
+	f->first_request_ms = f->steady_request_ms = f->daemon_start_ms = f->warm_up_ms = NAN;
+	f->stored_bytes = f->raw_bytes = f->daemon_rss_kb = -1;
+	f->hits_per_s = f->fresh_hit_pct = NAN;
+	f->ptx_identical = -1;
+	f->l2_node1_pass_ms = f->l2_node2_pass_ms = NAN;
+	f->l2_node2_compiles = f->l2_node2_hits = -1;
+	f->miss_sandbox_ms = f->miss_nosandbox_ms = f->exec_worker_ms = f->fork_exit_ms = NAN;
+	f->worker_start_ms = NAN;
+	f->user1_compiles = f->user2_compiles = -1;
+	f->user2_confirmations = f->user2_mismatches = -1;
+	for (int i = 0; i < 2; i++)
+		f->art_hit_us[i] = f->art_floor_us[i] = NAN;
+}
 
 static void cold_runs(struct figures *f)
 {
@@ -1263,6 +1294,12 @@ static void jnum(FILE *f, const char *key, double v, int last)
 		fprintf(f, "  \"%s\": %.3f%s\n", key, v, last ? "" : ",");
 }
 
+/* A count: null when it was not measured (negative). */
+static void jcount(FILE *f, const char *key, long long v)
+{
+	jnum(f, key, v < 0 ? NAN : (double)v, 0);
+}
+
 static void jval(FILE *f, double v)
 {
 	if (isnan(v))
@@ -1287,10 +1324,10 @@ static void write_json(const struct figures *x, const char *path)
 	jnum(f, "worker_start_ms", x->worker_start_ms, 0);
 	jnum(f, "exec_worker_ms", x->exec_worker_ms, 0);
 	jnum(f, "fork_exit_ms", x->fork_exit_ms, 0);
-	jnum(f, "user1_compiles", (double)x->user1_compiles, 0);
-	jnum(f, "user2_compiles", (double)x->user2_compiles, 0);
-	jnum(f, "user2_confirmations", (double)x->user2_confirmations, 0);
-	jnum(f, "user2_mismatches", (double)x->user2_mismatches, 0);
+	jcount(f, "user1_compiles", x->user1_compiles);
+	jcount(f, "user2_compiles", x->user2_compiles);
+	jcount(f, "user2_confirmations", x->user2_confirmations);
+	jcount(f, "user2_mismatches", x->user2_mismatches);
 	jnum(f, "miss_cubin_ms", x->miss_cubin_ms, 0);
 	jnum(f, "hit_ptx_ms", x->hit_ptx_ms, 0);
 	jnum(f, "hit_cubin_ms", x->hit_cubin_ms, 0);
@@ -1299,25 +1336,26 @@ static void write_json(const struct figures *x, const char *path)
 	jnum(f, "floor_p50_us", x->floor_p50_us, 0);
 	jnum(f, "ranks8_wall_ms", x->ranks8_wall_ms, 0);
 	jnum(f, "ranks1_wall_ms", x->ranks1_wall_ms, 0);
-	jnum(f, "ranks8_compiles", (double)x->ranks8_compiles, 0);
+	jcount(f, "ranks8_compiles", x->ranks8_compiles);
 	jnum(f, "first_request_ms", x->first_request_ms, 0);
 	jnum(f, "steady_request_ms", x->steady_request_ms, 0);
-	jnum(f, "stored_bytes", (double)x->stored_bytes, 0);
-	jnum(f, "raw_bytes", (double)x->raw_bytes, 0);
-	jnum(f, "daemon_rss_kb", (double)x->daemon_rss_kb, 0);
+	jcount(f, "stored_bytes", x->stored_bytes);
+	jcount(f, "raw_bytes", x->raw_bytes);
+	jcount(f, "daemon_rss_kb", x->daemon_rss_kb);
 	jnum(f, "hits_per_s", x->hits_per_s, 0);
 	jnum(f, "fresh_run_lineinfo_hit_pct", x->fresh_hit_pct, 0);
 	/* Beyond the contract: context for the figures above. */
 	jnum(f, "floor_p99_us", x->floor_p99_us, 0);
 	jnum(f, "hit_cubin_p50_us", x->hit_cubin_p50_us, 0);
-	jnum(f, "ranks1_compiles", (double)x->ranks1_compiles, 0);
+	jcount(f, "ranks1_compiles", x->ranks1_compiles);
 	jnum(f, "daemon_start_ms", x->daemon_start_ms, 0);
 	jnum(f, "warm_up_ms", x->warm_up_ms, 0);
-	jnum(f, "ptx_identical_to_llc", x->ptx_identical, 0);
+	jcount(f, "ptx_identical_to_llc", x->ptx_identical);
 	jnum(f, "distinct_kernels", g.distinct, 0);
 	jnum(f, "repeat_speedup_vs_cold", (x->cold_llc_ms + (isnan(x->cold_ptxas_ms) ? 0 :
 		x->cold_ptxas_ms)) / repeat_ms(x), 0);
 	jnum(f, "hit_p50_over_floor", x->hit_p50_us / x->floor_p50_us, 0);
+	jnum(f, "first_over_steady", x->first_request_ms / x->steady_request_ms, 0);
 	jnum(f, "artifact_hit_4k_p50_us", x->art_hit_us[0], 0);
 	jnum(f, "artifact_floor_4k_p50_us", x->art_floor_us[0], 0);
 	jnum(f, "artifact_hit_4m_p50_us", x->art_hit_us[1], 0);
@@ -1545,7 +1583,7 @@ static void usage(void)
 {
 	fputs("usage: bench [--quick] [--out DIR] [--corpus DIR] [--daemon PATH]\n"
 	      "             [--llc PATH] [--workers N] [--hit-loop[-cubin] SECONDS]\n"
-	      "             [--redis-only]\n", stderr);
+	      "             [--redis-only] [--only start,miss,hit]\n", stderr);
 	exit(2);
 }
 
@@ -1642,6 +1680,73 @@ static void redis_runs(struct figures *f, double t0)
 	run_timed(rm);
 }
 
+/* --only: the sections asked for, every other figure null, and a table
+ * of what was measured. */
+static void only_runs(struct figures *f, double t0)
+{
+	struct daemon d;
+	char path[512];
+
+	unmeasured(f);
+	if (g.only & ONLY_START) {
+		fprintf(stderr, "bench: fresh daemons: start to ready, first request\n");
+		start_runs(f);
+	}
+	if (g.only & (ONLY_MISS | ONLY_HIT)) {
+		fprintf(stderr, "bench: misses through a fresh daemon\n");
+		daemon_start(&d, "main");
+		miss_runs(f, &d, 0);
+		f->ptx_identical = -1;  /* no cold llc run to compare with */
+		if (g.only & ONLY_HIT) {
+			fprintf(stderr, "bench: hits and the floor\n");
+			hit_runs(f, &d, 0);
+		}
+		daemon_stop(&d);
+	}
+	snprintf(path, sizeof path, "%s/results.json", g.out);
+	write_json(f, path);
+	printf("\nptxcache bench --only: %d kernels (%d distinct IR)%s, %d workers\n\n",
+	       g.nk, g.distinct, g.quick ? " (QUICK subset)" : "", g.workers);
+	row("miss ptx, warm daemon", f->miss_ptx_ms, "ms", NULL, 0);
+	row("hit ptx, whole corpus", f->hit_ptx_ms, "ms", NULL, 0);
+	row("hit p50 per request", f->hit_p50_us, "us", "/ floor",
+	    f->hit_p50_us / f->floor_p50_us);
+	row("floor p50 (echo + SHA-256)", f->floor_p50_us, "us", NULL, 0);
+	row("start to ready (workers warm)", f->daemon_start_ms, "ms", NULL, 0);
+	row("first request after start", f->first_request_ms, "ms", "/ steady",
+	    f->first_request_ms / f->steady_request_ms);
+	row("steady request (same kernel, miss)", f->steady_request_ms, "ms", NULL, 0);
+	printf("\n  %s written in %.0f s\n", path, (now_ms() - t0) / 1e3);
+	char *rm[] = { "/bin/rm", "-rf", g.tmp, NULL };
+	run_timed(rm);
+}
+
+/* --only's list: start, miss, hit, separated by commas. */
+static unsigned parse_only(const char *list)
+{
+	static const struct { const char *name; unsigned bit; } sections[] = {
+		{ "start", ONLY_START }, { "miss", ONLY_MISS }, { "hit", ONLY_HIT },
+	};
+	unsigned mask = 0;
+
+	for (const char *p = list; *p;) {
+		size_t n = strcspn(p, ","), i;
+		for (i = 0; i < sizeof sections / sizeof sections[0]; i++)
+			if (strlen(sections[i].name) == n && !strncmp(p, sections[i].name, n))
+				break;
+		if (i == sizeof sections / sizeof sections[0]) {
+			fprintf(stderr, "bench: --only: unknown section '%.*s' "
+				"(start, miss, hit)\n", (int)n, p);
+			exit(2);
+		}
+		mask |= sections[i].bit;
+		p += n + (p[n] == ',');
+	}
+	if (!mask)
+		usage();
+	return mask;
+}
+
 int main(int argc, char **argv)
 {
 	struct figures f;
@@ -1673,6 +1778,8 @@ int main(int argc, char **argv)
 			loop = atof(argv[++i]);
 		else if (!strcmp(a, "--hit-loop-cubin"))
 			loop = atof(argv[++i]), loop_cubin = 1;
+		else if (!strcmp(a, "--only"))
+			g.only = parse_only(argv[++i]);
 		else
 			usage();
 	}
@@ -1698,6 +1805,10 @@ int main(int argc, char **argv)
 	double t0 = now_ms();
 	if (redis_only) {
 		redis_runs(&f, t0);
+		return 0;
+	}
+	if (g.only) {
+		only_runs(&f, t0);
 		return 0;
 	}
 	fprintf(stderr, "bench: %d kernels: cold llc%s processes\n", g.nk,
