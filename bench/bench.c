@@ -382,6 +382,42 @@ static double cpu_ns(pid_t pid)
 	return ns;
 }
 
+/* CPU time of pid's children (a daemon's foreground workers: not those
+ * that confirm entries in idle time, ptxcached-confirm), in ns. */
+static double children_cpu_ns(pid_t pid)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	double ns = 0;
+
+	if (!d)
+		return 0;
+	while ((e = readdir(d))) {
+		char path[300], line[256];
+		pid_t p = (pid_t)atoi(e->d_name), ppid = 0;
+		if (p <= 0)
+			continue;
+		snprintf(path, sizeof path, "/proc/%d/status", (int)p);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		while (fgets(line, sizeof line, f) && !ppid)
+			sscanf(line, "PPid: %d", &ppid);
+		fclose(f);
+		if (ppid != pid)
+			continue;
+		snprintf(path, sizeof path, "/proc/%d/comm", (int)p);
+		if ((f = fopen(path, "r"))) {
+			int confirm = fgets(line, sizeof line, f) && !strncmp(line, "ptxcached-conf", 14);
+			fclose(f);
+			if (!confirm)
+				ns += cpu_ns(p);
+		}
+	}
+	closedir(d);
+	return ns;
+}
+
 /* ---- requests ---- */
 
 /* The request every figure uses: Triton's own llc flags. */
@@ -647,6 +683,11 @@ struct figures {
 	double ranks8_wall_ms, ranks1_wall_ms;
 	long long ranks8_compiles, ranks1_compiles;
 	double first_request_ms, steady_request_ms, daemon_start_ms, warm_up_ms;
+	/* CPU time per request, which a busy machine moves far less than
+	 * wall time: the master's and its workers' over the corpus's misses,
+	 * the master's over the steady misses and over the hits. */
+	double miss_master_cpu_us, miss_workers_cpu_us, steady_master_cpu_us;
+	double hit_master_cpu_us;
 	long long stored_bytes, raw_bytes, daemon_rss_kb;
 	double hits_per_s;
 	double fresh_hit_pct;   /* -lineinfo cubins of a second fresh run */
@@ -673,6 +714,8 @@ static void unmeasured(struct figures *f)
 	f->ranks8_wall_ms = f->ranks1_wall_ms = NAN;
 	f->ranks8_compiles = f->ranks1_compiles = -1;
 	f->first_request_ms = f->steady_request_ms = f->daemon_start_ms = f->warm_up_ms = NAN;
+	f->miss_master_cpu_us = f->miss_workers_cpu_us = f->steady_master_cpu_us = NAN;
+	f->hit_master_cpu_us = NAN;
 	f->stored_bytes = f->raw_bytes = f->daemon_rss_kb = -1;
 	f->hits_per_s = f->fresh_hit_pct = NAN;
 	f->ptx_identical = -1;
@@ -754,6 +797,33 @@ static void start_runs(struct figures *f)
 	f->warm_up_ms = quantile(warm, (size_t)n, 0.5);
 }
 
+/*
+ * Wait (up to 60 s) until the daemon has no confirmation queued, running
+ * or in a live worker: under sharing = confirm every new entry is
+ * compiled once more in idle time, by a worker forked and exec'd for it,
+ * and the steady and hit figures are of a daemon with nothing in the
+ * background (the first request's daemon has nothing either). Returns the
+ * ms waited.
+ */
+static double settle(const char *sock)
+{
+	double t0 = now_ms();
+
+	for (;;) {
+		long long pending = stat_of(sock, "confirms_pending");
+		long long running = stat_of(sock, "confirms_running");
+		long long live = stat_of(sock, "confirm_workers_live");
+		if (pending <= 0 && running <= 0 && live <= 0)
+			return now_ms() - t0;
+		if (now_ms() - t0 > 60000) {
+			note("confirmations still in the background after 60 s: the steady "
+			     "and hit figures are not of a quiet daemon");
+			return now_ms() - t0;
+		}
+		usleep(5000);
+	}
+}
+
 static void miss_runs(struct figures *f, const struct daemon *d, int cubin)
 {
 	ptxcache *pc = connect_or_die(d->sock);
@@ -764,6 +834,7 @@ static void miss_runs(struct figures *f, const struct daemon *d, int cubin)
 
 	f->miss_ptx_ms = 0;
 	f->ptx_identical = 0;
+	double mcpu = cpu_ns(d->pid), wcpu = children_cpu_ns(d->pid);
 	for (int i = 0; i < g.nk; i++) {
 		struct kernel *k = &g.k[i];
 		struct ptxcache_compile_req r;
@@ -787,12 +858,19 @@ static void miss_runs(struct figures *f, const struct daemon *d, int cubin)
 		free(cold);
 		ptxcache_result_free(&res);
 	}
+	f->miss_master_cpu_us = (cpu_ns(d->pid) - mcpu) / 1e3 / g.nk;
+	f->miss_workers_cpu_us = (children_cpu_ns(d->pid) - wcpu) / 1e3 / g.nk;
+	double scpu = 0;
 	for (int i = 0; i < 5; i++) {
+		settle(d->sock);        /* the corpus's confirmations, the last one's */
 		ir = with_nonce(sm, i + 1, &n);
+		mcpu = cpu_ns(d->pid);
 		st[i] = timed_req(ptx_req, pc, ir, n, 0, "steady request", NULL);
+		scpu += cpu_ns(d->pid) - mcpu;
 		free(ir);
 	}
 	f->steady_request_ms = quantile(st, 5, 0.5);
+	f->steady_master_cpu_us = scpu / 1e3 / 5;
 	ptxcache_close(pc);
 
 	f->miss_cubin_ms = NAN;
@@ -950,7 +1028,9 @@ static void hit_runs(struct figures *f, const struct daemon *d, int cubin)
 	if (!req || !rep)
 		die("out of memory");
 
+	settle(d->sock);                /* the misses' confirmations */
 	ptxcache *pc = connect_or_die(d->sock);
+	double hcpu = 0;
 	for (int p = 0; p < passes; p++) {
 		for (int i = 0; i < g.nk; i++) {
 			struct kernel *k = &g.k[i];
@@ -963,14 +1043,16 @@ static void hit_runs(struct figures *f, const struct daemon *d, int cubin)
 				die("floor server failed");
 			flo[(size_t)p * g.nk + i] = (now_ms() - t0) * 1e3;
 		}
-		double t0 = now_ms();
+		double t0 = now_ms(), c0 = cpu_ns(d->pid);
 		for (int i = 0; i < g.nk; i++) {
 			struct kernel *k = &g.k[i];
 			hit[(size_t)p * g.nk + i] =
 				timed_req(ptx_req, pc, k->ir, k->ir_len, 1, k->name, NULL) * 1e3;
 		}
 		pass[p] = now_ms() - t0;
+		hcpu += cpu_ns(d->pid) - c0;
 	}
+	f->hit_master_cpu_us = hcpu / 1e3 / (double)n;
 	ptxcache_close(pc);
 	close(ffd);
 	waitpid(fpid, NULL, 0);
@@ -1356,6 +1438,10 @@ static void write_json(const struct figures *x, const char *path)
 		x->cold_ptxas_ms)) / repeat_ms(x), 0);
 	jnum(f, "hit_p50_over_floor", x->hit_p50_us / x->floor_p50_us, 0);
 	jnum(f, "first_over_steady", x->first_request_ms / x->steady_request_ms, 0);
+	jnum(f, "miss_master_cpu_us", x->miss_master_cpu_us, 0);
+	jnum(f, "miss_workers_cpu_us", x->miss_workers_cpu_us, 0);
+	jnum(f, "steady_master_cpu_us", x->steady_master_cpu_us, 0);
+	jnum(f, "hit_master_cpu_us", x->hit_master_cpu_us, 0);
 	jnum(f, "artifact_hit_4k_p50_us", x->art_hit_us[0], 0);
 	jnum(f, "artifact_floor_4k_p50_us", x->art_floor_us[0], 0);
 	jnum(f, "artifact_hit_4m_p50_us", x->art_hit_us[1], 0);
@@ -1583,6 +1669,7 @@ static void usage(void)
 {
 	fputs("usage: bench [--quick] [--out DIR] [--corpus DIR] [--daemon PATH]\n"
 	      "             [--llc PATH] [--workers N] [--hit-loop[-cubin] SECONDS]\n"
+	      "             [--miss-loop SECONDS]\n"
 	      "             [--redis-only] [--only start,miss,hit]\n", stderr);
 	exit(2);
 }
@@ -1630,6 +1717,77 @@ static void hit_loop(double seconds, int cubin)
 	fprintf(stderr, "bench: hit p50 %.1f us, p99 %.1f us; floor p50 %.1f us, p99 %.1f us; "
 		"p50 ratio %.2f; corpus pass %.1f ms\n", f.hit_p50_us, f.hit_p99_us,
 		f.floor_p50_us, f.floor_p99_us, f.hit_p50_us / f.floor_p50_us, f.hit_ptx_ms);
+	daemon_stop(&d);
+	char *rm[] = { "/bin/rm", "-rf", g.tmp, NULL };
+	run_timed(rm);
+}
+
+/* For profiling the miss path (bench/NOTES.md): a fresh daemon, its pid on
+ * stdout, a second to attach a profiler, then misses of the smallest
+ * kernel (a new nonce each: the same compile, a new key) from one client
+ * for a while ("end" on stdout, and a second before the daemon stops).
+ * Prints the p50 of their wall time and the CPU time per miss of the
+ * master, of its workers and of the client (measured before that second). */
+static void miss_loop(double seconds)
+{
+	struct kernel *sm = smallest();
+	struct daemon d;
+	size_t len;
+	char *ir;
+
+	snprintf(g.tmp, sizeof g.tmp, "/tmp/ptxcache-bench-XXXXXX");
+	if (!mkdtemp(g.tmp))
+		die("cannot create a temp dir: %s", strerror(errno));
+	daemon_start(&d, "loop");
+	ptxcache *pc = connect_or_die(d.sock);
+	ir = with_nonce(sm, 0, &len);   /* every worker past its first compile */
+	for (int i = 0; i < 2 * g.workers; i++) {
+		free(ir);
+		ir = with_nonce(sm, -1 - i, &len);
+		timed_req(ptx_req, pc, ir, len, 0, "warm-up", NULL);
+	}
+	free(ir);
+	printf("%d\n", (int)d.pid);
+	fflush(stdout);
+	sleep(1);
+	size_t cap = 1 << 16, n = 0;
+	double *t = malloc(cap * sizeof *t), *cu = malloc(cap * sizeof *cu);
+	if (!t || !cu)
+		die("out of memory");
+	double end = now_ms() + seconds * 1e3;
+	double dcpu = cpu_ns(d.pid), wcpu = children_cpu_ns(d.pid), ccpu = cpu_ns(getpid());
+	while (now_ms() < end && n < cap) {
+		struct ptxcache_result res;
+		ir = with_nonce(sm, (int)n + 1, &len);
+		double t0 = now_ms();
+		if (ptx_req(pc, ir, len, &res) < 0)
+			die("miss: %s", ptxcache_errmsg(pc));
+		t[n] = now_ms() - t0;
+		if (res.status != PTXCACHE_OK || res.cached)
+			die("miss: status %d, cached %d", res.status, res.cached);
+		cu[n++] = (double)res.compile_us / 1e3;
+		ptxcache_result_free(&res);
+		free(ir);
+	}
+	double dn = (double)n;
+	dcpu = cpu_ns(d.pid) - dcpu;
+	wcpu = children_cpu_ns(d.pid) - wcpu;
+	ccpu = cpu_ns(getpid()) - ccpu;
+	/* A second more before the stop, to dump a profiler's counters. */
+	printf("end\n");
+	fflush(stdout);
+	sleep(1);
+	double p50 = quantile(t, n, 0.5), cu50;
+	for (size_t i = 0; i < n; i++)
+		t[i] = (t[i] - cu[i]) * 1e3;    /* around the worker's compile, us */
+	cu50 = quantile(cu, n, 0.5);
+	fprintf(stderr, "bench: %zu misses of %s, p50 %.3f ms, the worker's compile_us p50 "
+		"%.3f ms, the rest p50 %.0f us; cpu per miss: master %.1f us, workers %.1f us, "
+		"client %.1f us\n", n, sm->name, p50, cu50, quantile(t, n, 0.5),
+		dcpu / 1e3 / dn, wcpu / 1e3 / dn, ccpu / 1e3 / dn);
+	free(t);
+	free(cu);
+	ptxcache_close(pc);
 	daemon_stop(&d);
 	char *rm[] = { "/bin/rm", "-rf", g.tmp, NULL };
 	run_timed(rm);
@@ -1716,6 +1874,10 @@ static void only_runs(struct figures *f, double t0)
 	row("first request after start", f->first_request_ms, "ms", "/ steady",
 	    f->first_request_ms / f->steady_request_ms);
 	row("steady request (same kernel, miss)", f->steady_request_ms, "ms", NULL, 0);
+	row("master cpu per miss (corpus)", f->miss_master_cpu_us, "us", NULL, 0);
+	row("workers' cpu per miss (corpus)", f->miss_workers_cpu_us, "us", NULL, 0);
+	row("master cpu per steady miss", f->steady_master_cpu_us, "us", NULL, 0);
+	row("master cpu per hit", f->hit_master_cpu_us, "us", NULL, 0);
 	printf("\n  %s written in %.0f s\n", path, (now_ms() - t0) / 1e3);
 	char *rm[] = { "/bin/rm", "-rf", g.tmp, NULL };
 	run_timed(rm);
@@ -1753,7 +1915,7 @@ int main(int argc, char **argv)
 	struct daemon d;
 	char path[512];
 	double loop = 0;
-	int loop_cubin = 0, redis_only = 0;
+	int loop_cubin = 0, loop_miss = 0, redis_only = 0;
 
 	memset(&f, 0, sizeof f);
 	for (int i = 1; i < argc; i++) {
@@ -1778,6 +1940,8 @@ int main(int argc, char **argv)
 			loop = atof(argv[++i]);
 		else if (!strcmp(a, "--hit-loop-cubin"))
 			loop = atof(argv[++i]), loop_cubin = 1;
+		else if (!strcmp(a, "--miss-loop"))
+			loop = atof(argv[++i]), loop_miss = 1;
 		else if (!strcmp(a, "--only"))
 			g.only = parse_only(argv[++i]);
 		else
@@ -1787,6 +1951,10 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	bench_pid = getpid();
 	load_corpus();
+	if (loop > 0 && loop_miss) {
+		miss_loop(loop);
+		return 0;
+	}
 	if (loop > 0) {
 		hit_loop(loop, loop_cubin);
 		return 0;
