@@ -452,6 +452,9 @@ static int ptx_req(ptxcache *pc, const char *ir, size_t n, struct ptxcache_resul
 	return ptxcache_compile(pc, &r, res);
 }
 
+/* The worker's own compile time of the last timed_req() (0 on a hit). */
+static int64_t last_compile_us;
+
 /* One request through call (ptx_req or cubin_req); its wall time in ms.
  * Dies unless it succeeds; want_cached: 0 or 1 must match, -1 either. */
 static double timed_req(int (*call)(ptxcache *, const char *, size_t,
@@ -471,6 +474,7 @@ static double timed_req(int (*call)(ptxcache *, const char *, size_t,
 		die("%s: expected a %s", what, want_cached ? "hit" : "miss");
 	if (out_len)
 		*out_len = res.output_len;
+	last_compile_us = res.compile_us;
 	ptxcache_result_free(&res);
 	return t;
 }
@@ -688,6 +692,9 @@ struct figures {
 	 * the master's over the steady misses and over the hits. */
 	double miss_master_cpu_us, miss_workers_cpu_us, steady_master_cpu_us;
 	double hit_master_cpu_us;
+	/* The worker's own compile time (compile_us) of the first and the
+	 * steady requests: what of first / steady is the worker's. */
+	double first_compile_us, steady_compile_us;
 	long long stored_bytes, raw_bytes, daemon_rss_kb;
 	double hits_per_s;
 	double fresh_hit_pct;   /* -lineinfo cubins of a second fresh run */
@@ -715,7 +722,7 @@ static void unmeasured(struct figures *f)
 	f->ranks8_compiles = f->ranks1_compiles = -1;
 	f->first_request_ms = f->steady_request_ms = f->daemon_start_ms = f->warm_up_ms = NAN;
 	f->miss_master_cpu_us = f->miss_workers_cpu_us = f->steady_master_cpu_us = NAN;
-	f->hit_master_cpu_us = NAN;
+	f->hit_master_cpu_us = f->first_compile_us = f->steady_compile_us = NAN;
 	f->stored_bytes = f->raw_bytes = f->daemon_rss_kb = -1;
 	f->hits_per_s = f->fresh_hit_pct = NAN;
 	f->ptx_identical = -1;
@@ -772,7 +779,7 @@ static struct kernel *smallest(void)
 static void start_runs(struct figures *f)
 {
 	enum { STARTS = 5 };
-	double first[STARTS], ready[STARTS], warm[STARTS];
+	double first[STARTS], ready[STARTS], warm[STARTS], compile[STARTS];
 	int n = STARTS;
 	struct kernel *sm = smallest();
 
@@ -787,12 +794,14 @@ static void start_runs(struct figures *f)
 		ptxcache *pc = connect_or_die(d.sock);
 		char *ir = with_nonce(sm, 1000 + i, &len);
 		first[i] = timed_req(ptx_req, pc, ir, len, 0, "first request", NULL);
+		compile[i] = (double)last_compile_us;
 		free(ir);
 		ptxcache_close(pc);
 		warm[i] = (double)stat_of(d.sock, "warm_up_ms");
 		daemon_stop(&d);
 	}
 	f->first_request_ms = quantile(first, (size_t)n, 0.5);
+	f->first_compile_us = quantile(compile, (size_t)n, 0.5);
 	f->daemon_start_ms = quantile(ready, (size_t)n, 0.5);
 	f->warm_up_ms = quantile(warm, (size_t)n, 0.5);
 }
@@ -860,15 +869,17 @@ static void miss_runs(struct figures *f, const struct daemon *d, int cubin)
 	}
 	f->miss_master_cpu_us = (cpu_ns(d->pid) - mcpu) / 1e3 / g.nk;
 	f->miss_workers_cpu_us = (children_cpu_ns(d->pid) - wcpu) / 1e3 / g.nk;
-	double scpu = 0;
+	double scpu = 0, sc[5];
 	for (int i = 0; i < 5; i++) {
 		settle(d->sock);        /* the corpus's confirmations, the last one's */
 		ir = with_nonce(sm, i + 1, &n);
 		mcpu = cpu_ns(d->pid);
 		st[i] = timed_req(ptx_req, pc, ir, n, 0, "steady request", NULL);
 		scpu += cpu_ns(d->pid) - mcpu;
+		sc[i] = (double)last_compile_us;
 		free(ir);
 	}
+	f->steady_compile_us = quantile(sc, 5, 0.5);
 	f->steady_request_ms = quantile(st, 5, 0.5);
 	f->steady_master_cpu_us = scpu / 1e3 / 5;
 	ptxcache_close(pc);
@@ -1442,6 +1453,8 @@ static void write_json(const struct figures *x, const char *path)
 	jnum(f, "miss_workers_cpu_us", x->miss_workers_cpu_us, 0);
 	jnum(f, "steady_master_cpu_us", x->steady_master_cpu_us, 0);
 	jnum(f, "hit_master_cpu_us", x->hit_master_cpu_us, 0);
+	jnum(f, "first_compile_us", x->first_compile_us, 0);
+	jnum(f, "steady_compile_us", x->steady_compile_us, 0);
 	jnum(f, "artifact_hit_4k_p50_us", x->art_hit_us[0], 0);
 	jnum(f, "artifact_floor_4k_p50_us", x->art_floor_us[0], 0);
 	jnum(f, "artifact_hit_4m_p50_us", x->art_hit_us[1], 0);
@@ -1878,6 +1891,9 @@ static void only_runs(struct figures *f, double t0)
 	row("workers' cpu per miss (corpus)", f->miss_workers_cpu_us, "us", NULL, 0);
 	row("master cpu per steady miss", f->steady_master_cpu_us, "us", NULL, 0);
 	row("master cpu per hit", f->hit_master_cpu_us, "us", NULL, 0);
+	row("worker's compile, first request", f->first_compile_us, "us", "/ steady's",
+	    f->first_compile_us / f->steady_compile_us);
+	row("worker's compile, steady request", f->steady_compile_us, "us", NULL, 0);
 	printf("\n  %s written in %.0f s\n", path, (now_ms() - t0) / 1e3);
 	char *rm[] = { "/bin/rm", "-rf", g.tmp, NULL };
 	run_timed(rm);
