@@ -809,10 +809,9 @@ static void start_runs(struct figures *f)
 /*
  * Wait (up to 60 s) until the daemon has no confirmation queued, running
  * or in a live worker: under sharing = confirm every new entry is
- * compiled once more in idle time, by a worker forked and exec'd for it,
- * and the steady and hit figures are of a daemon with nothing in the
- * background (the first request's daemon has nothing either). Returns the
- * ms waited.
+ * compiled once more in idle time, by a worker exec'd for it, and the
+ * steady and hit figures are not of the corpus's confirmations (the first
+ * request's daemon has none either). Returns the ms waited.
  */
 static double settle(const char *sock)
 {
@@ -870,8 +869,11 @@ static void miss_runs(struct figures *f, const struct daemon *d, int cubin)
 	f->miss_master_cpu_us = (cpu_ns(d->pid) - mcpu) / 1e3 / g.nk;
 	f->miss_workers_cpu_us = (children_cpu_ns(d->pid) - wcpu) / 1e3 / g.nk;
 	double scpu = 0, sc[5];
+	/* The corpus's confirmations done, then misses one after the other,
+	 * as a warm daemon sees them: each one's confirmation starts after
+	 * its reply, and waits (stopped) while the next compiles. */
+	settle(d->sock);
 	for (int i = 0; i < 5; i++) {
-		settle(d->sock);        /* the corpus's confirmations, the last one's */
 		ir = with_nonce(sm, i + 1, &n);
 		mcpu = cpu_ns(d->pid);
 		st[i] = timed_req(ptx_req, pc, ir, n, 0, "steady request", NULL);
