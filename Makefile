@@ -91,7 +91,7 @@ PROTO_SRC  := proto/buf.c proto/frame.c proto/msg.c proto/ptxas_args.c proto/llc
 DAEMON_SRC := daemon/main.c daemon/config.c daemon/log.c daemon/server.c daemon/compile.c \
               daemon/cubin_req.c daemon/manage.c daemon/flight.c daemon/worker.c daemon/worker_loop.c daemon/sandbox.c \
               daemon/confirm.c daemon/store.c daemon/store_hot.c daemon/flat.c daemon/key.c daemon/codegen.c daemon/cubin.c \
-              daemon/cubin_debug.c daemon/cluster.c daemon/l2.c daemon/fleet.c daemon/artifact.c daemon/conn.c daemon/reply.c daemon/idle.c daemon/tenant.c
+              daemon/cubin_debug.c daemon/cluster.c daemon/l2.c daemon/l2_conn.c daemon/l2_conf.c daemon/fleet.c daemon/artifact.c daemon/conn.c daemon/reply.c daemon/idle.c daemon/tenant.c
 DAEMON_CXX := daemon/llvm_shim.cpp
 CLIENT_SRC := client/lib.c
 CLI_SRC    := client/cli.c client/autostart.c client/front.c client/llc.c client/ptxas.c client/artifact.c
@@ -110,7 +110,7 @@ else
 Q := @
 endif
 
-.PHONY: all deps run test check bench clean check-asan check-mutants fuzz corpus deb wheel sdist dist image
+.PHONY: all deps run test check bench bench-against clean check-asan check-mutants fuzz corpus deb wheel sdist dist image
 all: $(B)/ptxcached $(B)/ptxcache $(B)/libptxcache.a $(B)/libptxcache.so $(B)/unit
 
 deps:
@@ -187,7 +187,7 @@ $(B)/ptxcache: $(call obj,$(CLI_SRC)) $(B)/libptxcache.a $(COMPAT_OBJ)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(CLI_LIBS)
 
 UNIT_SRC := $(wildcard tests/unit/*.c)
-$(B)/unit: $(call obj,$(UNIT_SRC) daemon/store.c daemon/tenant.c daemon/store_hot.c daemon/flat.c daemon/store_fault.c daemon/key.c daemon/log.c daemon/cluster.c daemon/l2.c \
+$(B)/unit: $(call obj,$(UNIT_SRC) daemon/store.c daemon/tenant.c daemon/store_hot.c daemon/flat.c daemon/store_fault.c daemon/key.c daemon/log.c daemon/cluster.c daemon/l2.c daemon/l2_conn.c daemon/l2_conf.c \
 		daemon/cubin_debug.c $(PROTO_SRC))
 	@echo "  LD  $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DEP_LIBS)
@@ -197,7 +197,7 @@ $(call obj,$(UNIT_SRC)): $(B)/gen/schema.h
 # l2drive: daemon/l2.c on its own against a live Redis, driven line by line
 # by tests/test_l2_live.py.
 all: $(B)/l2drive
-$(B)/l2drive: $(call obj,tests/tools/l2drive.c daemon/cluster.c daemon/l2.c daemon/log.c proto/buf.c)
+$(B)/l2drive: $(call obj,tests/tools/l2drive.c daemon/cluster.c daemon/l2.c daemon/l2_conn.c daemon/l2_conf.c daemon/log.c proto/buf.c)
 	@echo "  LD  $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DEP_LIBS)
 
@@ -272,6 +272,19 @@ bench: deps
 	@$(PLOT_PYTHON) bench/plot.py $(B)/bench/results.json $(B)/bench/latency.png
 	@PTXCACHE_BUILD=$(B) python3 bench/tier.py --build $(B) --out $(B)/bench
 	@PTXCACHE_BUILD=$(B) python3 bench/fleet.py --build $(B) --out $(B)/bench
+	@python3 bench/against.py --build $(B) $(if $(BASE),--base $(BASE)) $(if $(QUICK),,--full)
+
+# This tree's daemon against an earlier commit's (bench/against.py): BASE
+# built in $(B)/against/<sha>, a worktree of its own (reused), then
+# bench --only start,miss,hit with each daemon in turn, ROUNDS rounds
+# (at least 3), medians in $(B)/bench/against.json. FULL=1: the whole
+# corpus rather than QUICK's 10 kernels. Without BASE: the newest bench-*
+# tag, else the last commit that changed the README's benchmark figures.
+ROUNDS ?= 3
+bench-against: deps
+	@$(MAKE) --no-print-directory $(B)/ptxcached corpus $(B)/bench/bench
+	@python3 bench/against.py --build $(B) $(if $(BASE),--base $(BASE)) --rounds $(ROUNDS) \
+	  $(if $(FULL),--full)
 
 # The kernels the tests and the bench compile (tests/corpus/README.md),
 # unpacked from the repository's own archive into the build tree.

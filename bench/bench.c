@@ -28,6 +28,11 @@
  * `make bench`; null where a figure cannot be measured, with a note) and a
  * table on stdout; bench/plot.py draws the chart from the JSON.
  *
+ * --only start,miss,hit runs those sections alone (hit implies the miss
+ * pass that fills the cache; no cold runs, so no cubin figures and no PTX
+ * comparison), every other figure null: what bench/against.py runs, in
+ * turn, with the daemon of an earlier commit and of this tree.
+ *
  * Cubin figures (ptxcache_assemble() on the kernel's IR, both stages
  * cached) need a daemon that assembles (probed) and a ptxas; without them
  * they are null, with a note. Benchmarks are
@@ -78,6 +83,7 @@ struct kernel {
 static struct {
 	const char *daemon, *corpus, *out, *llc, *ptxas;
 	int quick, workers;
+	unsigned only;          /* --only: ONLY_* sections; 0: all of them */
 	char tmp[256];
 	struct kernel *k;
 	int nk, distinct;       /* kernels, and kernels with distinct IR */
@@ -90,6 +96,8 @@ static struct {
 	.llc = "/usr/lib/llvm-22/bin/llc",
 	.workers = 2,
 };
+
+enum { ONLY_START = 1, ONLY_MISS = 2, ONLY_HIT = 4 };
 
 struct daemon {
 	pid_t pid;
@@ -374,6 +382,42 @@ static double cpu_ns(pid_t pid)
 	return ns;
 }
 
+/* CPU time of pid's children (a daemon's foreground workers: not those
+ * that confirm entries in idle time, ptxcached-confirm), in ns. */
+static double children_cpu_ns(pid_t pid)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	double ns = 0;
+
+	if (!d)
+		return 0;
+	while ((e = readdir(d))) {
+		char path[300], line[256];
+		pid_t p = (pid_t)atoi(e->d_name), ppid = 0;
+		if (p <= 0)
+			continue;
+		snprintf(path, sizeof path, "/proc/%d/status", (int)p);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		while (fgets(line, sizeof line, f) && !ppid)
+			sscanf(line, "PPid: %d", &ppid);
+		fclose(f);
+		if (ppid != pid)
+			continue;
+		snprintf(path, sizeof path, "/proc/%d/comm", (int)p);
+		if ((f = fopen(path, "r"))) {
+			int confirm = fgets(line, sizeof line, f) && !strncmp(line, "ptxcached-conf", 14);
+			fclose(f);
+			if (!confirm)
+				ns += cpu_ns(p);
+		}
+	}
+	closedir(d);
+	return ns;
+}
+
 /* ---- requests ---- */
 
 /* The request every figure uses: Triton's own llc flags. */
@@ -408,6 +452,9 @@ static int ptx_req(ptxcache *pc, const char *ir, size_t n, struct ptxcache_resul
 	return ptxcache_compile(pc, &r, res);
 }
 
+/* The worker's own compile time of the last timed_req() (0 on a hit). */
+static int64_t last_compile_us;
+
 /* One request through call (ptx_req or cubin_req); its wall time in ms.
  * Dies unless it succeeds; want_cached: 0 or 1 must match, -1 either. */
 static double timed_req(int (*call)(ptxcache *, const char *, size_t,
@@ -427,6 +474,7 @@ static double timed_req(int (*call)(ptxcache *, const char *, size_t,
 		die("%s: expected a %s", what, want_cached ? "hit" : "miss");
 	if (out_len)
 		*out_len = res.output_len;
+	last_compile_us = res.compile_us;
 	ptxcache_result_free(&res);
 	return t;
 }
@@ -639,6 +687,14 @@ struct figures {
 	double ranks8_wall_ms, ranks1_wall_ms;
 	long long ranks8_compiles, ranks1_compiles;
 	double first_request_ms, steady_request_ms, daemon_start_ms, warm_up_ms;
+	/* CPU time per request, which a busy machine moves far less than
+	 * wall time: the master's and its workers' over the corpus's misses,
+	 * the master's over the steady misses and over the hits. */
+	double miss_master_cpu_us, miss_workers_cpu_us, steady_master_cpu_us;
+	double hit_master_cpu_us;
+	/* The worker's own compile time (compile_us) of the first and the
+	 * steady requests: what of first / steady is the worker's. */
+	double first_compile_us, steady_compile_us;
 	long long stored_bytes, raw_bytes, daemon_rss_kb;
 	double hits_per_s;
 	double fresh_hit_pct;   /* -lineinfo cubins of a second fresh run */
@@ -654,6 +710,31 @@ struct figures {
 	/* Artifact hits of 4 KiB and 4 MiB, and the floor of their sizes. */
 	double art_hit_us[2], art_floor_us[2];
 };
+
+/* Every figure null (NAN, or -1 for counts): what --only leaves of the
+ * sections it does not run. */
+static void unmeasured(struct figures *f)
+{
+	f->cold_llc_ms = f->cold_ptxas_ms = f->miss_ptx_ms = f->miss_cubin_ms = NAN;
+	f->hit_ptx_ms = f->hit_cubin_ms = f->hit_p50_us = f->hit_p99_us = NAN;
+	f->floor_p50_us = f->floor_p99_us = f->hit_cubin_p50_us = NAN;
+	f->ranks8_wall_ms = f->ranks1_wall_ms = NAN;
+	f->ranks8_compiles = f->ranks1_compiles = -1;
+	f->first_request_ms = f->steady_request_ms = f->daemon_start_ms = f->warm_up_ms = NAN;
+	f->miss_master_cpu_us = f->miss_workers_cpu_us = f->steady_master_cpu_us = NAN;
+	f->hit_master_cpu_us = f->first_compile_us = f->steady_compile_us = NAN;
+	f->stored_bytes = f->raw_bytes = f->daemon_rss_kb = -1;
+	f->hits_per_s = f->fresh_hit_pct = NAN;
+	f->ptx_identical = -1;
+	f->l2_node1_pass_ms = f->l2_node2_pass_ms = NAN;
+	f->l2_node2_compiles = f->l2_node2_hits = -1;
+	f->miss_sandbox_ms = f->miss_nosandbox_ms = f->exec_worker_ms = f->fork_exit_ms = NAN;
+	f->worker_start_ms = NAN;
+	f->user1_compiles = f->user2_compiles = -1;
+	f->user2_confirmations = f->user2_mismatches = -1;
+	for (int i = 0; i < 2; i++)
+		f->art_hit_us[i] = f->art_floor_us[i] = NAN;
+}
 
 static void cold_runs(struct figures *f)
 {
@@ -698,7 +779,7 @@ static struct kernel *smallest(void)
 static void start_runs(struct figures *f)
 {
 	enum { STARTS = 5 };
-	double first[STARTS], ready[STARTS], warm[STARTS];
+	double first[STARTS], ready[STARTS], warm[STARTS], compile[STARTS];
 	int n = STARTS;
 	struct kernel *sm = smallest();
 
@@ -713,14 +794,42 @@ static void start_runs(struct figures *f)
 		ptxcache *pc = connect_or_die(d.sock);
 		char *ir = with_nonce(sm, 1000 + i, &len);
 		first[i] = timed_req(ptx_req, pc, ir, len, 0, "first request", NULL);
+		compile[i] = (double)last_compile_us;
 		free(ir);
 		ptxcache_close(pc);
 		warm[i] = (double)stat_of(d.sock, "warm_up_ms");
 		daemon_stop(&d);
 	}
 	f->first_request_ms = quantile(first, (size_t)n, 0.5);
+	f->first_compile_us = quantile(compile, (size_t)n, 0.5);
 	f->daemon_start_ms = quantile(ready, (size_t)n, 0.5);
 	f->warm_up_ms = quantile(warm, (size_t)n, 0.5);
+}
+
+/*
+ * Wait (up to 60 s) until the daemon has no confirmation queued, running
+ * or in a live worker: under sharing = confirm every new entry is
+ * compiled once more in idle time, by a worker exec'd for it, and the
+ * steady and hit figures are not of the corpus's confirmations (the first
+ * request's daemon has none either). Returns the ms waited.
+ */
+static double settle(const char *sock)
+{
+	double t0 = now_ms();
+
+	for (;;) {
+		long long pending = stat_of(sock, "confirms_pending");
+		long long running = stat_of(sock, "confirms_running");
+		long long live = stat_of(sock, "confirm_workers_live");
+		if (pending <= 0 && running <= 0 && live <= 0)
+			return now_ms() - t0;
+		if (now_ms() - t0 > 60000) {
+			note("confirmations still in the background after 60 s: the steady "
+			     "and hit figures are not of a quiet daemon");
+			return now_ms() - t0;
+		}
+		usleep(5000);
+	}
 }
 
 static void miss_runs(struct figures *f, const struct daemon *d, int cubin)
@@ -733,6 +842,7 @@ static void miss_runs(struct figures *f, const struct daemon *d, int cubin)
 
 	f->miss_ptx_ms = 0;
 	f->ptx_identical = 0;
+	double mcpu = cpu_ns(d->pid), wcpu = children_cpu_ns(d->pid);
 	for (int i = 0; i < g.nk; i++) {
 		struct kernel *k = &g.k[i];
 		struct ptxcache_compile_req r;
@@ -756,12 +866,24 @@ static void miss_runs(struct figures *f, const struct daemon *d, int cubin)
 		free(cold);
 		ptxcache_result_free(&res);
 	}
+	f->miss_master_cpu_us = (cpu_ns(d->pid) - mcpu) / 1e3 / g.nk;
+	f->miss_workers_cpu_us = (children_cpu_ns(d->pid) - wcpu) / 1e3 / g.nk;
+	double scpu = 0, sc[5];
+	/* The corpus's confirmations done, then misses one after the other,
+	 * as a warm daemon sees them: each one's confirmation starts after
+	 * its reply, and waits (stopped) while the next compiles. */
+	settle(d->sock);
 	for (int i = 0; i < 5; i++) {
 		ir = with_nonce(sm, i + 1, &n);
+		mcpu = cpu_ns(d->pid);
 		st[i] = timed_req(ptx_req, pc, ir, n, 0, "steady request", NULL);
+		scpu += cpu_ns(d->pid) - mcpu;
+		sc[i] = (double)last_compile_us;
 		free(ir);
 	}
+	f->steady_compile_us = quantile(sc, 5, 0.5);
 	f->steady_request_ms = quantile(st, 5, 0.5);
+	f->steady_master_cpu_us = scpu / 1e3 / 5;
 	ptxcache_close(pc);
 
 	f->miss_cubin_ms = NAN;
@@ -919,7 +1041,9 @@ static void hit_runs(struct figures *f, const struct daemon *d, int cubin)
 	if (!req || !rep)
 		die("out of memory");
 
+	settle(d->sock);                /* the misses' confirmations */
 	ptxcache *pc = connect_or_die(d->sock);
+	double hcpu = 0;
 	for (int p = 0; p < passes; p++) {
 		for (int i = 0; i < g.nk; i++) {
 			struct kernel *k = &g.k[i];
@@ -932,14 +1056,16 @@ static void hit_runs(struct figures *f, const struct daemon *d, int cubin)
 				die("floor server failed");
 			flo[(size_t)p * g.nk + i] = (now_ms() - t0) * 1e3;
 		}
-		double t0 = now_ms();
+		double t0 = now_ms(), c0 = cpu_ns(d->pid);
 		for (int i = 0; i < g.nk; i++) {
 			struct kernel *k = &g.k[i];
 			hit[(size_t)p * g.nk + i] =
 				timed_req(ptx_req, pc, k->ir, k->ir_len, 1, k->name, NULL) * 1e3;
 		}
 		pass[p] = now_ms() - t0;
+		hcpu += cpu_ns(d->pid) - c0;
 	}
+	f->hit_master_cpu_us = hcpu / 1e3 / (double)n;
 	ptxcache_close(pc);
 	close(ffd);
 	waitpid(fpid, NULL, 0);
@@ -1263,6 +1389,12 @@ static void jnum(FILE *f, const char *key, double v, int last)
 		fprintf(f, "  \"%s\": %.3f%s\n", key, v, last ? "" : ",");
 }
 
+/* A count: null when it was not measured (negative). */
+static void jcount(FILE *f, const char *key, long long v)
+{
+	jnum(f, key, v < 0 ? NAN : (double)v, 0);
+}
+
 static void jval(FILE *f, double v)
 {
 	if (isnan(v))
@@ -1287,10 +1419,10 @@ static void write_json(const struct figures *x, const char *path)
 	jnum(f, "worker_start_ms", x->worker_start_ms, 0);
 	jnum(f, "exec_worker_ms", x->exec_worker_ms, 0);
 	jnum(f, "fork_exit_ms", x->fork_exit_ms, 0);
-	jnum(f, "user1_compiles", (double)x->user1_compiles, 0);
-	jnum(f, "user2_compiles", (double)x->user2_compiles, 0);
-	jnum(f, "user2_confirmations", (double)x->user2_confirmations, 0);
-	jnum(f, "user2_mismatches", (double)x->user2_mismatches, 0);
+	jcount(f, "user1_compiles", x->user1_compiles);
+	jcount(f, "user2_compiles", x->user2_compiles);
+	jcount(f, "user2_confirmations", x->user2_confirmations);
+	jcount(f, "user2_mismatches", x->user2_mismatches);
 	jnum(f, "miss_cubin_ms", x->miss_cubin_ms, 0);
 	jnum(f, "hit_ptx_ms", x->hit_ptx_ms, 0);
 	jnum(f, "hit_cubin_ms", x->hit_cubin_ms, 0);
@@ -1299,25 +1431,32 @@ static void write_json(const struct figures *x, const char *path)
 	jnum(f, "floor_p50_us", x->floor_p50_us, 0);
 	jnum(f, "ranks8_wall_ms", x->ranks8_wall_ms, 0);
 	jnum(f, "ranks1_wall_ms", x->ranks1_wall_ms, 0);
-	jnum(f, "ranks8_compiles", (double)x->ranks8_compiles, 0);
+	jcount(f, "ranks8_compiles", x->ranks8_compiles);
 	jnum(f, "first_request_ms", x->first_request_ms, 0);
 	jnum(f, "steady_request_ms", x->steady_request_ms, 0);
-	jnum(f, "stored_bytes", (double)x->stored_bytes, 0);
-	jnum(f, "raw_bytes", (double)x->raw_bytes, 0);
-	jnum(f, "daemon_rss_kb", (double)x->daemon_rss_kb, 0);
+	jcount(f, "stored_bytes", x->stored_bytes);
+	jcount(f, "raw_bytes", x->raw_bytes);
+	jcount(f, "daemon_rss_kb", x->daemon_rss_kb);
 	jnum(f, "hits_per_s", x->hits_per_s, 0);
 	jnum(f, "fresh_run_lineinfo_hit_pct", x->fresh_hit_pct, 0);
 	/* Beyond the contract: context for the figures above. */
 	jnum(f, "floor_p99_us", x->floor_p99_us, 0);
 	jnum(f, "hit_cubin_p50_us", x->hit_cubin_p50_us, 0);
-	jnum(f, "ranks1_compiles", (double)x->ranks1_compiles, 0);
+	jcount(f, "ranks1_compiles", x->ranks1_compiles);
 	jnum(f, "daemon_start_ms", x->daemon_start_ms, 0);
 	jnum(f, "warm_up_ms", x->warm_up_ms, 0);
-	jnum(f, "ptx_identical_to_llc", x->ptx_identical, 0);
+	jcount(f, "ptx_identical_to_llc", x->ptx_identical);
 	jnum(f, "distinct_kernels", g.distinct, 0);
 	jnum(f, "repeat_speedup_vs_cold", (x->cold_llc_ms + (isnan(x->cold_ptxas_ms) ? 0 :
 		x->cold_ptxas_ms)) / repeat_ms(x), 0);
 	jnum(f, "hit_p50_over_floor", x->hit_p50_us / x->floor_p50_us, 0);
+	jnum(f, "first_over_steady", x->first_request_ms / x->steady_request_ms, 0);
+	jnum(f, "miss_master_cpu_us", x->miss_master_cpu_us, 0);
+	jnum(f, "miss_workers_cpu_us", x->miss_workers_cpu_us, 0);
+	jnum(f, "steady_master_cpu_us", x->steady_master_cpu_us, 0);
+	jnum(f, "hit_master_cpu_us", x->hit_master_cpu_us, 0);
+	jnum(f, "first_compile_us", x->first_compile_us, 0);
+	jnum(f, "steady_compile_us", x->steady_compile_us, 0);
 	jnum(f, "artifact_hit_4k_p50_us", x->art_hit_us[0], 0);
 	jnum(f, "artifact_floor_4k_p50_us", x->art_floor_us[0], 0);
 	jnum(f, "artifact_hit_4m_p50_us", x->art_hit_us[1], 0);
@@ -1545,7 +1684,8 @@ static void usage(void)
 {
 	fputs("usage: bench [--quick] [--out DIR] [--corpus DIR] [--daemon PATH]\n"
 	      "             [--llc PATH] [--workers N] [--hit-loop[-cubin] SECONDS]\n"
-	      "             [--redis-only]\n", stderr);
+	      "             [--miss-loop SECONDS]\n"
+	      "             [--redis-only] [--only start,miss,hit]\n", stderr);
 	exit(2);
 }
 
@@ -1597,6 +1737,77 @@ static void hit_loop(double seconds, int cubin)
 	run_timed(rm);
 }
 
+/* For profiling the miss path (bench/NOTES.md): a fresh daemon, its pid on
+ * stdout, a second to attach a profiler, then misses of the smallest
+ * kernel (a new nonce each: the same compile, a new key) from one client
+ * for a while ("end" on stdout, and a second before the daemon stops).
+ * Prints the p50 of their wall time and the CPU time per miss of the
+ * master, of its workers and of the client (measured before that second). */
+static void miss_loop(double seconds)
+{
+	struct kernel *sm = smallest();
+	struct daemon d;
+	size_t len;
+	char *ir;
+
+	snprintf(g.tmp, sizeof g.tmp, "/tmp/ptxcache-bench-XXXXXX");
+	if (!mkdtemp(g.tmp))
+		die("cannot create a temp dir: %s", strerror(errno));
+	daemon_start(&d, "loop");
+	ptxcache *pc = connect_or_die(d.sock);
+	ir = with_nonce(sm, 0, &len);   /* every worker past its first compile */
+	for (int i = 0; i < 2 * g.workers; i++) {
+		free(ir);
+		ir = with_nonce(sm, -1 - i, &len);
+		timed_req(ptx_req, pc, ir, len, 0, "warm-up", NULL);
+	}
+	free(ir);
+	printf("%d\n", (int)d.pid);
+	fflush(stdout);
+	sleep(1);
+	size_t cap = 1 << 16, n = 0;
+	double *t = malloc(cap * sizeof *t), *cu = malloc(cap * sizeof *cu);
+	if (!t || !cu)
+		die("out of memory");
+	double end = now_ms() + seconds * 1e3;
+	double dcpu = cpu_ns(d.pid), wcpu = children_cpu_ns(d.pid), ccpu = cpu_ns(getpid());
+	while (now_ms() < end && n < cap) {
+		struct ptxcache_result res;
+		ir = with_nonce(sm, (int)n + 1, &len);
+		double t0 = now_ms();
+		if (ptx_req(pc, ir, len, &res) < 0)
+			die("miss: %s", ptxcache_errmsg(pc));
+		t[n] = now_ms() - t0;
+		if (res.status != PTXCACHE_OK || res.cached)
+			die("miss: status %d, cached %d", res.status, res.cached);
+		cu[n++] = (double)res.compile_us / 1e3;
+		ptxcache_result_free(&res);
+		free(ir);
+	}
+	double dn = (double)n;
+	dcpu = cpu_ns(d.pid) - dcpu;
+	wcpu = children_cpu_ns(d.pid) - wcpu;
+	ccpu = cpu_ns(getpid()) - ccpu;
+	/* A second more before the stop, to dump a profiler's counters. */
+	printf("end\n");
+	fflush(stdout);
+	sleep(1);
+	double p50 = quantile(t, n, 0.5), cu50;
+	for (size_t i = 0; i < n; i++)
+		t[i] = (t[i] - cu[i]) * 1e3;    /* around the worker's compile, us */
+	cu50 = quantile(cu, n, 0.5);
+	fprintf(stderr, "bench: %zu misses of %s, p50 %.3f ms, the worker's compile_us p50 "
+		"%.3f ms, the rest p50 %.0f us; cpu per miss: master %.1f us, workers %.1f us, "
+		"client %.1f us\n", n, sm->name, p50, cu50, quantile(t, n, 0.5),
+		dcpu / 1e3 / dn, wcpu / 1e3 / dn, ccpu / 1e3 / dn);
+	free(t);
+	free(cu);
+	ptxcache_close(pc);
+	daemon_stop(&d);
+	char *rm[] = { "/bin/rm", "-rf", g.tmp, NULL };
+	run_timed(rm);
+}
+
 /* --redis-only: the two-node section alone, against plain misses (a
  * pass of misses through a fresh daemon without the tier, and one that
  * confirms nothing in the background either), the better of two each,
@@ -1642,13 +1853,87 @@ static void redis_runs(struct figures *f, double t0)
 	run_timed(rm);
 }
 
+/* --only: the sections asked for, every other figure null, and a table
+ * of what was measured. */
+static void only_runs(struct figures *f, double t0)
+{
+	struct daemon d;
+	char path[512];
+
+	unmeasured(f);
+	if (g.only & ONLY_START) {
+		fprintf(stderr, "bench: fresh daemons: start to ready, first request\n");
+		start_runs(f);
+	}
+	if (g.only & (ONLY_MISS | ONLY_HIT)) {
+		fprintf(stderr, "bench: misses through a fresh daemon\n");
+		daemon_start(&d, "main");
+		miss_runs(f, &d, 0);
+		f->ptx_identical = -1;  /* no cold llc run to compare with */
+		if (g.only & ONLY_HIT) {
+			fprintf(stderr, "bench: hits and the floor\n");
+			hit_runs(f, &d, 0);
+		}
+		daemon_stop(&d);
+	}
+	snprintf(path, sizeof path, "%s/results.json", g.out);
+	write_json(f, path);
+	printf("\nptxcache bench --only: %d kernels (%d distinct IR)%s, %d workers\n\n",
+	       g.nk, g.distinct, g.quick ? " (QUICK subset)" : "", g.workers);
+	row("miss ptx, warm daemon", f->miss_ptx_ms, "ms", NULL, 0);
+	row("hit ptx, whole corpus", f->hit_ptx_ms, "ms", NULL, 0);
+	row("hit p50 per request", f->hit_p50_us, "us", "/ floor",
+	    f->hit_p50_us / f->floor_p50_us);
+	row("floor p50 (echo + SHA-256)", f->floor_p50_us, "us", NULL, 0);
+	row("start to ready (workers warm)", f->daemon_start_ms, "ms", NULL, 0);
+	row("first request after start", f->first_request_ms, "ms", "/ steady",
+	    f->first_request_ms / f->steady_request_ms);
+	row("steady request (same kernel, miss)", f->steady_request_ms, "ms", NULL, 0);
+	row("master cpu per miss (corpus)", f->miss_master_cpu_us, "us", NULL, 0);
+	row("workers' cpu per miss (corpus)", f->miss_workers_cpu_us, "us", NULL, 0);
+	row("master cpu per steady miss", f->steady_master_cpu_us, "us", NULL, 0);
+	row("master cpu per hit", f->hit_master_cpu_us, "us", NULL, 0);
+	row("worker's compile, first request", f->first_compile_us, "us", "/ steady's",
+	    f->first_compile_us / f->steady_compile_us);
+	row("worker's compile, steady request", f->steady_compile_us, "us", NULL, 0);
+	printf("\n  %s written in %.0f s\n", path, (now_ms() - t0) / 1e3);
+	char *rm[] = { "/bin/rm", "-rf", g.tmp, NULL };
+	run_timed(rm);
+}
+
+/* --only's list: start, miss, hit, separated by commas. */
+static unsigned parse_only(const char *list)
+{
+	static const struct { const char *name; unsigned bit; } sections[] = {
+		{ "start", ONLY_START }, { "miss", ONLY_MISS }, { "hit", ONLY_HIT },
+	};
+	unsigned mask = 0;
+
+	for (const char *p = list; *p;) {
+		size_t n = strcspn(p, ","), i;
+		for (i = 0; i < sizeof sections / sizeof sections[0]; i++)
+			if (strlen(sections[i].name) == n && !strncmp(p, sections[i].name, n))
+				break;
+		if (i == sizeof sections / sizeof sections[0]) {
+			fprintf(stderr, "bench: --only: unknown section '%.*s' "
+				"(start, miss, hit)\n", (int)n, p);
+			exit(2);
+		}
+		mask |= sections[i].bit;
+		p += n + (p[n] == ',');
+	}
+	if (!mask)
+		usage();
+	return mask;
+}
+
 int main(int argc, char **argv)
 {
 	struct figures f;
 	struct daemon d;
 	char path[512];
 	double loop = 0;
-	int loop_cubin = 0, redis_only = 0;
+	int loop_cubin = 0, loop_miss = 0, redis_only = 0;
 
 	memset(&f, 0, sizeof f);
 	for (int i = 1; i < argc; i++) {
@@ -1673,6 +1958,10 @@ int main(int argc, char **argv)
 			loop = atof(argv[++i]);
 		else if (!strcmp(a, "--hit-loop-cubin"))
 			loop = atof(argv[++i]), loop_cubin = 1;
+		else if (!strcmp(a, "--miss-loop"))
+			loop = atof(argv[++i]), loop_miss = 1;
+		else if (!strcmp(a, "--only"))
+			g.only = parse_only(argv[++i]);
 		else
 			usage();
 	}
@@ -1680,6 +1969,10 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	bench_pid = getpid();
 	load_corpus();
+	if (loop > 0 && loop_miss) {
+		miss_loop(loop);
+		return 0;
+	}
 	if (loop > 0) {
 		hit_loop(loop, loop_cubin);
 		return 0;
@@ -1698,6 +1991,10 @@ int main(int argc, char **argv)
 	double t0 = now_ms();
 	if (redis_only) {
 		redis_runs(&f, t0);
+		return 0;
+	}
+	if (g.only) {
+		only_runs(&f, t0);
 		return 0;
 	}
 	fprintf(stderr, "bench: %d kernels: cold llc%s processes\n", g.nk,

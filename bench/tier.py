@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""The shared tier with large values (make bench): daemon/l2.c alone
+"""The shared tier with large values (make bench): daemon/l2*.c alone
 (tests/tools/l2drive: one process a node) against one real redis-server.
 
 Measures, on the daemon's default timeout:

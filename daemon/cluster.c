@@ -7,12 +7,13 @@
  * the slot map of a CLUSTER SLOTS reply, and MOVED/ASK redirections.
  *
  * Why it is built this way:
- *  - Debian 12 has hiredis 0.14 and no cluster client library, so l2.c
- *    routes itself; this is the part of that which can be tested alone
- *    (tests/unit/test_cluster.c: the specification's vectors, hostile
- *    replies), with no socket, no loop and no allocation but the map's.
- *  - Only numeric addresses come out: l2.c hands them to hiredis, which
- *    would call getaddrinfo(), blocking the loop, on anything else. A
+ *  - Debian 12 has hiredis 0.14 and no cluster client library, so the
+ *    tier (l2_conn.c) routes itself; this is the part of that which can be
+ *    tested alone (tests/unit/test_cluster.c: the specification's vectors,
+ *    hostile replies), with no socket, no loop and no allocation but the
+ *    map's.
+ *  - Only numeric addresses come out: l2_conn.c hands them to hiredis,
+ *    which would call getaddrinfo(), blocking the loop, on anything else. A
  *    cluster announces IPs unless told to announce host names; a map or a
  *    redirection naming a host is refused, loudly, rather than resolved.
  *  - A map keeps the masters alone: ptxcache reads and writes on masters

@@ -2,7 +2,7 @@
 /*
  * cluster: what a Redis Cluster client must compute, with no I/O: the hash
  * slot of a key, the slot map a CLUSTER SLOTS reply describes, and the
- * MOVED and ASK redirections a node answers with. l2.c routes over it.
+ * MOVED and ASK redirections a node answers with. l2_conn.c routes over it.
  *
  * Everything here reads bytes that came from the network: a reply of the
  * wrong shape, a slot or a port out of range, a host that is not a numeric

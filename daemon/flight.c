@@ -20,13 +20,15 @@
  * stored if deterministic, committed before anyone is answered (an
  * acknowledged result is durable), after confirmation under sharing =
  * confirm (confirm.h); published to Redis if confirmed (and, not yet
- * confirmed, for its own user alone: own_key() below); a new entry under
- * sharing = confirm is confirmed in idle time (a background job of the
- * pool: a worker exec'd for it computes it again), tier or not; then every
- * waiter answered, each with its own source paths for a portable cubin,
- * or sent on to the cubin stage (IR to cubin), as the waiter's family said
- * when it joined (struct waiter_ops: this file calls no family); then the
- * flight freed and a stopping daemon told.
+ * confirmed, for its own user alone: own_key() below); then every waiter
+ * answered, each with its own source paths for a portable cubin, or sent
+ * on to the cubin stage (IR to cubin), as the waiter's family said when it
+ * joined (struct waiter_ops: this file calls no family); then a new entry
+ * under sharing = confirm is queued for its confirmation in idle time (a
+ * background job of the pool: a worker exec'd for it computes it again),
+ * tier or not: after the answers, since the pool may start that worker at
+ * once, and its spawn is no part of any reply; then the flight freed and a
+ * stopping daemon told.
  *
  * No flight outlives server_run(): at the end, the pool ends those it
  * holds (pool_free()), and flight_abandon_all() those whose Redis lookup
@@ -357,7 +359,7 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 			  int compiled)
 {
 	struct server *s = f->srv;
-	int published = 0;
+	int published = 0, confirm = 0;
 
 	if (compiled && !res->not_run && f->background) {
 		s->n.confirm_compiles++;
@@ -456,8 +458,9 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 		    !f->background) {
 			/* New, one tenant's alone: confirmed in idle time, so
 			 * that the next user hits (and, with the tier on, so
-			 * that it may be published). */
-			confirm_in_background(s, f);
+			 * that it may be published); queued once every waiter
+			 * is answered (below). */
+			confirm = 1;
 		}
 		if (f->dbg && compiled && res->status == JOB_OK && !f->background) {
 			loose_seen_add(s, &f->dbg->loose);
@@ -504,6 +507,8 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 		conn_unhold(wt->conn);
 		free(wt);
 	}
+	if (confirm)
+		confirm_in_background(s, f);
 	buf_free(&f->job.frame);
 	free(f->job.optset);
 	free(f->components);

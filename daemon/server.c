@@ -379,7 +379,7 @@ static void artifact_config_of(const struct server *s, struct artifact_config *a
 	store_set_artifact_share(s->store, cfg->max_size / 100 * cfg->artifact_share);
 }
 
-/* The Redis tier's settings, as l2.c takes them. */
+/* The Redis tier's settings, as l2.h takes them. */
 static void l2_config_of(const struct server_config *cfg, struct l2_config *lc)
 {
 	*lc = (struct l2_config){
@@ -396,7 +396,7 @@ static void l2_config_of(const struct server_config *cfg, struct l2_config *lc)
 
 /* A reload's Redis tier: started, changed (the secret file is read again
  * each time) or switched off; lookups in flight finish under the settings
- * they began with (l2_reconfigure()). Settings l2.c refuses leave the tier
+ * they began with (l2_reconfigure()). Settings the tier refuses leave it
  * as it was. */
 static void reload_l2(struct server *s)
 {

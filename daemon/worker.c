@@ -849,10 +849,10 @@ static void send_config(struct pool *p, struct worker *w)
 	buf_free(&out);
 }
 
-/* Every descriptor from lo up closed, in a child between fork and exec:
- * close_range(2) where the kernel has it (5.9 on; glibc has a wrapper
- * only from 2.34, so the system call itself), else one close() per
- * descriptor the process may hold (kernels before 5.9: RHEL 8's 4.18). */
+/* Every descriptor from lo up closed, in spawn()'s child: close_range(2)
+ * where the kernel has it (5.9 on; glibc has a wrapper only from 2.34, so
+ * the system call itself), else one close() per descriptor the process
+ * may hold (kernels before 5.9: RHEL 8's 4.18). System calls alone. */
 static void close_from(int lo)
 {
 	if (syscall(SYS_close_range, (unsigned)lo, ~0U, 0) == 0)
@@ -864,10 +864,87 @@ static void close_from(int lo)
 		close((int)fd);
 }
 
+/* What spawn()'s child needs for its exec. */
+struct spawn_child {
+	pid_t master;
+	int sock, start_log, background;
+	char *const *env;
+	sigset_t mask;          /* the master's, given back before the exec */
+};
+
+/*
+ * The child of spawn(), until its exec: a clean image of the daemon's
+ * binary in worker mode, with stdin/stdout on /dev/null, stderr, the
+ * socket (fd 3) and the start log (fd 4), and an environment of our
+ * making. Nothing of the master's memory or descriptors survives the exec.
+ *
+ * It runs on a stack of its own in the master's memory (clone() with
+ * CLONE_VM | CLONE_VFORK, as posix_spawn() does): the master waits, and
+ * copies no page table of its own, until the exec. So it makes system
+ * calls alone and writes only to its own stack; it starts with every
+ * signal blocked and puts each the master catches back to its default
+ * before giving back the master's mask, so that no handler of the master
+ * runs here.
+ */
+static int spawn_child(void *arg)
+{
+	const struct spawn_child *c = arg;
+
+	for (int sig = 1; sig < NSIG; sig++) {
+		struct sigaction sa;
+		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) < 0 ||
+		    sa.sa_handler == SIG_DFL || sa.sa_handler == SIG_IGN)
+			continue;
+		memset(&sa, 0, sizeof sa);
+		sa.sa_handler = SIG_DFL;
+		sigaction(sig, &sa, NULL);
+	}
+	sigprocmask(SIG_SETMASK, &c->mask, NULL);
+	if (dup2(c->sock, 3) < 0 || dup2(c->start_log, 4) < 0)
+		_exit(1);
+	close_from(5);
+	int null = open("/dev/null", O_RDWR);
+	if (null >= 0) {
+		dup2(null, 0);
+		dup2(null, 1);
+		close(null);
+	}
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	/* The master died before PDEATHSIG was set: we were handed to init
+	 * or a subreaper (the master itself may be pid 1, in a container with
+	 * no init). PDEATHSIG holds across the exec. */
+	if (getppid() != c->master)
+		_exit(1);
+	/* A background worker (and the ptxas it runs) gets the CPU
+	 * only when nothing else wants it; no way back up (that needs
+	 * a privilege), and it never serves a foreground job. */
+	if (c->background) {
+		struct sched_param sp = { 0 };
+		if (sched_setscheduler(0, SCHED_IDLE, &sp) < 0)
+			setpriority(PRIO_PROCESS, 0, 19);
+	}
+	/* Its name in ps tells the two kinds apart. */
+	char *argv[] = { (char *)(c->background ? "ptxcached-confirm" : "ptxcached"),
+			 (char *)"--worker", NULL };
+	execve("/proc/self/exe", argv, c->env);
+	/* The daemon never sets a locale: strerror() allocates nothing. */
+	const char *why = strerror(errno);
+	static const char msg[] = "cannot exec the daemon's binary as a worker: ";
+	if (write(4, msg, sizeof msg - 1) < 0 || write(4, why, strlen(why)) < 0 ||
+	    write(4, "\n", 1) < 0)
+		_exit(127);
+	_exit(127);
+}
+
 /* Start a worker for optset (background: a background worker, at idle
- * priority). Returns it, or NULL if fork or socketpair fail. */
+ * priority). Returns it, or NULL if clone or socketpair fail. */
 static struct worker *spawn(struct pool *p, const char *optset, int background)
 {
+	/* The child's stack until its exec; the master waits meanwhile, so
+	 * one is enough. */
+	static char child_stack[64 << 10] __attribute__((aligned(16)));
+	struct spawn_child child;
+	sigset_t all;
 	int sv[2];
 	char tmp[256] = "";
 	int start_log = memfd_create("ptxcache-worker-start", MFD_CLOEXEC);
@@ -890,50 +967,24 @@ static struct worker *spawn(struct pool *p, const char *optset, int background)
 		rm_tree(tmp);
 		return NULL;
 	}
-	pid_t master = getpid();
-	pid_t pid = fork();
+	child.master = getpid();
+	child.sock = sv[1];
+	child.start_log = start_log;
+	child.background = background;
+	child.env = p->env;
+	sigfillset(&all);
+	sigprocmask(SIG_SETMASK, &all, &child.mask);
+	pid_t pid = clone(spawn_child, child_stack + sizeof child_stack,
+			  CLONE_VM | CLONE_VFORK | SIGCHLD, &child);
+	int clone_errno = errno;
+	sigprocmask(SIG_SETMASK, &child.mask, NULL);
 	if (pid < 0) {
-		log_err("cannot fork worker: %s", strerror(errno));
+		log_err("cannot fork worker: %s", strerror(clone_errno));
 		close(sv[0]);
 		close(sv[1]);
 		close(start_log);
 		rm_tree(tmp);
 		return NULL;
-	}
-	if (pid == 0) {
-		/* A clean image: exec the daemon's binary in worker mode, with
-		 * stdin/stdout on /dev/null, stderr, the socket (fd 3) and the
-		 * start log (fd 4), and an environment of our making. Nothing
-		 * of the master's memory or descriptors survives. */
-		if (dup2(sv[1], 3) < 0 || dup2(start_log, 4) < 0)
-			_exit(1);
-		close_from(5);
-		int null = open("/dev/null", O_RDWR);
-		if (null >= 0) {
-			dup2(null, 0);
-			dup2(null, 1);
-			close(null);
-		}
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		/* The master died before PDEATHSIG was set: we were handed to
-		 * init or a subreaper (the master itself may be pid 1, in a
-		 * container with no init). PDEATHSIG holds across the exec. */
-		if (getppid() != master)
-			_exit(1);
-		/* A background worker (and the ptxas it runs) gets the CPU
-		 * only when nothing else wants it; no way back up (that needs
-		 * a privilege), and it never serves a foreground job. */
-		if (background) {
-			struct sched_param sp = { 0 };
-			if (sched_setscheduler(0, SCHED_IDLE, &sp) < 0)
-				setpriority(PRIO_PROCESS, 0, 19);
-		}
-		/* Its name in ps tells the two kinds apart. */
-		char *argv[] = { (char *)(background ? "ptxcached-confirm" : "ptxcached"),
-				 (char *)"--worker", NULL };
-		execve("/proc/self/exe", argv, p->env);
-		dprintf(4, "cannot exec the daemon's binary as a worker: %s\n", strerror(errno));
-		_exit(127);
 	}
 	close(sv[1]);
 	evutil_make_socket_nonblocking(sv[0]);

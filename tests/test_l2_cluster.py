@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The shared tier on a real Redis Cluster (redis_fixture.RedisCluster: 3
 masters with a replica each, made by redis-cli --cluster create), through
-build/l2drive (daemon/l2.c alone; see test_l2_live.py) and through real
+build/l2drive (the tier's files alone; see test_l2_live.py) and through real
 daemons: values cross exact, keys spread over the masters, and under
 faults (a master killed and its replica promoted, a slot migrated during
 load, one shard frozen, the cluster full, the whole cluster gone and back)

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""daemon/l2.c against a real redis-server, through build/l2drive (the module
-alone on a libevent loop, driven line by line; see tests/tools/l2drive.c):
+"""The tier (daemon/l2.c over l2_conn.c) against a real redis-server,
+through build/l2drive (the module alone on a libevent loop, driven line by
+line; see tests/tools/l2drive.c):
 hits with identical bytes across two "nodes", misses, tampered values
 rejected, Redis stopped or slow (every request answered, the breaker opens
 and answers at once, recovery), read-only mode, prefix, SELECT and the

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """l2-timeout-ms bounds a connection's silence, not a command's size:
-daemon/l2.c through build/l2drive, on the daemon's default (50 ms of
+the tier (daemon/l2.c over l2_conn.c) through build/l2drive, on the daemon's default (50 ms of
 silence), to a real redis-server behind a TCP proxy that throttles it
 (bytes keep moving, slowly) or stops it (silence). A throttled transfer
 many times longer than the timeout completes, exact; a stalled one ends
@@ -214,7 +214,7 @@ def test_l2_throttled_transfer_outlives_the_timeout_stall_does_not():
 
 def test_l2_a_trickle_never_silent_for_the_timeout_still_ends():
     """A server whose bytes trickle (64 bytes every 20 ms: never silent for
-    the default 50 ms) holds no command past its bound (10 s, l2.c's
+    the default 50 ms) holds no command past its bound (10 s, l2_conn.c's
     L2_CMD_MAX_MS): a 512 KiB value's get, minutes at that rate, ends as a
     timeout and a miss within the cap and a margin, ended by the cap
     (`overruns`), and the connection's next command is a fresh one."""

@@ -237,3 +237,29 @@ def test_sandbox_setting_reported_and_checked():
     if complete:
         with Daemon(workers=1, extra=["--sandbox", "require"]) as d:
             d.cli("compile", "-", input=small_ir("sandbox_require"))
+
+
+def _sig_field(pid, name):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(name + ":"):
+                return int(line.split()[1], 16)
+    raise AssertionError("no %s in /proc/%d/status" % (name, pid))
+
+
+def test_workers_start_with_the_masters_signal_mask():
+    """A worker is spawned with its child on the master's memory until the
+    exec (clone with CLONE_VM | CLONE_VFORK, daemon/worker.c), which blocks
+    every signal meanwhile: the worker must still start with the master's
+    own mask, so that SIGTERM and SIGHUP reach it and the ptxas it runs,
+    and serve."""
+    with Daemon(workers=2) as d:
+        pids = d.workers()
+        assert len(pids) == 2, pids
+        master = _sig_field(d.proc.pid, "SigBlk")
+        for pid in pids:
+            blocked = _sig_field(pid, "SigBlk")
+            assert blocked == master, "worker %d blocks %#x, the master %#x" % (
+                pid, blocked, master)
+            assert not blocked & (1 << (signal.SIGTERM - 1)), "worker %d blocks SIGTERM" % pid
+        d.cli("compile", "-o", os.devnull, "-", input=small_ir("mask"))

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * l2drive: daemon/l2.c against a live Redis, for tests/test_l2_live.py.
+ * l2drive: the tier (daemon/l2.c, l2_conn.c, l2_conf.c) against a live
+ * Redis, for tests/test_l2_live.py.
  *
  * usage: l2drive [--read-only] [--timeout MS] [--max-value N] [--prefix P]
  *                [--identity S] URL SECRET_FILE

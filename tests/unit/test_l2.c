@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Unit tests for daemon/l2.c without a Redis: the envelope (its documented
- * layout, a round trip, every kind of tampering rejected with its reason),
- * l2_new()'s checks of the URL and the secret, the write-side size bound,
- * and the circuit breaker against a socket that is not there. The same
+/* Unit tests for the tier (daemon/l2*.c) without a Redis: the envelope (its
+ * documented layout, a round trip, every kind of tampering rejected with
+ * its reason), l2_new()'s checks of the URL and the secret, the write-side
+ * size bound, and the circuit breaker against a socket that is not there. The same
  * module against a live redis-server: tests/test_l2_live.py. */
 #include "tests/unit/unit.h"
 
