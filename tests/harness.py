@@ -177,17 +177,25 @@ class Daemon:
         while self.stats()["workers_ready"] < self.stats()["workers"]:
             assert time.time() < deadline, "workers did not start"
             time.sleep(0.02)
-        out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True)
-        pids = []
-        for p in out.stdout.split():
-            try:
-                with open("/proc/%s/cmdline" % p, "rb") as f:
-                    confirm = f.read().startswith(b"ptxcached-confirm\0")
-            except OSError:
-                continue        # gone meanwhile
-            if confirm == background:
-                pids.append(int(p))
-        return pids
+        while True:
+            out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True)
+            pids, spawning = [], False
+            for p in out.stdout.split():
+                try:
+                    with open("/proc/%s/cmdline" % p, "rb") as f:
+                        argv = f.read().split(b"\0")
+                except OSError:
+                    continue        # gone meanwhile
+                # A child between its spawn and its exec still has the
+                # master's command line: which kind it is, its exec says.
+                if argv[1:2] != [b"--worker"]:
+                    spawning = True
+                elif (argv[0] == b"ptxcached-confirm") == background:
+                    pids.append(int(p))
+            if not spawning:
+                return pids
+            assert time.time() < deadline, "a worker never got to its exec"
+            time.sleep(0.01)
 
     def stop(self, sig=signal.SIGTERM):
         if self.proc and self.proc.poll() is None:
