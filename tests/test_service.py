@@ -280,14 +280,36 @@ def test_pipelined_requests_answered_by_id():
         c.close()
 
 
+def vm_peak(pid):
+    """A process's largest address space so far, in bytes."""
+    with open("/proc/%d/status" % pid) as f:
+        kb = [line.split()[1] for line in f if line.startswith("VmPeak:")]
+    return int(kb[0]) * 1024
+
+
 def test_worker_memory_cap_fails_only_that_job_and_is_not_cached():
     """A compile that needs more memory than --worker-mem: the worker dies,
     the client gets an error, nothing is cached (it is the environment, not
-    the kernel), and a small kernel is still served."""
+    the kernel), and a small kernel is still served. The cap lies halfway
+    between a warm worker's address space and what the largest corpus
+    kernel's compile takes it to, both measured first: a build that maps
+    more or less (the static one maps no shared library) moves both."""
     if SANITIZED:
         raise Skip("no worker memory cap under AddressSanitizer")
     big = max(triton_kernels(), key=os.path.getsize)
-    with Daemon(workers=1, extra=["--worker-mem", "100M"]) as d:
+    with Daemon(workers=1) as d:
+        (w,) = d.workers()
+        warm = vm_peak(w)
+        d.cli("compile", big)
+        (again,) = d.workers()
+        assert again == w, "the worker was replaced during the measuring compile"
+        peak = vm_peak(w)
+    assert peak - warm > 16 << 20, ("the largest kernel takes a worker from %d to %d bytes: "
+                                    "too close for a cap between them" % (warm, peak))
+    cap = (warm + peak) // 2
+    print("     worker %.0f MB warm, %.0f MB at the largest kernel's peak: --worker-mem %.0f MB"
+          % (warm / 2**20, peak / 2**20, cap / 2**20))
+    with Daemon(workers=1, extra=["--worker-mem", "%dK" % (cap >> 10)]) as d:
         r = d.cli("compile", "--json", big, check=False)
         assert r.returncode != 0 and b'"status":"crash"' in r.stdout, r.stdout[:300]
         s = d.stats()
