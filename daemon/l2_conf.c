@@ -449,9 +449,7 @@ static int parse_url(struct l2_conf *l2, const char *url, const struct l2_conf *
 	 * hand it the numeric address. IPv4 first, as hiredis would. */
 	{
 		char name[NI_MAXHOST];
-		struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res = NULL;
 		unsigned char bin[sizeof(struct in6_addr)];
-		int e;
 
 		memcpy(name, host, (size_t)(hend - host));
 		name[hend - host] = '\0';
@@ -465,23 +463,8 @@ static int parse_url(struct l2_conf *l2, const char *url, const struct l2_conf *
 			rc = 0;
 			goto out;
 		}
-		hints.ai_family = AF_INET;
-		e = getaddrinfo(name, NULL, &hints, &res);
-		if (e) {
-			hints.ai_family = AF_INET6;
-			e = getaddrinfo(name, NULL, &hints, &res);
-		}
-		if (e) {
-			buf_printf(err, "cannot resolve l2 host '%s': %s", name, gai_strerror(e));
+		if (resolve_numeric(name, l2->host, sizeof l2->host, err) < 0)
 			goto out;
-		}
-		e = getnameinfo(res->ai_addr, res->ai_addrlen, l2->host, sizeof l2->host,
-				NULL, 0, NI_NUMERICHOST);
-		freeaddrinfo(res);
-		if (e) {
-			buf_printf(err, "cannot resolve l2 host '%s': %s", name, gai_strerror(e));
-			goto out;
-		}
 		buf_reset(&shown);
 		buf_printf(&shown, "redis://%s:%d/%d", name, l2->port, l2->db);
 	}
