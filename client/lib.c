@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -42,6 +43,8 @@ static const char *node_socket(void)
 
 /* Replies carry PTX or cubin: generous, but bounded. */
 #define REPLY_MAX (1u << 30)
+/* At most this much room made ahead of a reply's bytes. */
+#define READ_AHEAD (4u << 20)
 /* The silence bound without $PTXCACHE_SILENCE_MS or an explicit one: the
  * daemon sends progress about once a second while a request waits. */
 #define SILENCE_DEFAULT_MS 5000
@@ -256,20 +259,32 @@ const char *ptxcache_errmsg(const ptxcache *pc)
 	return pc->err;
 }
 
-/* Send b whole. A daemon that takes bytes is heard from: a large request
- * to a daemon that reads it slowly is no silence. */
-static int send_all(ptxcache *pc, const struct buf *b, struct bounds *bd)
+/* Send the frame w holds whole: its buf, then its tail from where it lies
+ * (msg_put_bin_tail(): a kernel's input is not copied into the request).
+ * A daemon that takes bytes is heard from: a large request to a daemon
+ * that reads it slowly is no silence. */
+static int send_all(ptxcache *pc, const struct msg_writer *w, struct bounds *bd)
 {
-	size_t off = 0;
+	const struct buf *b = w->out;
+	size_t off = 0, total = b->len + w->tail_len;
 
-	while (off < b->len) {
-		ssize_t w = send(pc->fd, b->data + off, b->len - off, MSG_NOSIGNAL);
-		if (w > 0) {
-			off += (size_t)w;
+	while (off < total) {
+		struct iovec v[2];
+		int nv = 0;
+		if (off < b->len)
+			v[nv++] = (struct iovec){ b->data + off, b->len - off };
+		if (w->tail_len) {
+			size_t t = off > b->len ? off - b->len : 0;
+			v[nv++] = (struct iovec){ (char *)w->tail + t, w->tail_len - t };
+		}
+		struct msghdr mh = { .msg_iov = v, .msg_iovlen = (size_t)nv };
+		ssize_t n = sendmsg(pc->fd, &mh, MSG_NOSIGNAL);
+		if (n > 0) {
+			off += (size_t)n;
 			bd->heard = now_ms();
 			continue;
 		}
-		if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
+		if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
 			if (wait_fd(pc, POLLOUT, bd) < 0) {
 				/* Part of a frame is out: the stream is unusable.
 				 * End it, so that a later call on this handle
@@ -281,9 +296,9 @@ static int send_all(ptxcache *pc, const struct buf *b, struct bounds *bd)
 			}
 			continue;
 		}
-		int e = w < 0 ? errno : EPIPE;
+		int e = n < 0 ? errno : EPIPE;
 		set_err(pc, "cannot send to ptxcached: %s",
-			w < 0 ? strerror(errno) : "connection closed");
+			n < 0 ? strerror(errno) : "connection closed");
 		errno = e;
 		return -1;
 	}
@@ -291,7 +306,7 @@ static int send_all(ptxcache *pc, const struct buf *b, struct bounds *bd)
 }
 
 /*
- * Send the frame in req (whose "id" is id) and read until the reply to id.
+ * Send the frame w holds (whose "id" is id) and read until the reply to id.
  * On success, *m is parsed from pc->in, whose first *consumed bytes hold
  * the frame; the caller frees m and drops those bytes.
  *
@@ -300,7 +315,7 @@ static int send_all(ptxcache *pc, const struct buf *b, struct bounds *bd)
  * cache before the daemon answers, with nothing sent meanwhile: the
  * timeout alone bounds them.
  */
-static int call(ptxcache *pc, const struct buf *req, uint64_t id,
+static int call(ptxcache *pc, const struct msg_writer *req, uint64_t id,
 		uint8_t want_type, struct msg *m, size_t *consumed)
 {
 	struct bounds bd;
@@ -314,6 +329,11 @@ static int call(ptxcache *pc, const struct buf *req, uint64_t id,
 	int unsent = send_all(pc, req, &bd) < 0;
 	if (unsent && errno != EPIPE && errno != ECONNRESET)
 		return -1;
+	/* Whether the socket may hold more: not right after the send (the
+	 * reply takes the daemon a while), nor after a read that took less
+	 * than there was room for. Then poll() first rather than ask it, and
+	 * be told EAGAIN, first. */
+	int more = 0;
 	for (;;) {
 		struct frame_hdr h;
 		int r = frame_parse_hdr(pc->in.data, pc->in.len, REPLY_MAX, &h, NULL);
@@ -349,12 +369,20 @@ static int call(ptxcache *pc, const struct buf *req, uint64_t id,
 			buf_consume(&pc->in, *consumed);
 			continue;
 		}
-		if (buf_reserve(&pc->in, 65536) < 0) {
+		/* Room for the rest of a frame whose header is here (up to
+		 * READ_AHEAD at a time), to read it in one go. */
+		size_t want = 65536;
+		if (r == 1 && FRAME_HDR_LEN + (size_t)h.len - pc->in.len > want)
+			want = FRAME_HDR_LEN + (size_t)h.len - pc->in.len;
+		if (buf_reserve(&pc->in, want < READ_AHEAD ? want : READ_AHEAD) < 0) {
 			set_err(pc, "out of memory");
 			return -1;
 		}
-		ssize_t n = recv(pc->fd, pc->in.data + pc->in.len,
-				 pc->in.cap - pc->in.len - 1, 0);
+		if (!more && wait_fd(pc, POLLIN, &bd) < 0)
+			return -1;
+		size_t room = pc->in.cap - pc->in.len - 1;
+		ssize_t n = recv(pc->fd, pc->in.data + pc->in.len, room, 0);
+		more = n == (ssize_t)room;
 		if (n > 0) {
 			pc->in.len += (size_t)n;
 			bd.heard = now_ms();
@@ -369,8 +397,6 @@ static int call(ptxcache *pc, const struct buf *req, uint64_t id,
 			set_err(pc, "cannot read from ptxcached: %s", strerror(errno));
 			return -1;
 		}
-		if (wait_fd(pc, POLLIN, &bd) < 0)
-			return -1;
 	}
 }
 
@@ -418,7 +444,7 @@ static int json_call(ptxcache *pc, struct msg_writer *w, uint64_t id,
 		buf_free(w->out);
 		return -1;
 	}
-	r = call(pc, w->out, id, type, &m, &used);
+	r = call(pc, w, id, type, &m, &used);
 	buf_free(w->out);
 	if (r == 0 && !(*json = dup_field(&m, "json", NULL))) {
 		set_err(pc, "malformed reply from ptxcached");
@@ -444,16 +470,16 @@ static int simple_call(ptxcache *pc, uint8_t type, struct msg *m, size_t *consum
 		msgpack_unpacked_init(&m->up);
 		return -1;
 	}
-	int r = call(pc, &b, id, type, m, consumed);
+	int r = call(pc, &w, id, type, m, consumed);
 	buf_free(&b);
 	return r;
 }
 
-/* The fields of a compile request, shared by compile and explain. */
+/* The fields of a compile request, shared by compile, assemble and
+ * explain: the input last, sent from the caller's memory. */
 static void put_compile_fields(struct msg_writer *w,
 			       const struct ptxcache_compile_req *req)
 {
-	msg_put_bin(w, "input", req->input, req->input_len);
 	if (req->triple)
 		msg_put_str(w, "triple", req->triple);
 	if (req->march)
@@ -469,6 +495,7 @@ static void put_compile_fields(struct msg_writer *w,
 	msg_put_bool(w, "strict", req->strict);
 	if (req->noptions)
 		msg_put_strv(w, "options", req->options, req->noptions);
+	msg_put_bin_tail(w, "input", req->input, req->input_len);
 }
 
 void ptxcache_compile_req_init(struct ptxcache_compile_req *req)
@@ -479,27 +506,13 @@ void ptxcache_compile_req_init(struct ptxcache_compile_req *req)
 	req->strict = 1;
 }
 
-/*
- * The buffer a compile or assemble request is built in: the handle's own,
- * kept between calls with room for the input, so that a request of a large
- * kernel is neither grown by doubling nor built in freshly mapped memory
- * that faults in page by page on every call (bench/NOTES.md). Handed back
- * with req_done(), which lets go of anything over REQ_KEEP.
- */
-#define REQ_KEEP (8u << 20)
-static struct buf *req_buf(ptxcache *pc, size_t input_len)
+/* The buffer a compile or assemble request's fields are built in: the
+ * handle's own, kept between calls. The input itself is not copied into
+ * it (put_compile_fields()). */
+static struct buf *req_buf(ptxcache *pc)
 {
 	buf_reset(&pc->req);
-	buf_reserve(&pc->req, input_len + 4096); /* a failure shows at msg_end */
 	return &pc->req;
-}
-
-static void req_done(ptxcache *pc)
-{
-	if (pc->req.cap > REQ_KEEP)
-		buf_free(&pc->req);
-	else
-		buf_reset(&pc->req);
 }
 
 /* Send the compile frame in b (request id) and read its reply into res. */
@@ -515,11 +528,9 @@ static int compile_call(ptxcache *pc, struct msg_writer *w, uint64_t id,
 
 	if (msg_end(w) < 0) {
 		set_err(pc, "out of memory");
-		req_done(pc);
 		return -1;
 	}
-	int r = call(pc, w->out, id, FRAME_COMPILE, &m, &used);
-	req_done(pc);
+	int r = call(pc, w, id, FRAME_COMPILE, &m, &used);
 	if (r == 0) {
 		if (msg_int(&m, "status", &st) != 1 || st < 0 || st > PTXCACHE_FATAL_EXIT ||
 		    msg_bytes(&m, "key", &k, &kn) != 1 || kn != 64 ||
@@ -547,7 +558,7 @@ static int compile_call(ptxcache *pc, struct msg_writer *w, uint64_t id,
 int ptxcache_compile(ptxcache *pc, const struct ptxcache_compile_req *req,
 		     struct ptxcache_result *res)
 {
-	struct buf *b = req_buf(pc, req->input_len);
+	struct buf *b = req_buf(pc);
 	struct msg_writer w;
 	uint64_t id = begin(pc, &w, b, FRAME_COMPILE);
 
@@ -715,7 +726,7 @@ static int artifact_call(ptxcache *pc, struct msg_writer *w, uint64_t id, uint8_
 	}
 	if (wait_ms > 0)
 		pc->timeout_ms = (int)(wait_ms + saved > INT32_MAX ? INT32_MAX : wait_ms + saved);
-	r = call(pc, w->out, id, type, m, used);
+	r = call(pc, w, id, type, m, used);
 	pc->timeout_ms = saved;
 	buf_free(w->out);
 	return r;
@@ -768,9 +779,9 @@ int ptxcache_artifact_put(ptxcache *pc, const char *ns, const char *key, const v
 
 	msg_put_str(&w, "ns", ns);
 	msg_put_str(&w, "key", key);
-	msg_put_bin(&w, "value", value ? value : "", len);
 	if (lease)
 		msg_put_int(&w, "lease", (int64_t)lease);
+	msg_put_bin_tail(&w, "value", value ? value : "", len);
 	int r = artifact_call(pc, &w, id, FRAME_ARTIFACT_PUT, 0, &m, &used);
 	msg_free(&m);
 	buf_consume(&pc->in, used);
@@ -812,21 +823,21 @@ static void put_assemble_fields(struct msg_writer *w,
 				const struct ptxcache_assemble_req *req)
 {
 	msg_put_str(w, "kind", "cubin");
-	if (req->ir) {
-		struct ptxcache_compile_req ir = *req->ir;
-		ir.input = req->input;
-		ir.input_len = req->input_len;
-		ir.emit = 1;
-		put_compile_fields(w, &ir);
-	} else {
-		msg_put_bin(w, "input", req->input, req->input_len);
-		msg_put_str(w, "input_kind", "ptx");
-	}
 	msg_put_str(w, "backend", req->backend == PTXCACHE_BACKEND_NVJITLINK ?
 		    "nvjitlink" : "ptxas");
 	msg_put_strv(w, "asm_args", req->args, req->nargs);
 	if (req->sources)
 		msg_put_str(w, "asm_sources", req->sources);
+	if (req->ir) {
+		struct ptxcache_compile_req ir = *req->ir;
+		ir.input = req->input;
+		ir.input_len = req->input_len;
+		ir.emit = 1;
+		put_compile_fields(w, &ir);     /* the input last */
+	} else {
+		msg_put_str(w, "input_kind", "ptx");
+		msg_put_bin_tail(w, "input", req->input, req->input_len);
+	}
 }
 
 int ptxcache_explain_assemble(ptxcache *pc, const struct ptxcache_assemble_req *req,
@@ -843,7 +854,7 @@ int ptxcache_explain_assemble(ptxcache *pc, const struct ptxcache_assemble_req *
 int ptxcache_assemble(ptxcache *pc, const struct ptxcache_assemble_req *req,
 		      struct ptxcache_result *res)
 {
-	struct buf *b = req_buf(pc, req->input_len);
+	struct buf *b = req_buf(pc);
 	struct msg_writer w;
 	uint64_t id = begin(pc, &w, b, FRAME_COMPILE);
 

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -81,6 +82,7 @@ void peer_put(struct server *s, struct peer *p)
 void conn_unref(struct conn *c)
 {
 	if (--c->refs == 0) {
+		buf_free(&c->in);
 		free(c->groups);
 		free(c);
 	}
@@ -113,6 +115,8 @@ void conn_close(struct conn *c)
 	if (c->state == CONN_CLOSED)
 		return;
 	conn_set_state(c, CONN_CLOSED);
+	event_free(c->rev);     /* before the socket it watches closes */
+	c->rev = NULL;
 	bufferevent_free(c->bev);
 	c->bev = NULL;
 	if (c->timer)
@@ -162,30 +166,37 @@ void conn_arm(struct conn *c)
 
 /* ---- writing: replies, errors, progress ----------------------------- */
 
-/* Write p[0..n) to c. With nothing queued before it, now: bufferevent_write()
- * would copy it, turn EPOLLOUT on and send it on the next loop iterations,
- * 16 KB each, then turn EPOLLOUT off again (bench/NOTES.md). Only what the
- * socket does not take is queued; errors are left to the bufferevent, which
- * sees them on its own write. -1 if the rest cannot be queued. */
-static int conn_write_now(struct conn *c, const void *p, size_t n)
+/* Write p[0..n), then t[0..tn), to c. With nothing queued before them,
+ * now, in one sendmsg(): bufferevent_write() would copy them, turn EPOLLOUT
+ * on and send them on the next loop iterations, 16 KB each, then turn
+ * EPOLLOUT off again (bench/NOTES.md). Only what the socket does not take
+ * is queued (copied); errors are left to the bufferevent, which sees them
+ * on its own write. -1 if the rest cannot be queued. */
+static int conn_write_now(struct conn *c, const void *p, size_t n, const void *t, size_t tn)
 {
 	size_t off = 0;
 
 	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
-		ssize_t w = send(bufferevent_getfd(c->bev), p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+		struct iovec v[2] = { { (void *)p, n }, { (void *)t, tn } };
+		struct msghdr mh = { .msg_iov = v, .msg_iovlen = tn ? 2 : 1 };
+		ssize_t w = sendmsg(bufferevent_getfd(c->bev), &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (w > 0)
 			off = (size_t)w;
 	}
-	return off < n ? bufferevent_write(c->bev, (const char *)p + off, n - off) : 0;
+	if (off < n && bufferevent_write(c->bev, (const char *)p + off, n - off) < 0)
+		return -1;
+	off = off > n ? off - n : 0;
+	return off < tn ? bufferevent_write(c->bev, (const char *)t + off, tn - off) : 0;
 }
 
-/* Queue a finished frame from out on c (dropped if c has gone). */
-void conn_send(struct conn *c, const struct buf *out)
+/* Queue a finished frame from out, and tail bytes after it, on c (dropped
+ * if c has gone). */
+void conn_sendv(struct conn *c, const struct buf *out, const void *tail, size_t tail_len)
 {
 	if (c->state == CONN_CLOSED)
 		return;
 	struct evbuffer *o = bufferevent_get_output(c->bev);
-	if (evbuffer_get_length(o) + out->len > (size_t)c->srv->cfg->max_output) {
+	if (evbuffer_get_length(o) + out->len + tail_len > (size_t)c->srv->cfg->max_output) {
 		/* A reader this slow would make us hold unbounded memory. */
 		c->srv->n.output_overflows++;
 		log_warn("conn %llu: client does not read its replies (%zu bytes queued); closing",
@@ -193,11 +204,16 @@ void conn_send(struct conn *c, const struct buf *out)
 		conn_close(c);
 		return;
 	}
-	if (conn_write_now(c, out->data, out->len) < 0) {
+	if (conn_write_now(c, out->data, out->len, tail, tail_len) < 0) {
 		log_warn("conn %llu: cannot queue reply; closing",
 			 (unsigned long long)c->serial);
 		conn_close(c);
 	}
+}
+
+void conn_send(struct conn *c, const struct buf *out)
+{
+	conn_sendv(c, out, NULL, 0);
 }
 
 /* A progress frame, only where nothing else is queued (a reply on its way
@@ -214,7 +230,7 @@ void conn_send_progress(struct conn *c, uint64_t id, const char *state)
 	msg_begin(&w, &b, FRAME_PROGRESS);
 	msg_put_int(&w, "id", (int64_t)id);
 	msg_put_str(&w, "state", state);
-	if (msg_end(&w) == 0 && conn_write_now(c, b.data, b.len) < 0)
+	if (msg_end(&w) == 0 && conn_write_now(c, b.data, b.len, NULL, 0) < 0)
 		shutdown(bufferevent_getfd(c->bev), SHUT_RDWR);
 	buf_free(&b);
 }
@@ -241,7 +257,7 @@ void conn_refuse(struct conn *c, const char *code, const char *message)
 	conn_send_error(c, 0, code, message);
 	if (c->state == CONN_READING) {
 		conn_set_state(c, CONN_CLOSING);
-		bufferevent_disable(c->bev, EV_READ);
+		event_del(c->rev);
 		if (c->timer)
 			evtimer_del(c->timer);
 		if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
@@ -273,37 +289,22 @@ int request_text_field(const struct msg *m, const char *name, size_t max,
 /* ---- reading, timers ------------------------------------------------ */
 
 /*
- * libevent 2.1 reads a socket 4 KB per loop iteration (EVBUFFER_MAX_READ),
- * each costing epoll_wait, FIONREAD and readv: a 1 MB request took 256
- * iterations (bench/NOTES.md). Once a header has said how long its frame
- * is, read what the socket holds of the rest straight into the input
- * buffer, at most READ_REST_CHUNK at a time and never beyond the frame, so
- * nothing is allocated far ahead of what the client has sent.
+ * Frames are read with recv() straight into the connection's own buffer,
+ * c->in; the bufferevent is for the replies alone. libevent 2.1 would read
+ * 4 KB per loop iteration, each after an ioctl(FIONREAD), and a frame
+ * spread over its chains would be copied once more to be whole
+ * (bench/NOTES.md): here a hit's request is one recv(), and its body is
+ * handed to the server where it lies.
+ *
+ * Room for a frame is made once its header has said how long it is, but
+ * never more than READ_AHEAD beyond what the client has sent, so a header
+ * alone does not make the daemon allocate the length it claims. A buffer
+ * of up to IN_KEEP stays for the connection's next frame; a larger one
+ * goes once its frames are handled.
  */
-#define READ_REST_CHUNK (256 * 1024)
-static void read_rest(struct bufferevent *bev, struct evbuffer *in, size_t need)
-{
-	evutil_socket_t fd = bufferevent_getfd(bev);
-	size_t have = evbuffer_get_length(in);
-
-	/* The bufferevent keeps the end of its input frozen outside its own
-	 * reads; thaw it as bufferevent_readcb() does around evbuffer_read(). */
-	evbuffer_unfreeze(in, 0);
-	while (have < need) {
-		struct evbuffer_iovec v;
-		size_t want = need - have < READ_REST_CHUNK ? need - have : READ_REST_CHUNK;
-		if (evbuffer_reserve_space(in, (ev_ssize_t)want, &v, 1) < 1)
-			break;
-		ssize_t r = recv(fd, v.iov_base, want, MSG_DONTWAIT);
-		if (r <= 0)
-			break; /* EAGAIN, EOF, errors: the bufferevent sees them */
-		v.iov_len = (size_t)r;
-		if (evbuffer_commit_space(in, &v, 1) < 0)
-			break;
-		have += (size_t)r;
-	}
-	evbuffer_freeze(in, 0);
-}
+#define FIRST_READ (64 * 1024)
+#define READ_AHEAD (256 * 1024)
+#define IN_KEEP (256 * 1024)
 
 /* The largest frame any request may be: an artifact put may carry a value
  * of artifact-max-value, whatever max-request says. */
@@ -314,20 +315,17 @@ static uint32_t max_frame_of(const struct server_config *cfg)
 	return m > UINT32_MAX ? UINT32_MAX : (uint32_t)m;
 }
 
-static void on_conn_read(struct bufferevent *bev, void *arg)
+/* Hand each whole frame in c->in to the server. The length of the frame
+ * still partly there, or 0 if not even its header is; -1 once c has
+ * stopped reading (a handler closed it, or the client broke the protocol). */
+static int64_t take_frames(struct conn *c)
 {
-	struct conn *c = arg;
-	struct evbuffer *in = bufferevent_get_input(bev);
-
-	/* Hold a reference: a handler may close the connection. */
-	c->refs++;
 	while (c->state == CONN_READING) {
-		unsigned char hdr[FRAME_HDR_LEN];
+		const unsigned char *p = (const unsigned char *)c->in.data + c->in_off;
+		size_t have = c->in.len - c->in_off;
 		struct frame_hdr h;
 		struct buf err = BUF_INIT;
-		ev_ssize_t got = evbuffer_copyout(in, hdr, sizeof hdr);
-		int r = frame_parse_hdr(hdr, got < 0 ? 0 : (size_t)got,
-					max_frame_of(c->srv->cfg), &h, &err);
+		int r = frame_parse_hdr(p, have, max_frame_of(c->srv->cfg), &h, &err);
 		if (r > 0 && h.type != FRAME_ARTIFACT_PUT && h.len > c->srv->cfg->max_frame) {
 			buf_printf(&err, "frame of %u bytes is over the limit of %lld",
 				   (unsigned)h.len, (long long)c->srv->cfg->max_frame);
@@ -336,28 +334,72 @@ static void on_conn_read(struct bufferevent *bev, void *arg)
 		if (r < 0) {
 			conn_protocol_error(c, err.data);
 			buf_free(&err);
-			break;
+			return -1;
 		}
 		if (r == 0)
-			break;
-		if (evbuffer_get_length(in) < FRAME_HDR_LEN + (size_t)h.len)
-			read_rest(bev, in, FRAME_HDR_LEN + (size_t)h.len);
-		if (evbuffer_get_length(in) < FRAME_HDR_LEN + (size_t)h.len)
-			break;
-		unsigned char *all = evbuffer_pullup(in, FRAME_HDR_LEN + (ev_ssize_t)h.len);
-		if (!all) {
-			conn_protocol_error(c, "out of memory reading the request");
-			break;
-		}
+			return 0;
+		if (have < FRAME_HDR_LEN + (size_t)h.len)
+			return FRAME_HDR_LEN + (int64_t)h.len;
 		/* A whole frame: the next one gets a deadline of its own. */
 		c->partial = 0;
 		c->timer_mode = TIMER_NONE;
-		c->srv->on_frame(c, h.type, all + FRAME_HDR_LEN, h.len);
-		if (c->state != CONN_CLOSED)
-			evbuffer_drain(in, FRAME_HDR_LEN + h.len);
+		c->in_off += FRAME_HDR_LEN + (size_t)h.len;
+		c->srv->on_frame(c, h.type, p + FRAME_HDR_LEN, h.len);
+	}
+	return -1;
+}
+
+/* What is left of a partly read frame to the front of c->in; an empty
+ * buffer kept for the next frame only if it is small. */
+static void compact_in(struct conn *c)
+{
+	size_t left = c->in.len - c->in_off;
+
+	if (left == 0 && c->in.cap > IN_KEEP)
+		buf_free(&c->in);
+	else if (c->in_off)
+		memmove(c->in.data, c->in.data + c->in_off, left);
+	if (c->in.data)
+		c->in.len = left;
+	c->in_off = 0;
+}
+
+static void on_conn_readable(evutil_socket_t fd, short what, void *arg)
+{
+	struct conn *c = arg;
+	int64_t frame = 0;      /* the length of the frame being read, once known */
+
+	/* Hold a reference: a handler may close the connection. */
+	c->refs++;
+	while (c->state == CONN_READING) {
+		compact_in(c);
+		size_t have = c->in.len;
+		size_t room = frame == 0 ? FIRST_READ :
+			      (size_t)frame - have < READ_AHEAD ? (size_t)frame - have : READ_AHEAD;
+		if (buf_reserve(&c->in, room) < 0) {
+			conn_protocol_error(c, "out of memory reading the request");
+			break;
+		}
+		room = c->in.cap - have - 1;
+		ssize_t r = recv(fd, c->in.data + have, room, MSG_DONTWAIT);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			break;
+		if (r <= 0) {   /* the client has gone, or its socket failed */
+			conn_close(c);
+			break;
+		}
+		c->in.len += (size_t)r;
+		if ((frame = take_frames(c)) < 0)
+			break;
+		/* Less than there was room for: the socket has nothing more. */
+		if ((size_t)r < room)
+			break;
 	}
 	if (c->state == CONN_READING) {
-		c->partial = evbuffer_get_length(in) > 0;
+		compact_in(c);
+		c->partial = c->in.len > 0;
 		conn_arm(c);
 	}
 	conn_unref(c);
@@ -441,13 +483,16 @@ struct conn *conn_new(struct server *s, int fd, const struct tenant *t)
 	c->serial = ++s->next_serial;
 	c->state = CONN_READING;
 	c->bev = bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE);
+	c->rev = event_new(s->base, fd, EV_READ | EV_PERSIST, on_conn_readable, c);
 	c->timer = evtimer_new(s->base, on_conn_timer, c);
-	if (!c->bev || !c->timer ||
+	if (!c->bev || !c->rev || !c->timer ||
 	    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) < 0) {
 		if (c->bev)
 			bufferevent_free(c->bev);
 		else
 			close(fd);
+		if (c->rev)
+			event_free(c->rev);
 		if (c->timer)
 			event_free(c->timer);
 		free(c);
@@ -469,7 +514,8 @@ struct conn *conn_new(struct server *s, int fd, const struct tenant *t)
 		c->peer->conns++;
 	/* What the socket did not take at once goes out as fast as it drains. */
 	bufferevent_set_max_single_write(c->bev, 1 << 20);
-	bufferevent_setcb(c->bev, on_conn_read, on_conn_write, on_conn_event, c);
-	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+	bufferevent_setcb(c->bev, NULL, on_conn_write, on_conn_event, c);
+	bufferevent_enable(c->bev, EV_WRITE);
+	event_add(c->rev, NULL);
 	return c;
 }

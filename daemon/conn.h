@@ -60,6 +60,9 @@ struct conn {
 	pid_t pid;
 	gid_t *groups;          /* and its others: conn_groups() */
 	int ngroups, groups_read;
+	struct event *rev;      /* the socket readable: frames (conn.c) */
+	struct buf in;          /* what has arrived: whole frames from in_off */
+	size_t in_off;
 	struct event *timer;    /* header or idle timeout, see conn_arm() */
 	enum { TIMER_NONE, TIMER_HEADER, TIMER_IDLE } timer_mode;
 	int partial;            /* a frame has started but not arrived whole */
@@ -95,6 +98,9 @@ void conn_close(struct conn *c);
 /* Queue a finished frame from out (borrowed) on c; dropped if c has
  * gone. A client that lets more than max_output pile up is closed. */
 void conn_send(struct conn *c, const struct buf *out);
+/* conn_send() of a frame whose last tail_len bytes (msg_put_bin_tail())
+ * are sent from tail, which need live only until the call returns. */
+void conn_sendv(struct conn *c, const struct buf *out, const void *tail, size_t tail_len);
 
 /* Tell c's client that request id still waits (state: "queued",
  * "running"; PROTOCOL.md, progress). Sent only where nothing else is

@@ -26,16 +26,16 @@ void compile_reply(struct conn *c, uint64_t id, int status,
 	msg_put_int(&w, "status", status);
 	msg_put_bool(&w, "cached", cached);
 	msg_put_str(&w, "key", k->hex);
-	if (outn)
-		msg_put_bin(&w, "output", out, outn);
 	if (lgn)
 		msg_put_strn(&w, "log", lg, lgn);
 	if (us)
 		msg_put_int(&w, "compile_us", us);
 	if (exit_code >= 0)
 		msg_put_int(&w, "exit_code", exit_code);
+	if (outn)       /* last, sent from where it lies */
+		msg_put_bin_tail(&w, "output", out, outn);
 	if (msg_end(&w) == 0)
-		conn_send(c, &b);
+		conn_sendv(c, &b, w.tail, w.tail_len);
 	else
 		conn_send_error(c, id, "internal", "out of memory building the reply");
 	buf_free(&b);

@@ -44,12 +44,13 @@ size_t frame_start(struct buf *out, uint8_t type)
 	return at;
 }
 
-int frame_finish(struct buf *out, size_t start)
+int frame_finish(struct buf *out, size_t start, size_t tail)
 {
 	size_t body = out->len - start - FRAME_HDR_LEN;
 
-	if (body > UINT32_MAX)
+	if (tail > UINT32_MAX || body > UINT32_MAX - tail)
 		return -1;
+	body += tail;
 	unsigned char *l = (unsigned char *)out->data + start + 4;
 	l[0] = (unsigned char)(body >> 24);
 	l[1] = (unsigned char)(body >> 16);

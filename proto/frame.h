@@ -68,9 +68,10 @@ int frame_parse_hdr(const void *p, size_t n, uint32_t max_len,
  * its offset, to be passed to frame_finish() once the body is appended. */
 size_t frame_start(struct buf *out, uint8_t type);
 
-/* Patch the length of the frame started at offset start. Returns 0, or -1
- * if the body is longer than 4 GiB - 1. */
-int frame_finish(struct buf *out, size_t start);
+/* Patch the length of the frame started at offset start: its bytes in out
+ * and tail more sent after them. Returns 0, or -1 if the body is longer
+ * than 4 GiB - 1. */
+int frame_finish(struct buf *out, size_t start, size_t tail);
 
 const char *frame_type_name(uint8_t type);
 

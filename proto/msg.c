@@ -262,6 +262,8 @@ void msg_begin(struct msg_writer *w, struct buf *out, uint8_t type)
 	w->out = out;
 	w->fields = 0;
 	w->failed = 0;
+	w->tail = NULL;
+	w->tail_len = 0;
 	w->frame_at = frame_start(out, type);
 	msgpack_packer_init(&w->pk, w, write_cb);
 	if (out->len != w->frame_at + FRAME_HDR_LEN ||
@@ -273,6 +275,8 @@ static void key(struct msg_writer *w, const char *k)
 {
 	size_t n = strlen(k);
 
+	if (w->tail)            /* nothing may follow the tail */
+		w->failed = 1;
 	w->fields++;
 	if (msgpack_pack_str(&w->pk, n) < 0 || msgpack_pack_str_body(&w->pk, k, n) < 0)
 		w->failed = 1;
@@ -300,6 +304,15 @@ void msg_put_bin(struct msg_writer *w, const char *k, const void *p, size_t n)
 	key(w, k);
 	if (msgpack_pack_bin(&w->pk, n) < 0 || msgpack_pack_bin_body(&w->pk, p, n) < 0)
 		w->failed = 1;
+}
+
+void msg_put_bin_tail(struct msg_writer *w, const char *k, const void *p, size_t n)
+{
+	key(w, k);
+	if (msgpack_pack_bin(&w->pk, n) < 0)
+		w->failed = 1;
+	w->tail = n ? p : NULL;
+	w->tail_len = n;
 }
 
 void msg_put_int(struct msg_writer *w, const char *k, int64_t v)
@@ -345,10 +358,12 @@ int msg_end(struct msg_writer *w)
 		c[1] = (unsigned char)(w->fields >> 16);
 		c[2] = (unsigned char)(w->fields >> 8);
 		c[3] = (unsigned char)w->fields;
-		if (frame_finish(w->out, w->frame_at) == 0)
+		if (frame_finish(w->out, w->frame_at, w->tail_len) == 0)
 			return 0;
 	}
 	/* Drop the partial frame so the buffer holds only whole frames. */
+	w->tail = NULL;
+	w->tail_len = 0;
 	if (w->out->len > w->frame_at) {
 		w->out->len = w->frame_at;
 		if (w->out->data)

@@ -10,7 +10,10 @@
  * caller's bytes, which must outlive it.
  *
  * Writing: a msg_writer appends one frame (header and map) to a buf. Errors
- * (out of memory) are sticky and reported once by msg_end().
+ * (out of memory) are sticky and reported once by msg_end(). A frame's
+ * last field may be a blob the writer does not copy (msg_put_bin_tail()):
+ * whoever sends the frame sends its bytes after the buf's, as a second
+ * iovec, so a kernel's IR or PTX crosses from its own memory to the socket.
  */
 #ifndef PTXCACHE_MSG_H
 #define PTXCACHE_MSG_H
@@ -63,6 +66,8 @@ struct msg_writer {
 	size_t frame_at;        /* offset of the frame header in out */
 	uint32_t fields;        /* map entries written so far */
 	int failed;
+	const void *tail;       /* msg_put_bin_tail()'s bytes, sent after out's */
+	size_t tail_len;
 };
 
 void msg_begin(struct msg_writer *w, struct buf *out, uint8_t type);
@@ -74,6 +79,10 @@ void msg_put_bool(struct msg_writer *w, const char *key, int v);
 /* An array of n strings. */
 void msg_put_strv(struct msg_writer *w, const char *key, const char *const *v,
 		  size_t n);
+/* The frame's last field: a bin of p[0..n), counted in the frame's length
+ * but not copied into out; w->tail and w->tail_len say what to send after
+ * out's bytes, and p must live until it is sent. No field may follow. */
+void msg_put_bin_tail(struct msg_writer *w, const char *key, const void *p, size_t n);
 /* A value that is itself a msgpack-encoded object (copied verbatim). */
 void msg_put_raw(struct msg_writer *w, const char *key, const void *p, size_t n);
 /* Finish the frame: 0, or -1 if any step failed (the frame is then removed
