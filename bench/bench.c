@@ -1014,7 +1014,11 @@ static void artifact_runs(struct figures *f, const struct daemon *d)
 
 static void hit_runs(struct figures *f, const struct daemon *d, int cubin)
 {
-	int passes = g.quick ? 5 : 15;
+	/* 15 passes for QUICK's 10 kernels too: with 5, the p50 of 50 hits
+	 * fell on one or another of the four kernels at the middle of the
+	 * sizes, and hit p50 / floor moved from 1.13x to 1.46x between runs of
+	 * one build (bench/NOTES.md). A pass of 10 hits takes about 4 ms. */
+	int passes = 15;
 	size_t n = (size_t)passes * (size_t)g.nk, maxlen = 0;
 	double *hit = calloc(n, sizeof *hit), *flo = calloc(n, sizeof *flo);
 	double *pass = calloc((size_t)passes, sizeof *pass);

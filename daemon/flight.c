@@ -100,7 +100,7 @@ int flight_lookup(struct conn *c, const struct key *k, struct store_result *hit)
 {
 	struct server *s = c->srv;
 
-	if (store_get(s->store, k->hash, hit) != 1)
+	if (store_get_lent(s->store, k->hash, hit) != 1)
 		return 0;
 	if (confirm_may_serve(s->sharing, hit, conn_tenant(c)))
 		return 1;

@@ -86,7 +86,8 @@ struct flight_dbg {
 };
 
 /* The stored entry for k, if it may answer c (confirm.h): 1 with hit
- * filled (the caller frees it with store_result_free()), else 0. */
+ * filled (the caller frees it with store_result_free(); its bytes may be
+ * lent by the store's hot cache: read-only), else 0. */
 int flight_lookup(struct conn *c, const struct key *k, struct store_result *hit);
 
 /* The flight computing k that c may join: one for c's own tenant (a

@@ -796,7 +796,7 @@ void store_warm_up(struct store *s)
 }
 
 static int lookup(struct store *s, const unsigned char key[32], struct store_result *out,
-		  int record)
+		  int record, int lend)
 {
 	sqlite3_stmt *st = s->st[ST_GET];
 	const char *why = NULL;
@@ -813,9 +813,13 @@ static int lookup(struct store *s, const unsigned char key[32], struct store_res
 		sqlite3_reset(st);
 		return -1;
 	}
-	int64_t sum = sqlite3_column_int64(st, 4);
-	int from_hot = hot_get(&s->hot, key, sum, sqlite3_column_int64(st, 2),
-			       sqlite3_column_int64(st, 3), &out->data, &out->log);
+	int64_t sum = sqlite3_column_int64(st, 4), dlen = sqlite3_column_int64(st, 2),
+		llen = sqlite3_column_int64(st, 3);
+	int from_hot;
+	if (lend && (out->lent = hot_lend(&s->hot, key, sum, dlen, llen, &out->data, &out->log)))
+		from_hot = 1;
+	else
+		from_hot = hot_get(&s->hot, key, sum, dlen, llen, &out->data, &out->log);
 	int bad = from_hot ? (from_hot < 0 ? -1 : 0) :
 		  check_row(s, st, 0, 2, 3, 4, 6, 7, &out->data, &out->log, &why);
 	out->kind = (enum store_kind)sqlite3_column_int(st, 0);
@@ -843,12 +847,17 @@ static int lookup(struct store *s, const unsigned char key[32], struct store_res
 
 int store_get(struct store *s, const unsigned char key[32], struct store_result *out)
 {
-	return lookup(s, key, out, 1);
+	return lookup(s, key, out, 1, 0);
+}
+
+int store_get_lent(struct store *s, const unsigned char key[32], struct store_result *out)
+{
+	return lookup(s, key, out, 1, 1);
 }
 
 int store_peek(struct store *s, const unsigned char key[32], struct store_result *out)
 {
-	return lookup(s, key, out, 0);
+	return lookup(s, key, out, 0, 0);
 }
 
 int store_set_trust(struct store *s, const unsigned char key[32], int trust)
@@ -1130,6 +1139,12 @@ void store_result_free(struct store_result *r)
 {
 	if (!r)
 		return;
+	if (r->lent) {
+		hot_return(r->lent);
+		r->lent = NULL;
+		r->data = r->log = (struct buf)BUF_INIT;
+		return;
+	}
 	buf_free(&r->data);
 	buf_free(&r->log);
 }

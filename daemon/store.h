@@ -62,7 +62,8 @@ enum store_trust {
 };
 
 /* A looked-up entry; the caller owns the bufs and frees them with
- * store_result_free(). */
+ * store_result_free(). From store_get_lent(), the bufs may instead be the
+ * hot cache's own (lent set): read-only, kept as they are until then. */
 struct store_result {
 	enum store_kind kind;
 	int status;
@@ -70,6 +71,7 @@ struct store_result {
 	int trust;
 	struct buf data;
 	struct buf log;
+	struct hot *lent;
 };
 
 /* Open or create the cache in dir (created 0700 if missing), applying
@@ -87,6 +89,11 @@ void store_close(struct store *s);
  * -1 on a database error (treat as a miss). Records the hit in memory. */
 int store_get(struct store *s, const unsigned char key[32],
 	      struct store_result *out);
+
+/* store_get() for a hit answered at once: a hot entry's bytes are lent,
+ * not copied (store_result above). */
+int store_get_lent(struct store *s, const unsigned char key[32],
+		   struct store_result *out);
 
 /* store_get() without counting a hit (a comparison, not an answer). */
 int store_peek(struct store *s, const unsigned char key[32],

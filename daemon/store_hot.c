@@ -2,7 +2,9 @@
 /*
  * store_hot: decoded entries kept for hits (store_hot.h), direct-mapped by
  * the key's first bytes (a SHA-256: already uniform). Past HOT_BYTES a
- * clock hand empties slots in turn until the new entry fits.
+ * clock hand empties slots in turn until the new entry fits. A lent slot
+ * (hot_lend(): a hit's reply sent from it) is neither emptied nor
+ * replaced until it is returned.
  */
 #include "daemon/store_hot.h"
 
@@ -16,6 +18,7 @@ struct hot {
 	int64_t sum;
 	struct buf data;
 	struct buf log;
+	int lent;               /* hot_lend()s not yet returned */
 };
 
 #define HOT_SLOTS 1024
@@ -46,14 +49,14 @@ void hot_keep(struct hot_cache *c, const unsigned char key[32], int64_t sum,
 	size_t n = data->len + log->len;
 	struct hot *h = hot_slot(c, key);
 
-	if (!h || !data->len || n > HOT_MAX_ENTRY)
+	if (!h || !data->len || n > HOT_MAX_ENTRY || h->lent)
 		return;
 	if (h->data.data)
 		hot_drop(c, h);
 	for (size_t i = 0; i < HOT_SLOTS && c->bytes + n > HOT_BYTES; i++) {
 		struct hot *o = &c->slot[c->hand];
 		c->hand = (c->hand + 1) % HOT_SLOTS;
-		if (o->data.data)
+		if (o->data.data && !o->lent)
 			hot_drop(c, o);
 	}
 	if (buf_append(&h->data, data->data, data->len) < 0 ||
@@ -67,13 +70,42 @@ void hot_keep(struct hot_cache *c, const unsigned char key[32], int64_t sum,
 	c->bytes += n;
 }
 
-int hot_get(struct hot_cache *c, const unsigned char key[32], int64_t sum,
-	    int64_t data_len, int64_t log_len, struct buf *data, struct buf *log)
+/* The slot kept for this very row, or NULL. */
+static struct hot *hot_find(struct hot_cache *c, const unsigned char key[32], int64_t sum,
+			    int64_t data_len, int64_t log_len)
 {
 	struct hot *h = c->slot ? hot_slot(c, key) : NULL;
 
 	if (!h || !h->data.data || memcmp(h->key, key, 32) || h->sum != sum ||
 	    (int64_t)h->data.len != data_len || (int64_t)h->log.len != log_len)
+		return NULL;
+	return h;
+}
+
+struct hot *hot_lend(struct hot_cache *c, const unsigned char key[32], int64_t sum,
+		     int64_t data_len, int64_t log_len, struct buf *data, struct buf *log)
+{
+	struct hot *h = hot_find(c, key, sum, data_len, log_len);
+
+	if (h) {
+		h->lent++;
+		*data = h->data;
+		*log = h->log;
+	}
+	return h;
+}
+
+void hot_return(struct hot *h)
+{
+	h->lent--;
+}
+
+int hot_get(struct hot_cache *c, const unsigned char key[32], int64_t sum,
+	    int64_t data_len, int64_t log_len, struct buf *data, struct buf *log)
+{
+	struct hot *h = hot_find(c, key, sum, data_len, log_len);
+
+	if (!h)
 		return 0;
 	if (buf_append(data, h->data.data, h->data.len) < 0 ||
 	    buf_append(log, h->log.data ? h->log.data : "", h->log.len) < 0)

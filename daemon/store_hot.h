@@ -31,13 +31,21 @@ struct hot_cache {
 int hot_get(struct hot_cache *h, const unsigned char key[32], int64_t sum,
 	    int64_t data_len, int64_t log_len, struct buf *data, struct buf *log);
 
+/* hot_get() without the copy: *data and *log are the kept entry's own
+ * bytes (read-only; not to be freed), and the entry stays as it is, neither
+ * replaced nor emptied, until hot_return() of what this returns. NULL if
+ * none is kept for that row. */
+struct hot *hot_lend(struct hot_cache *h, const unsigned char key[32], int64_t sum,
+		     int64_t data_len, int64_t log_len, struct buf *data, struct buf *log);
+void hot_return(struct hot *lent);
+
 /* Keep a copy of a decoded entry under key, for a row of checksum sum
  * (as much as memory allows; best effort: nothing if it is empty or
- * larger than HOT_MAX_ENTRY). */
+ * larger than HOT_MAX_ENTRY, or where key's slot is lent). */
 void hot_keep(struct hot_cache *h, const unsigned char key[32], int64_t sum,
 	      const struct buf *data, const struct buf *log);
 
-/* Free every entry kept. */
+/* Free every entry kept (none may be lent). */
 void hot_free(struct hot_cache *h);
 
 #endif

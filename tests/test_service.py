@@ -9,7 +9,7 @@ import threading
 import time
 
 from harness import (CLI, LLC, LLVM_BIN, SANITIZED, TRITON_FLAGS, Daemon, Raw, input_path,
-                     Skip, frame, llc, mp_pack, small_ir, triton_kernels)
+                     Skip, frame, llc, mp_pack, mp_unpack, small_ir, triton_kernels)
 
 def test_ping_and_hello():
     with Daemon() as d:
@@ -278,6 +278,59 @@ def test_pipelined_requests_answered_by_id():
                     ids.add(i)
         assert ids == set(range(100, 104)) | {50}, ids
         c.close()
+
+
+def test_frames_in_any_pieces_are_read_whole():
+    """The master reads frames itself (conn.c): a request cut anywhere,
+    in its header or its body, below and beyond the sizes its reads work in
+    (64 KB first, 256 KB ahead, 256 KB kept), or sent together with the
+    next, is the same request: each reply is the one a whole request on a
+    connection of its own got."""
+    big = max((k for k in triton_kernels() if os.path.getsize(k) < (2 << 20)),
+              key=os.path.getsize)
+    assert os.path.getsize(big) > 600 << 10, big
+    inputs = [small_ir("pieces"), open(big, "rb").read()]
+
+    def req(i, n):
+        return frame(3, mp_pack({"id": i, "input": inputs[n], "cpu": "sm_90a", "strict": True}))
+
+    def output(c, i):
+        t, body = c.recv_frame()
+        m = mp_unpack(body)
+        assert t == 0x83 and m["id"] == i and m["status"] == 0, (t, m)
+        return m["output"]
+
+    with Daemon(workers=1) as d:
+        want = []
+        for n in range(2):
+            c = Raw(d.socket, timeout=120)
+            c.send(req(1, n))
+            want.append(output(c, 1))
+            c.close()
+        assert want[0] != want[1]
+        c = Raw(d.socket, timeout=120)
+        small, large = req(2, 0), req(3, 1)
+        cuts = [(small, [1, 2, 7, 8, 9]), (large, [5, 8, 4096, 65536, 65537, 300000, 600000])]
+        for i, (f, at) in enumerate(cuts):
+            edges = [0] + at + [len(f)]
+            for a, b in zip(edges, edges[1:]):
+                c.send(f[a:b])
+                time.sleep(0.01)
+            assert output(c, 2 + i) == want[i]
+        # Two frames in one send with the start of a third: cut inside its
+        # length, then inside its body.
+        third = req(6, 0)
+        c.send(req(4, 1) + req(5, 0) + third[:6])
+        assert output(c, 4) == want[1] and output(c, 5) == want[0]
+        c.send(third[6:100])
+        time.sleep(0.01)
+        c.send(third[100:] + req(7, 1)[:1000])
+        assert output(c, 6) == want[0]
+        c.send(req(7, 1)[1000:])
+        assert output(c, 7) == want[1]
+        c.close()
+        s = d.stats()
+        assert s["protocol_errors"] == 0, s
 
 
 def vm_peak(pid):

@@ -97,6 +97,45 @@ TEST(writer_round_trips_through_parser)
 	buf_free(&out);
 }
 
+TEST(writer_tail_is_counted_sent_after_and_last)
+{
+	struct buf out = BUF_INIT, wire = BUF_INIT;
+	struct msg_writer w;
+	struct msg m;
+	struct frame_hdr h;
+	static const char input[] = "define void @k() { ret void }";
+
+	msg_begin(&w, &out, FRAME_COMPILE);
+	msg_put_int(&w, "id", 7);
+	msg_put_bin_tail(&w, "input", input, sizeof input);
+	REQUIRE(msg_end(&w) == 0);
+	/* Not copied: the frame's length covers bytes the buf does not hold. */
+	CHECK(w.tail == input && w.tail_len == sizeof input);
+	REQUIRE(frame_parse_hdr(out.data, out.len, 1000, &h, NULL) == 1);
+	CHECK(h.len == out.len - FRAME_HDR_LEN + sizeof input);
+	/* The buf, then the tail, is one well-formed frame. */
+	buf_append(&wire, out.data, out.len);
+	buf_append(&wire, input, sizeof input);
+	REQUIRE(msg_parse(&m, wire.data + FRAME_HDR_LEN, h.len, &MSG_LIMITS_DEFAULT, NULL) == 0);
+	const char *p;
+	size_t n;
+	int64_t id;
+	CHECK(msg_int(&m, "id", &id) == 1 && id == 7);
+	CHECK(msg_bytes(&m, "input", &p, &n) == 1 && n == sizeof input && !memcmp(p, input, n));
+	msg_free(&m);
+
+	/* A field after the tail would land in the middle of it: refused,
+	 * and the frame removed again. */
+	buf_reset(&out);
+	msg_begin(&w, &out, FRAME_COMPILE);
+	msg_put_bin_tail(&w, "input", input, sizeof input);
+	msg_put_int(&w, "id", 8);
+	CHECK(msg_end(&w) == -1);
+	CHECK(out.len == 0 && w.tail_len == 0);
+	buf_free(&out);
+	buf_free(&wire);
+}
+
 TEST(parser_requires_a_map)
 {
 	struct msg m;

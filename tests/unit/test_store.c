@@ -361,6 +361,43 @@ TEST(store_hot_copy_follows_its_row)
 	free(b);
 }
 
+TEST(store_lent_entry_stays_until_returned)
+{
+	struct store *s = open_store(0);
+	struct store_result first, r, lent;
+	unsigned char k[32];
+	REQUIRE(s);
+	char *a = fake_ptx(40000, 5), *b = fake_ptx(40000, 6);
+	mkkey(1, k);
+	REQUIRE(put(s, 1, a, 40000, 0, NULL) == 0);
+	/* The first hit decodes and keeps the entry; the next is lent it. */
+	REQUIRE(store_get_lent(s, k, &first) == 1);
+	CHECK(!first.lent);
+	store_result_free(&first);
+	REQUIRE(store_get_lent(s, k, &lent) == 1);
+	CHECK(lent.lent && lent.data.len == 40000 && !memcmp(lent.data.data, a, 40000));
+	/* While lent, the row is replaced and read again: the new bytes are
+	 * served, and the lent ones are not touched. */
+	REQUIRE(put(s, 1, b, 40000, 0, NULL) == 0);
+	for (int i = 0; i < 2; i++) {
+		REQUIRE(store_get_lent(s, k, &r) == 1);
+		CHECK(!r.lent && !memcmp(r.data.data, b, 40000));
+		store_result_free(&r);
+	}
+	CHECK(!memcmp(lent.data.data, a, 40000));
+	store_result_free(&lent);
+	CHECK(!lent.lent && !lent.data.data);
+	/* Returned, the slot keeps the new entry and lends it. */
+	REQUIRE(store_get_lent(s, k, &r) == 1);
+	store_result_free(&r);
+	REQUIRE(store_get_lent(s, k, &r) == 1);
+	CHECK(r.lent && !memcmp(r.data.data, b, 40000));
+	store_result_free(&r);
+	store_close(s);
+	free(a);
+	free(b);
+}
+
 TEST(store_verify_reports_corruption)
 {
 	struct store *s = open_store(0);
