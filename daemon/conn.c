@@ -2,14 +2,15 @@
 /*
  * conn: the master's client connections and their frames.
  *
- * A connection is a state machine (enum conn_state) on a bufferevent of
- * the server's loop. It reads frames whole, the header checked against
- * the size limits before any allocation, and hands each to the server's
- * frame handler (s->on_frame: the request table, server.c); several
- * requests may be in flight on one connection, and replies carry their
- * request's id. Replies go out at once where the socket takes them
- * (conn_write_now()); a client that lets more than max-output pile up is
- * closed. One timer per connection bounds a frame's arrival and the time
+ * A connection is a state machine (enum conn_state) on the server's
+ * loop: a read event of its own and a bufferevent for its output. It
+ * reads frames whole into its own buffer (on_conn_readable()), the header
+ * checked against the size limits before any allocation, and hands each,
+ * where it lies, to the server's frame handler (s->on_frame: the request
+ * table, server.c); several requests may be in flight on one connection,
+ * and replies carry their request's id. Replies go out at once where the
+ * socket takes them, a blob from where it lies (conn_write_now()); a
+ * client that lets more than max-output pile up is closed. One timer per connection bounds a frame's arrival and the time
  * it may idle.
  *
  * A connection that closes while requests wait keeps its struct alive
@@ -359,8 +360,10 @@ static void compact_in(struct conn *c)
 		buf_free(&c->in);
 	else if (c->in_off)
 		memmove(c->in.data, c->in.data + c->in_off, left);
-	if (c->in.data)
+	if (c->in.data) {
 		c->in.len = left;
+		c->in.data[left] = '\0';       /* buf.h's invariant */
+	}
 	c->in_off = 0;
 }
 
@@ -391,6 +394,7 @@ static void on_conn_readable(evutil_socket_t fd, short what, void *arg)
 			break;
 		}
 		c->in.len += (size_t)r;
+		c->in.data[c->in.len] = '\0';
 		if ((frame = take_frames(c)) < 0)
 			break;
 		/* Less than there was room for: the socket has nothing more. */
@@ -487,12 +491,12 @@ struct conn *conn_new(struct server *s, int fd, const struct tenant *t)
 	c->timer = evtimer_new(s->base, on_conn_timer, c);
 	if (!c->bev || !c->rev || !c->timer ||
 	    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) < 0) {
+		if (c->rev)
+			event_free(c->rev);
 		if (c->bev)
 			bufferevent_free(c->bev);
 		else
 			close(fd);
-		if (c->rev)
-			event_free(c->rev);
 		if (c->timer)
 			event_free(c->timer);
 		free(c);

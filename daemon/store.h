@@ -23,6 +23,7 @@
 #include "proto/buf.h"
 
 struct store;
+struct hot;             /* store_hot.h: a lent hot entry */
 
 /* STORE_ARTIFACT: bytes a client produced itself (artifact.c), readable
  * only within the scope that stored them. */
