@@ -329,10 +329,10 @@ static int call(ptxcache *pc, const struct msg_writer *req, uint64_t id,
 	int unsent = send_all(pc, req, &bd) < 0;
 	if (unsent && errno != EPIPE && errno != ECONNRESET)
 		return -1;
-	/* Whether the socket may hold more: not right after the send (the
+	/* Whether the socket may hold more. Not right after the send (the
 	 * reply takes the daemon a while), nor after a read that took less
-	 * than there was room for. Then poll() first rather than ask it, and
-	 * be told EAGAIN, first. */
+	 * than there was room for: then poll() first, since a recv() would
+	 * only say EAGAIN. */
 	int more = 0;
 	for (;;) {
 		struct frame_hdr h;
