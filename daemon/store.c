@@ -815,11 +815,10 @@ static int lookup(struct store *s, const unsigned char key[32], struct store_res
 	}
 	int64_t sum = sqlite3_column_int64(st, 4), dlen = sqlite3_column_int64(st, 2),
 		llen = sqlite3_column_int64(st, 3);
-	int from_hot;
-	if (lend && (out->lent = hot_lend(&s->hot, key, sum, dlen, llen, &out->data, &out->log)))
-		from_hot = 1;
-	else
-		from_hot = hot_get(&s->hot, key, sum, dlen, llen, &out->data, &out->log);
+	/* Lent, or copied: the same slot either way, looked at once. */
+	int from_hot = lend ? (out->lent = hot_lend(&s->hot, key, sum, dlen, llen, &out->data,
+						    &out->log)) != NULL :
+		       hot_get(&s->hot, key, sum, dlen, llen, &out->data, &out->log);
 	int bad = from_hot ? (from_hot < 0 ? -1 : 0) :
 		  check_row(s, st, 0, 2, 3, 4, 6, 7, &out->data, &out->log, &why);
 	out->kind = (enum store_kind)sqlite3_column_int(st, 0);

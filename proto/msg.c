@@ -311,7 +311,7 @@ void msg_put_bin_tail(struct msg_writer *w, const char *k, const void *p, size_t
 	key(w, k);
 	if (msgpack_pack_bin(&w->pk, n) < 0)
 		w->failed = 1;
-	w->tail = n ? p : NULL;
+	w->tail = p;
 	w->tail_len = n;
 }
 
