@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "daemon/codegen.h"
+#include "daemon/l2.h"
 #include "daemon/log.h"
 
 #define DEFAULT_CONFIG "/etc/ptxcache/ptxcached.conf"
@@ -418,6 +419,14 @@ static void print_config(const struct server_config *cfg)
 		char val[4096];
 		switch (settings[i].type) {
 		case C_STR:
+			if (settings[i].off == offsetof(struct server_config, l2_url)) {
+				/* The tier's password never leaves the daemon. */
+				struct buf shown = BUF_INIT;
+				l2_url_redacted(*(const char *const *)field, &shown);
+				snprintf(val, sizeof val, "%s", shown.data ? shown.data : "");
+				buf_free(&shown);
+				break;
+			}
 			snprintf(val, sizeof val, "%s", *(const char *const *)field);
 			break;
 		case C_INT:

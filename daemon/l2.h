@@ -92,6 +92,13 @@ struct l2 *l2_new(struct event_base *base, const struct l2_config *cfg,
  * host name that changed is resolved here (blocking, as in l2_new()). */
 int l2_reconfigure(struct l2 *l2, const struct l2_config *cfg, struct buf *err);
 
+/* url as it may be shown anywhere (--print-config, stats, the log, an
+ * error): its password replaced by "***", its user name kept
+ * (redis://user:***@host:6379/0, rediss://:***@host, and the same for
+ * redis-cluster: URLs); a URL without credentials unchanged.
+ * Appended to out. */
+void l2_url_redacted(const char *url, struct buf *out);
+
 /* Close the connection and free everything. Callbacks of gets still in
  * flight are NOT called. Never call it from inside an l2 callback. NULL ok. */
 void l2_free(struct l2 *l2);

@@ -17,7 +17,8 @@
  *    a bare socket path), redis-cluster://[user:password@]host[:port]
  *    [,host[:port]...] (at most L2_SEEDS_MAX seeds); percent-decoded
  *    credentials; bounded numbers; an error names the URL with its
- *    credentials redacted.
+ *    password redacted (l2_url_redacted(), which everything that shows
+ *    a URL calls: --print-config, stats, the log).
  *  - hiredis would call getaddrinfo() on every connect, blocking the loop:
  *    only numeric addresses leave this file. A host name is resolved here
  *    (blocking, at start or on a reload that names a new one; a reload
@@ -175,21 +176,30 @@ static int read_secret(struct l2_conf *l2, const char *path, struct buf *err)
 	return 0;
 }
 
-/* The URL as it may be shown: credentials replaced by "***". */
-static void redacted(const char *url, struct buf *out)
+/* The URL as it may be shown (l2.h): the password replaced by "***", the
+ * user name kept. Whatever stands before the last '@' of what follows the
+ * scheme is the user information, whatever the scheme (redis://,
+ * rediss://, redis-cluster://, one the parser refuses): a password with a
+ * raw '/' or '@' in it is hidden all the same. User information without a
+ * ':' may be a password alone: hidden whole. A Unix socket path (unix:,
+ * or one starting with '/') has no credentials and is shown as it is. */
+void l2_url_redacted(const char *url, struct buf *out)
 {
-	int cluster = !strncmp(url, "redis-cluster://", 16);
-	const char *auth = cluster ? url + 16 : strncmp(url, "redis://", 8) ? NULL : url + 8;
-	const char *end = auth ? auth + strcspn(auth, "/") : NULL;
-	const char *at = NULL;
+	if (!url) {
+		buf_puts(out, "");
+		return;
+	}
+	const char *sep = strstr(url, "://");
+	const char *auth = sep ? sep + 3 : url[0] == '/' || !strncmp(url, "unix:", 5) ? NULL : url;
+	const char *at = auth ? strrchr(auth, '@') : NULL;
 
-	for (const char *q = auth; q && q < end; q++)
-		if (*q == '@')
-			at = q;
-	if (at)
-		buf_printf(out, "%s://***%s", cluster ? "redis-cluster" : "redis", at);
-	else
+	if (!at) {
 		buf_puts(out, url);
+		return;
+	}
+	const char *colon = memchr(auth, ':', (size_t)(at - auth));
+	buf_printf(out, "%.*s%s%s", colon ? (int)(colon - url) : (int)(auth - url), url,
+		   colon ? ":***" : "***", at);
 }
 
 static int hexval(int c)
@@ -287,6 +297,27 @@ static int resolve_numeric(const char *name, char *out, size_t outlen, struct bu
 	return 0;
 }
 
+/* shown (scheme://hosts..., no credentials) with the URL's user name and
+ * "***" for its password put back, through l2_url_redacted(): what the log
+ * calls the server. auth..at: the credentials in the URL. */
+static void shown_with_user(struct buf *shown, const char *auth, const char *at)
+{
+	const char *rest = strstr(shown->data, "://");
+	struct buf full = BUF_INIT;
+
+	if (!rest)
+		return;
+	rest += 3;
+	buf_printf(&full, "%.*s%.*s%s", (int)(rest - shown->data), shown->data,
+		   (int)(at - auth + 1), auth, rest);
+	if (full.data) {
+		buf_reset(shown);
+		l2_url_redacted(full.data, shown);
+		OPENSSL_cleanse(full.data, full.len);
+	}
+	buf_free(&full);
+}
+
 /* redis-cluster://[user:password@]host[:port][,host[:port]...][/]: the
  * seeds into l2 (numeric; names resolved here, blocking). auth: after the
  * scheme; shown: the URL as it may be logged. */
@@ -362,6 +393,8 @@ static int parse_cluster_url(struct l2_conf *l2, const char *auth, struct buf *s
 	buf_reset(shown);
 	buf_puts(shown, disp.data);
 	buf_free(&disp);
+	if (at)
+		shown_with_user(shown, auth, at);
 	return 0;
 bad:
 	buf_printf(err, "bad l2 URL '%s': expected "
@@ -388,7 +421,7 @@ static int parse_url(struct l2_conf *l2, const char *url, const struct l2_conf *
 		buf_printf(err, "l2 needs a URL: redis://host:port/db or a Unix socket path");
 		return -1;
 	}
-	redacted(url, &shown);
+	l2_url_redacted(url, &shown);
 	if (url[0] == '/' || !strncmp(url, "unix:", 5)) {
 		const char *path = url[0] == '/' ? url : !strncmp(url, "unix://", 7) ? url + 7 : url + 5;
 		if (!*path || strlen(path) >= sizeof sa.sun_path) {
@@ -477,6 +510,8 @@ badurl:
 oom:
 	buf_printf(err, "out of memory");
 out:
+	if (rc == 0 && at && shown.data)
+		shown_with_user(&shown, auth, at);
 	if (rc == 0 && !(l2->where = buf_detach(&shown, NULL))) {
 		buf_printf(err, "out of memory");
 		rc = -1;

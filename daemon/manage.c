@@ -135,6 +135,14 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 			   (long long)lc.breaker_opens, lc.breaker_open,
 			   (long long)lc.bytes_read, (long long)lc.bytes_written,
 			   (long long)lc.redirects, (long long)lc.map_refreshes);
+		/* The tier's URL, its password never shown (l2_url_redacted()). */
+		struct buf url = BUF_INIT;
+		l2_url_redacted(s->cfg->l2_url, &url);
+		j.len--;
+		buf_puts(&j, ",\"l2\":");
+		buf_json_str(&j, url.data ? url.data : "", url.len);
+		buf_puts(&j, "}");
+		buf_free(&url);
 		struct fleet_counters fc;
 		fleet_counters(s->fleet, &fc);
 		j.len--;

@@ -181,20 +181,14 @@ def test_kubernetes_tenant_pod_mounts_its_own_socket_alone():
 def test_kubernetes_daemon_takes_the_daemonsets_arguments():
     """The daemon of this tree, given the image's entrypoint flags and the
     DaemonSet's arguments and environment, prints each setting from where
-    the manifest set it. Tenant flags the daemon does not know yet are
-    taken out (the tenant sockets come with their own change), said so."""
+    the manifest set it, the tenant flags included; the tier's URL with its
+    password as "***", never the password or the secret itself."""
     d, ds, spec, c, secret = daemonset_parts()
     args = list(c["args"])
     helptext = subprocess.run([DAEMON, "--help"], capture_output=True, text=True).stdout
-    dropped = []
     for f in ("--tenant-dir", "--tenants"):
-        if f not in helptext:
-            i = args.index(f)
-            dropped.append(args[i:i + 2])
-            del args[i:i + 2]
-    if dropped:
-        print("    test_kubernetes: this daemon has no %s yet: checked without them" %
-              ", ".join(a[0] for a in dropped))
+        assert f in args, (f, args)
+        assert f in helptext, "the daemon has no %s, which the DaemonSet passes" % f
     with tempfile.TemporaryDirectory() as t:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PTXCACHE_")}
         secret_file = os.path.join(t, "secret")
@@ -209,9 +203,15 @@ def test_kubernetes_daemon_takes_the_daemonsets_arguments():
                            capture_output=True, text=True, timeout=30, env=env)
         assert r.returncode == 0, r.stderr
         cfg = dict(re.findall(r"^(\S+) = (.*)$", r.stdout, re.M))
-        assert cfg["l2"] == secret["stringData"]["url"] + "\t# environment PTXCACHE_L2", cfg["l2"]
+        url = secret["stringData"]["url"]
+        m = re.match(r"^(redis(?:s|-cluster)?://)([^:@/]*):([^@]+)@(.*)$", url)
+        assert m, "the manifest's URL has no password to hide: %s" % url
+        password = m.group(3)
+        assert password not in r.stdout + r.stderr, "the tier's password printed"
+        assert secret["stringData"]["secret"] not in r.stdout + r.stderr, "the secret printed"
+        shown = "%s%s:***@%s" % (m.group(1), m.group(2), m.group(4))
+        assert cfg["l2"] == shown + "\t# environment PTXCACHE_L2", cfg["l2"]
         assert cfg["l2-secret-file"].endswith("# environment PTXCACHE_L2_SECRET_FILE")
         assert cfg["workers"] == flag(args, "--workers") + "\t# flag", cfg["workers"]
-        if not dropped:
-            assert cfg["tenant-dir"] == flag(args, "--tenant-dir") + "\t# flag", cfg
-            assert cfg["tenants"] == flag(args, "--tenants") + "\t# flag", cfg
+        assert cfg["tenant-dir"] == flag(args, "--tenant-dir") + "\t# flag", cfg
+        assert cfg["tenants"] == flag(args, "--tenants") + "\t# flag", cfg

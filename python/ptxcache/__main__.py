@@ -52,6 +52,9 @@ def _daemon(path: str) -> dict[str, Any]:
                 d["stats"] = {k: v for k, v in s.items() if k.startswith("artifact")}
                 # The socket's tenant ("-": the main socket; ptxcached(8), TENANTS).
                 d["tenant"] = s.get("tenant", "-")
+                # The shared tier, as the daemon shows it: its password "***".
+                if "l2" in s:
+                    d["l2"] = s["l2"]
             except PtxcacheError:
                 pass
     except PtxcacheError as e:
@@ -211,6 +214,8 @@ def print_status(s: dict[str, Any]) -> None:
                  % (d.get("version") or "unknown", p["version"])))
     else:
         print("daemon: %s (from %s): NOT reachable: %s" % (d["socket"], d["socket_from"], d.get("error")))
+    if d.get("l2") is not None:
+        print("shared tier: %s" % (d["l2"] or "off"))
     if d.get("log"):
         print("daemon log: %s" % d["log"])
     x = s["ptxas"]

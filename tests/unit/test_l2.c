@@ -278,6 +278,41 @@ static void get(struct l2 *l2, struct answers *a)
 /* Redis not there: every get answered, at once, as not found; errors
  * counted; after five, the breaker opens and nothing is tried or counted
  * (puts included) until its period is over. */
+/* What l2_url_redacted() shows of each form of URL: the user name kept,
+ * the password "***", whatever the password holds. */
+TEST(l2_url_redacted_vectors)
+{
+	static const char *const v[][2] = {
+		{ "redis://user:PW1@127.0.0.1:6379/0", "redis://user:***@127.0.0.1:6379/0" },
+		{ "redis://:PW1@127.0.0.1:6379/0", "redis://:***@127.0.0.1:6379/0" },
+		{ "redis://PW1@host", "redis://***@host" },
+		{ "rediss://user:PW1@host:6380", "rediss://user:***@host:6380" },
+		{ "rediss://:PW1@host", "rediss://:***@host" },
+		{ "redis-cluster://user:PW1@a:1,b:2", "redis-cluster://user:***@a:1,b:2" },
+		{ "redis-cluster://:PW1@a:1,b:2", "redis-cluster://:***@a:1,b:2" },
+		/* A raw '/', '@' or ':' inside the password. */
+		{ "redis://user:P/W@1:x@host/0", "redis://user:***@host/0" },
+		{ "http://u:PW1@h", "http://u:***@h" },
+		{ "u:PW1@h:1", "u:***@h:1" },
+		/* Nothing to hide. */
+		{ "redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0" },
+		{ "redis-cluster://a:1,b:2", "redis-cluster://a:1,b:2" },
+		{ "unix:/run/a@b.sock", "unix:/run/a@b.sock" },
+		{ "/run/a@b.sock", "/run/a@b.sock" },
+		{ "", "" },
+	};
+	for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+		struct buf b = BUF_INIT;
+		l2_url_redacted(v[i][0], &b);
+		if (!b.data || strcmp(b.data, v[i][1]))
+			fprintf(stderr, "  %s: got '%s', want '%s'\n", v[i][0],
+				b.data ? b.data : "(null)", v[i][1]);
+		CHECK(b.data && !strcmp(b.data, v[i][1]));
+		CHECK(!b.data || !strstr(b.data, "PW1"));
+		buf_free(&b);
+	}
+}
+
 TEST(l2_breaker_without_redis)
 {
 	struct event_base *base = event_base_new();
