@@ -44,7 +44,8 @@ class Throttle:
     most chunk bytes every gap_s; stall() stops forwarding (connections
     stay open), flow() resumes. quiet["up"] (client to Redis) and
     quiet["down"] are the longest gaps between two forwards of a direction
-    since reset(): how long the link itself went quiet."""
+    since reset(): how long the link itself went quiet; moved[...], the
+    bytes forwarded that way since reset()."""
 
     def __init__(self, target_port: int, chunk: int = 32 << 10, gap_s: float = 0.01):
         self.target = target_port
@@ -67,6 +68,7 @@ class Throttle:
     def reset(self):
         self.last: Dict[str, float] = {}
         self.quiet = {"up": 0.0, "down": 0.0}
+        self.moved = {"up": 0, "down": 0}
 
     def _accept(self):
         while not self.closed:
@@ -92,6 +94,7 @@ class Throttle:
                     break
                 self.moving.wait()
                 dst.sendall(data)
+                self.moved[way] += len(data)
                 now = time.monotonic()
                 if way in self.last:
                     self.quiet[way] = max(self.quiet[way], now - self.last[way])
@@ -250,8 +253,16 @@ def test_l2_a_trickle_never_silent_for_the_timeout_still_ends():
             else:
                 raise AssertionError("the proxy went quiet in each of %d attempts" % attempt)
             # The cap ended it (the silence detector never fired), at the
-            # cap: after it, within a period and a margin.
+            # cap: not before it (a command ends no sooner than
+            # L2_CMD_MAX_MS after it was sent, which was after t0), within
+            # a period and a margin after it; and the trickle kept coming
+            # meanwhile: more bytes than it brings in a tenth of the cap (a
+            # detector that cut it off early, or a cap too short, lets
+            # fewer through).
+            assert took >= CAP_S, "a trickling get ended before the cap, after %.1f s" % took
             assert took < CAP_S + 5, "a trickling get ended after %.1f s" % took
+            assert proxy.moved["down"] > proxy.chunk * (CAP_S / 10) / proxy.gap, \
+                "the trickle was cut off after %d bytes" % proxy.moved["down"]
             print("     a trickling server's get ended after %.1f s" % took)
             proxy.chunk, proxy.gap = 1 << 20, 0
             out = os.path.join(r.tmp, "got")

@@ -16,8 +16,8 @@ import subprocess
 import tempfile
 import time
 
-from harness import (CLI, DAEMON, LLC, PROBE_DAEMON, Daemon, Raw, Skip, frame, mp_pack, mp_unpack,
-                     small_ir)
+from harness import (CLI, DAEMON, LLC, PROBE_DAEMON, TRITON_FLAGS, Daemon, Raw, Skip, frame, llc,
+                     mp_pack, mp_unpack, small_ir)
 from sysutil import cli_as, make_reachable
 from redis_fixture import RedisServer
 
@@ -406,27 +406,41 @@ def test_invalid_tenant_names_are_refused_with_a_clear_error():
             assert stats(d.sock(n))["tenant"] == n
 
 
+def _compile_json(path, ir):
+    """(cached, PTX) of one compile on the socket at path: whether that very
+    request was answered from the cache, and the bytes it got."""
+    r = cli(path, "compile", "--json", "--arch", "sm_90a", "--ptx-isa", "90", "-O3", "-", input=ir)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["status"] == "ok", j
+    return j["cached"], j["ptx"].encode()
+
+
 def test_sharing_confirm_keeps_one_tenants_compile_from_another_until_confirmed():
     """As for two uids (test_confirm.py), for one uid on two tenants'
-    sockets: without background confirmation, y's own compile of x's kernel
-    is no hit but confirms it; then the main socket and z hit."""
+    sockets, without background confirmation, request by request: x's
+    compiles are compiled for x, and x's next requests hit; y's requests
+    for the same kernels are not answered from x's entry but compiled for
+    y (each gets llc's bytes, uncached), which confirms x's entry; then z
+    and the main socket are answered from the confirmed entry, and y's own
+    second request hits too."""
     kernels = [small_ir("tenant_confirm%d" % i) for i in range(2)]
+    truth = [llc(TRITON_FLAGS, input=k).stdout for k in kernels]
+    assert all(truth)
     with tenant_daemon("x,y,z", extra=["--confirm-workers", "0"]) as d:
-        for k in kernels:
-            assert compile_on(d.sock("x"), k) == llc_bytes(k)
-        for k in kernels:                       # x's own: x hits
-            assert compile_on(d.sock("x"), k) == llc_bytes(k)
+        for k, t in zip(kernels, truth):
+            assert _compile_json(d.sock("x"), k) == (False, t)
+        for k, t in zip(kernels, truth):         # x's own entry: x hits
+            assert _compile_json(d.sock("x"), k) == (True, t)
+        # Not confirmed yet: y is not served x's entry, but its own compile.
+        for k, t in zip(kernels, truth):
+            assert _compile_json(d.sock("y"), k) == (False, t)
         s = stats(d.socket)
-        assert s["compiles"] == 2 and s["hits"] == 2, s
-        for k in kernels:
-            assert compile_on(d.sock("y"), k) == llc_bytes(k)
-        s = stats(d.socket)
-        assert s["compiles"] == 4 and s["confirmations"] == 2 and s["hits"] == 2, s
-        for k in kernels:
-            assert compile_on(d.sock("z"), k) == llc_bytes(k)
-            assert compile_on(d.socket, k) == llc_bytes(k)
-        s = stats(d.socket)
-        assert s["compiles"] == 4 and s["hits"] == 6, s
+        assert s["confirmations"] == 2 and s["confirm_mismatches"] == 0, s
+        # Confirmed: everyone else hits, with the same bytes.
+        for k, t in zip(kernels, truth):
+            for path in (d.sock("z"), d.socket, d.sock("y")):
+                assert _compile_json(path, k) == (True, t), path
 
 
 def test_a_tenants_compromised_worker_changes_only_what_that_tenant_receives():
