@@ -308,8 +308,10 @@ check: test
 
 # Each mechanism the tests claim, broken one at a time in a copy of the
 # tree (tests/tools/mutants.py: the list, the line each changes, the tests
-# that must notice); not part of make test (a rebuild and slow tests per
-# mutant). MUTANTS=name,... runs those alone.
+# that must notice): the named tests on the unchanged copy first, then per
+# mutant a rebuild of what it changed and its named tests; fails if the
+# baseline fails or a mutant survives. Not part of make test; .ci/run runs
+# it. MUTANTS=name,... runs those alone.
 check-mutants: deps
 	@$(MAKE) --no-print-directory all corpus
 	@python3 tests/tools/mutants.py --build $(B) $(if $(MUTANTS),--only $(MUTANTS))

@@ -263,3 +263,23 @@ def test_workers_start_with_the_masters_signal_mask():
                 pid, blocked, master)
             assert not blocked & (1 << (signal.SIGTERM - 1)), "worker %d blocks SIGTERM" % pid
         d.cli("compile", "-o", os.devnull, "-", input=small_ir("mask"))
+
+
+def test_workers_start_under_a_master_that_is_pid_1():
+    """In a container with no init the master is PID 1 of its namespace:
+    a new worker's parent check (daemon/worker.c: the parent is still the
+    master, not init or a subreaper) compares with the master's pid, not
+    with 1, so its workers start and serve."""
+    if os.geteuid() != 0:
+        raise Skip("needs root: a pid namespace of the daemon's own (unshare --pid)")
+    with Daemon(workers=1, wrap=["unshare", "--pid", "--fork", "--kill-child"]) as d:
+        (master,) = [int(p) for p in subprocess.run(["pgrep", "-P", str(d.proc.pid)],
+                                                     capture_output=True, text=True).stdout.split()]
+        with open("/proc/%d/status" % master) as f:
+            assert re.search(r"^NSpid:\s+%d\s+1$" % master, f.read(), re.M), "the master is not PID 1"
+        r = d.cli("compile", "--arch", "sm_90a", "-o", "-", "-", input=small_ir("pid1"),
+                  timeout=120)
+        assert b".entry k_pid1(" in r.stdout, r.stdout[:200]
+        s = d.stats()
+        assert s["compiles"] == 1 and s["workers_ready"] == s["workers"] == 1, s
+        assert s["worker_start_failures"] == 0, s

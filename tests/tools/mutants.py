@@ -1,27 +1,37 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """make check-mutants: break each mechanism the tests claim, one at a time,
-and check that a test notices.
+and check that a test that claims it notices.
 
-For each mutant of MUTANTS: one line of the sources, found by a pattern
-that must occur exactly once in the files its glob names (daemon/*.c, not
-one file and line: files are split and lines move), is changed in a
-throwaway copy of the tree (BUILD/mutants/tree: the working tree's files
-and a copy of BUILD, so make rebuilds the changed file alone; and, as
-the copy is no git checkout, their list in MANIFEST), the copy
-is built, and the tests that claim the mechanism are run there, one after
-another, until one fails. A mutant is "killed" when a test failed,
-"survived" when every one passed (or skipped: a skip proves nothing).
-A pattern that matches no line, or more than one, is an error, as is a
-test name that matches no test: the list is stale.
+Each entry of MUTANTS is one line of the sources, found by a pattern that
+must occur exactly once in the files its glob names (daemon/*.c, not one
+file and line: files are split and lines move), what that line becomes,
+and the tests that claim the mechanism: "unit:NAME" (build/unit NAME) or
+"test_file.test_name" (tests/run.py). Adding a mechanism is adding an
+entry.
 
-Not part of make test: each mutant is a rebuild and some of the slow
-tests. Ends with a table; exits 1 if any mutant survived or erred.
+How a run goes, in one throwaway copy of the tree (BUILD/mutants/tree: the
+working tree's files, their list in MANIFEST as the copy is no git
+checkout, and a copy of BUILD with its timestamps, so that make rebuilds
+only what a mutant changes, through its dependency files):
+ 1. the list is checked: each pattern matches one line, each test name
+    one test (the unit binary's filter and tests/run.py's -k are
+    substrings: a name must be a whole test's name);
+ 2. the baseline: the unchanged copy is built and every named test run
+    once; if one fails or skips there, the run stops (exit 1): a test that
+    fails without a mutant proves nothing about one;
+ 3. each mutant: its line changed, the copy built (a mutant that does not
+    build is an error of the list, never a kill), its named tests run one
+    after another until one fails. "killed" only when a named test's own
+    result is a failure (or it crashed or hung, alone in its run: a unit
+    test alone in build/unit, a test alone under run.py, past five times
+    its baseline time); "survived" when each passed. Then the line is put
+    back (the next build recompiles that file).
+Ends with a table; exits 1 if the baseline failed or any mutant survived
+or erred. Not part of make test: .ci/run runs it after the suite.
 
-usage: tests/tools/mutants.py [--build DIR] [--only NAME,...] [--list] [--baseline]
-  --only      run these mutants alone (one at a time while developing)
-  --baseline  also run each mutant's tests on the unchanged copy first
-              (a test that fails there proves nothing about the mutant)
+usage: tests/tools/mutants.py [--build DIR] [--only NAME,...] [--list]
+  --only      these mutants alone (their tests alone in the baseline)
 """
 import argparse
 import glob
@@ -67,18 +77,18 @@ MUTANTS: List[Mutant] = [
            "daemon/*.c", "(progress_of(cmd->ac) != cmd->seen || (q >= 0 && q < cmd->outq) ||",
            "(0 ||",
            ("test_l2_silence.test_l2_throttled_transfer_outlives_the_timeout_stall_does_not",
-            "test_l2_chunks.test_l2_values_of_1_to_100_mb")),
+            "test_l2_chunks.test_l2_values_of_1_to_100_mb_cross_on_the_default_timeout")),
     Mutant("silence-no-cap", "silence detection: no cap on a command whose bytes trickle",
            "daemon/*.c", "int too_long = now - cmd->sent_us > max_ms * 1000;", "int too_long = 0;",
            ("test_l2_silence.test_l2_a_trickle_never_silent_for_the_timeout_still_ends",)),
     # The autostart lock (client/autostart.c).
     Mutant("autostart-no-lock", "autostart lock: every client starts a daemon", "client/*.c",
            "flock(lock, LOCK_EX | LOCK_NB) < 0;)", "0;)",
-           ("test_idle.test_fronts_start_one_daemon",)),
+           ("test_idle.test_fronts_start_one_daemon_of_the_users_own_which_exits_idle",)),
     Mutant("autostart-no-recheck", "autostart lock: the lock's waiter does not look again",
            "client/*.c", "if (answers(socket)) {          /* another client started it meanwhile */",
            "if (0) {",
-           ("test_idle.test_fronts_start_one_daemon",)),
+           ("test_idle.test_fronts_start_one_daemon_of_the_users_own_which_exits_idle",)),
     # The breaker (daemon/l2.c).
     Mutant("breaker-never-opens", "breaker: failures never open it", "daemon/*.c",
            "else if (++nd->failures >= L2_TRIP)", "else if (++nd->failures >= L2_TRIP * 1000)",
@@ -91,20 +101,20 @@ MUTANTS: List[Mutant] = [
     # Chunk verification (daemon/l2.c).
     Mutant("chunk-length-unchecked", "chunk verification: a chunk's length", "daemon/*.c",
            "else if (r->len != len)", "else if (0)",
-           ("test_l2_chunks.test_l2_tampered_missing_or_foreign",)),
+           ("test_l2_chunks.test_l2_tampered_missing_or_foreign_chunks_and_manifests_are_misses",)),
     Mutant("chunk-hmac-unchecked", "chunk verification: the assembled value's HMAC",
            "daemon/*.c", "CRYPTO_memcmp(want, p + len, L2_MAC_LEN))", "0)",
-           ("test_l2_chunks.test_l2_tampered_missing_or_foreign",)),
+           ("test_l2_chunks.test_l2_tampered_missing_or_foreign_chunks_and_manifests_are_misses",)),
     Mutant("chunk-manifest-unbounded", "chunk verification: a manifest past l2-max-value",
            "daemon/*.c", "if (*total > (uint64_t)max_value)", "if (0)",
-           ("test_l2_chunks.test_l2_a_manifest_cannot_make_a_reader_fetch_past",)),
+           ("test_l2_chunks.test_l2_a_manifest_cannot_make_a_reader_fetch_past_its_max_value",)),
     Mutant("chunk-writer-unbounded", "chunk verification: a writer past l2-max-value",
            "daemon/*.c", "if (!total || (int64_t)total > l2->conf->max_value) {", "if (!total) {",
-           ("test_l2_chunks.test_l2_a_manifest_cannot_make_a_reader_fetch_past",)),
+           ("test_l2_chunks.test_l2_a_manifest_cannot_make_a_reader_fetch_past_its_max_value",)),
     # The artifact scope check (daemon/artifact.c).
     Mutant("scope-everyone", "scope check: every uid in one scope", "daemon/*.c",
            "return (int64_t)c->uid;", "return ARTIFACT_SCOPE_ALL;",
-           ("test_artifact.test_a_second_uid_never_sees",
+           ("test_artifact.test_a_second_uid_never_sees_the_first_uids_artifact",
             "test_artifact.test_redis_carries_artifacts_within_their_scope")),
     Mutant("scope-no-groups", "scope check: artifact-groups ignored", "daemon/*.c",
            "if ((i < 0 ? c->gid : c->groups[i]) == a->groups[g])", "if (0)",
@@ -113,21 +123,67 @@ MUTANTS: List[Mutant] = [
     Mutant("handoff-artifact", "lease hand-off: a node's lease ends, no waiter takes it",
            "daemon/*.c", "for (pp = &s->waiters; *pp && !(*pp)->want_lease; pp = &(*pp)->next)",
            "for (pp = &s->waiters; *pp; pp = &(*pp)->next)",
-           ("test_artifact.test_a_producer_killed_hands_the_lease_on",
-            "test_artifact.test_release_and_expiry")),
+           ("test_artifact.test_a_producer_killed_hands_the_lease_on_at_once",
+            "test_artifact.test_release_and_expiry_end_a_lease_early_or_at_its_bound")),
     Mutant("handoff-fleet", "lease hand-off: a fleet lease given up is left to lapse",
            "daemon/*.c", "if (w->holding && !published && *w->f->l2 == w->l2)", "if (0)",
-           ("test_fleet.test_a_release_hands_the_fleet_lease_on",)),
+           ("test_fleet.test_a_release_hands_the_fleet_lease_on_at_once",)),
     Mutant("handoff-flight", "lease hand-off: a flight that published nothing keeps its lease",
            "daemon/*.c", "fleet_end(f->fw, published);", "fleet_end(f->fw, 1);",
-           ("test_fleet.test_a_failed_compile_hands_the_fleet_lease_on",)),
+           ("test_fleet.test_a_failed_compile_hands_the_fleet_lease_on_at_once",)),
+    Mutant("silence-cap-early", "silence detection: the cap on a trickle a tenth of its length",
+           "daemon/*.c", "int too_long = now - cmd->sent_us > max_ms * 1000;",
+           "int too_long = now - cmd->sent_us > max_ms * 100;",
+           ("test_l2_silence.test_l2_a_trickle_never_silent_for_the_timeout_still_ends",)),
+    # Tenants (daemon/manage.c, artifact.c): root on a tenant's socket is
+    # no administrator; a tenant's artifacts are its own, here and in Redis.
+    Mutant("admin-any-tenant", "is_admin: root on a tenant's socket administers all",
+           "daemon/*.c", "return c->tenant.id == 0 && (c->uid == 0 || c->uid == geteuid());",
+           "return (c->uid == 0 || c->uid == geteuid());",
+           ("test_tenants.test_same_uid_on_two_tenants_never_sees_changes_lists_or_evicts_the_other",)),
+    Mutant("artifact-scope-no-tenant", "artifact scope: the tenant left out of the key",
+           "daemon/*.c", 'snprintf(sc->tenant, sizeof sc->tenant, "%s", c->tenant.name);',
+           "sc->tenant[0] = '\\0';",
+           ("test_tenants.test_same_uid_on_two_tenants_never_sees_changes_lists_or_evicts_the_other",)),
+    Mutant("artifact-redis-no-tenant", "artifact Redis key: the tenant left out",
+           "daemon/*.c", "tenant_qualify(&c->tenant, sc->base, sc->name, sizeof sc->name);",
+           'snprintf(sc->name, sizeof sc->name, "%s", sc->base);',
+           ("test_tenants.test_redis_tier_keeps_tenants_apart_across_nodes",)),
+    # The worker's start (daemon/worker.c): the master's signal mask given
+    # back before the exec; the parent check against the master's pid
+    # (not 1: the master may be PID 1 itself, in a container).
+    Mutant("worker-mask-kept-blocked", "worker start: the spawn's all-blocked mask kept",
+           "daemon/*.c", "sigprocmask(SIG_SETMASK, &c->mask, NULL);", "(void)c->mask;",
+           ("test_sandbox.test_workers_start_with_the_masters_signal_mask",)),
+    Mutant("worker-parent-is-not-1", "worker start: the parent check asks for a parent other than 1",
+           "daemon/*.c", "if (getppid() != c->master)", "if (getppid() == 1)",
+           ("test_sandbox.test_workers_start_under_a_master_that_is_pid_1",)),
+    # The lent hot slot (daemon/store_hot.c): never refilled nor evicted
+    # while lent.
+    Mutant("hot-keep-over-lent", "hot slot: a lent slot refilled", "daemon/*.c",
+           "if (!h || !data->len || n > HOT_MAX_ENTRY || h->lent)",
+           "if (!h || !data->len || n > HOT_MAX_ENTRY)",
+           ("unit:store_lent_entry_stays_until_returned",)),
+    Mutant("hot-evict-lent", "hot slot: a lent slot evicted for room", "daemon/*.c",
+           "if (o->data.data && !o->lent)", "if (o->data.data)",
+           ("unit:store_lent_entry_survives_eviction",)),
+    # sharing = confirm (daemon/confirm.c): another's unconfirmed entry is
+    # no hit.
+    Mutant("confirm-serves-unconfirmed", "sharing = confirm: unconfirmed entries served to all",
+           "daemon/*.c", "if (e->producer < 0 || e->producer == uid)", "if (1)",
+           ("test_tenants.test_sharing_confirm_keeps_one_tenants_compile_from_another_until_confirmed",)),
+    # The redaction of a URL's password (daemon/l2_conf.c).
+    Mutant("redaction-off", "l2_url_redacted: the URL shown as it is", "daemon/*.c",
+           "if (!at) {", "if (1) {",
+           ("unit:l2_url_redacted_vectors",
+            "test_secrets.test_secrets_print_config_shows_the_password_as_stars")),
     # The sdist's contents (mk/wheel_backend.py): files the build does not
     # need left out, which only the member check can see.
     Mutant("sdist-drops-tests", "sdist: the tree's tests left out", "mk/*.py",
            "return [f for f in files if os.path.isfile(os.path.join(ROOT, f))]",
            "return [f for f in files if os.path.isfile(os.path.join(ROOT, f)) "
            "and not f.startswith(\"tests/\")]",
-           ("test_wheel.test_wheel_sdist_holds_the_tree",)),
+           ("test_wheel.test_wheel_sdist_holds_the_tree_and_builds_the_same_wheel",)),
 ]
 
 
@@ -164,7 +220,7 @@ def make_copy(build: str, tree: str):
     with open(os.path.join(tree, "MANIFEST"), "w", encoding="utf-8") as f:
         f.writelines(x + "\n" for x in sorted(files) if x != "MANIFEST")
     shutil.copytree(build, os.path.join(tree, "build"), symlinks=True,
-                    ignore=shutil.ignore_patterns("mutants", "wheel-test", "deb", "bench"))
+                    ignore=shutil.ignore_patterns("mutants", "wheel-test", "deb", "bench", "roots"))
 
 
 def locate(tree: str, m: Mutant) -> Tuple[str, int]:
@@ -179,95 +235,64 @@ def locate(tree: str, m: Mutant) -> Tuple[str, int]:
         raise ValueError("%r: %d lines of %s hold it (%s)" % (
             m.find, len(hits), m.files, ", ".join("%s:%d" % (os.path.relpath(p, tree), i + 1)
                                                  for p, i in hits)))
+    path, i = hits[0]
+    with open(path, encoding="utf-8") as f:
+        if f.readlines()[i].count(m.find) != 1:
+            raise ValueError("%r twice in one line" % m.find)
     return hits[0]
 
 
-def run_tests(tree: str, tests, log) -> Tuple[str, str]:
-    """("failed", test) at the first test that fails, else ("passed", "")
-    or ("skipped", test) if one skipped; ("error", why) if a name matches
-    nothing."""
+class Outcome(NamedTuple):
+    result: str         # "passed", "failed", "skipped", or "error" (the name is no test)
+    why: str            # for "failed": how (FAIL, crashed, hung); for "error": what
+    took: float
+
+
+def run_test(tree: str, t: str, log, timeout: float) -> Outcome:
+    """The named test alone in the copy: its own result line, read off the
+    runner's output (a name must be one whole test's)."""
+    t0 = time.time()
+    unit = t.startswith("unit:")
+    name = t[len("unit:"):] if unit else t
+    cmd = [os.path.join(tree, "build", "unit"), name] if unit else \
+        [sys.executable, "tests/run.py", "-k", name]
     env = dict(os.environ, PTXCACHE_BUILD="build", PYTHONDONTWRITEBYTECODE="1")
-    skipped = ""
-    for t in tests:
-        if t.startswith("unit:"):
-            name = t[len("unit:"):]
-            log.write("$ build/unit %s\n" % name)
-            log.flush()
-            r = subprocess.run([os.path.join(tree, "build", "unit"), name], cwd=tree,
-                               capture_output=True, text=True, timeout=300)
-            log.write(r.stdout + r.stderr)
-            m = re.search(r"unit: (\d+) passed, (\d+) failed", r.stdout)
-            if not m:
-                return "failed", t                  # crashed: noticed all the same
-            if int(m.group(1)) + int(m.group(2)) == 0:
-                return "error", "%s matches no unit test" % t
-            if int(m.group(2)) or r.returncode:
-                return "failed", t
-            continue
-        log.write("$ tests/run.py -k %s\n" % t)
-        log.flush()
-        try:
-            r = subprocess.run([sys.executable, "tests/run.py", "-k", t], cwd=tree, env=env,
-                               capture_output=True, text=True, timeout=1800)
-            out = r.stdout + r.stderr
-            rc = r.returncode
-        except subprocess.TimeoutExpired as e:
-            out = "%s%s\n(timed out)\n" % (e.stdout or "", e.stderr or "")
-            rc = 124
-        log.write(out if isinstance(out, str) else out.decode(errors="replace"))
-        m = re.search(r"(\d+) passed, (\d+) failed, (\d+) skipped", out if isinstance(out, str)
-                      else out.decode(errors="replace"))
-        if rc == 124 or (m and int(m.group(2))) or not m:
-            return "failed", t
-        if int(m.group(1)) + int(m.group(3)) == 0:
-            return "error", "%s matches no test" % t
-        if int(m.group(3)):
-            skipped = skipped or t
-    return ("skipped", skipped) if skipped else ("passed", "")
+    log.write("$ %s\n" % " ".join(cmd))
+    log.flush()
+    try:
+        r = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True,
+                           errors="replace", timeout=timeout)
+        out, rc = r.stdout + r.stderr, r.returncode
+    except subprocess.TimeoutExpired as e:
+        def text(x):
+            return x.decode(errors="replace") if isinstance(x, bytes) else (x or "")
+        log.write(text(e.stdout) + text(e.stderr) + "\n(hung: killed after %.0f s)\n" % timeout)
+        return Outcome("failed", "hung past %.0f s" % timeout, time.time() - t0)
+    log.write(out)
+    took = time.time() - t0
+    # Every result line of this run: "ok   NAME", "FAIL NAME ...", "skip NAME ...".
+    lines = re.findall(r"^(ok  |FAIL|skip) (\S+)", out, re.M)
+    ran = [n for _, n in lines]
+    if unit:
+        if rc < 0 and not ran:
+            # Killed by a signal before its line: the filter matched this
+            # test alone (checked in the baseline), so it crashed.
+            return Outcome("failed", "crashed (signal %d)" % -rc, took)
+        if ran != [name]:
+            return Outcome("error", "%s: build/unit %s ran %s, not that one test" % (t, name, ran), took)
+    elif name not in ran:
+        return Outcome("error", "%s: tests/run.py -k %s ran no test of that name (ran %s)"
+                       % (t, name, ran), took)
+    verdict = dict((n, v) for v, n in lines)[name]
+    if verdict == "FAIL":
+        return Outcome("failed", "FAIL", took)
+    if verdict == "skip":
+        return Outcome("skipped", "skipped", took)
+    return Outcome("passed", "", took)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--only", default="")
-    ap.add_argument("--list", action="store_true")
-    ap.add_argument("--baseline", action="store_true")
-    a = ap.parse_args()
-    chosen = [m for m in MUTANTS if not a.only or m.name in a.only.split(",")]
-    if a.list or not chosen:
-        for m in MUTANTS:
-            print("%-26s %s" % (m.name, m.mechanism))
-        return 0 if a.list else 2
-    build = os.path.abspath(a.build)
-    if not os.path.exists(os.path.join(build, "ptxcached")):
-        print("mutants: %s holds no build (make all corpus first)" % build, file=sys.stderr)
-        return 2
-    work = os.path.join(build, "mutants")
-    tree = os.path.join(work, "tree")
-    os.makedirs(work, exist_ok=True)
-    make_copy(build, tree)
-    jobs = os.environ.get("MUTANT_JOBS", "2")
-    results = []
-    for m in chosen:
-        t0 = time.time()
-        with open(os.path.join(work, m.name + ".log"), "w") as log:
-            verdict, detail = run_one(tree, m, log, jobs, a.baseline)
-        results.append((m, verdict, detail, time.time() - t0))
-        print("%-9s %-26s %s%s (%.0f s)" % (verdict, m.name, m.mechanism,
-                                            ": " + detail if detail else "", time.time() - t0),
-              flush=True)
-    print()
-    print("| mutant | mechanism | result | first test that failed |")
-    print("|---|---|---|---|")
-    for m, verdict, detail, took in results:
-        print("| %s | %s | %s | %s |" % (m.name, m.mechanism, verdict, detail))
-    bad = [m.name for m, v, _, _ in results if v != "killed"]
-    print("\n%d mutants, %d killed, %d not: %s (logs in %s)" % (
-        len(results), len(results) - len(bad), len(bad), ", ".join(bad) or "none", work))
-    return 1 if bad else 0
-
-
-def run_one(tree: str, m: Mutant, log, jobs: str, baseline: bool) -> Tuple[str, str]:
+def run_one(tree: str, m: Mutant, log, jobs: str, budget) -> Tuple[str, str]:
+    """("killed", the test and how), ("survived", ""), or ("error", why)."""
     try:
         path, idx = locate(tree, m)
     except ValueError as e:
@@ -275,14 +300,6 @@ def run_one(tree: str, m: Mutant, log, jobs: str, baseline: bool) -> Tuple[str, 
     with open(path, encoding="utf-8") as f:
         lines = f.readlines()
     original = list(lines)
-    if lines[idx].count(m.find) != 1:
-        return "error", "%r twice in one line" % m.find
-    if baseline:
-        if sh(["make", "-j" + jobs, "all"], tree, log) != 0:
-            return "error", "the unchanged copy does not build"
-        verdict, t = run_tests(tree, m.tests, log)
-        if verdict != "passed":
-            return "error", "unchanged, %s %s" % (verdict, t)
     lines[idx] = lines[idx].replace(m.find, m.replace)
     log.write("mutant %s: %s:%d\n- %s+ %s" % (m.name, os.path.relpath(path, tree), idx + 1,
                                               original[idx], lines[idx]))
@@ -290,18 +307,106 @@ def run_one(tree: str, m: Mutant, log, jobs: str, baseline: bool) -> Tuple[str, 
         with open(path, "w", encoding="utf-8") as f:
             f.writelines(lines)
         if sh(["make", "-j" + jobs, "all"], tree, log) != 0:
-            return "error", "the mutant does not build (see its log)"
-        verdict, t = run_tests(tree, m.tests, log)
+            return "error", "the mutant does not build (an error of the list; see its log)"
+        skipped = []
+        for t in m.tests:
+            o = run_test(tree, t, log, budget(t))
+            if o.result == "failed":
+                return "killed", "%s (%s)" % (t, o.why)
+            if o.result == "error":
+                return "error", o.why
+            if o.result == "skipped":
+                skipped.append(t)
     finally:
         # Back as it was, newer than the mutant's objects: the next build
         # rebuilds this file again.
         with open(path, "w", encoding="utf-8") as f:
             f.writelines(original)
-    if verdict == "failed":
-        return "killed", t
-    if verdict == "error":
-        return "error", t
-    return "survived", "%s skipped" % t if verdict == "skipped" else ""
+    return "survived", ("skipped: " + ", ".join(skipped)) if skipped else ""
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--only", default="")
+    ap.add_argument("--list", action="store_true")
+    a = ap.parse_args()
+    only = [x for x in a.only.split(",") if x]
+    unknown = [x for x in only if x not in {m.name for m in MUTANTS}]
+    chosen = [m for m in MUTANTS if not only or m.name in only]
+    if a.list or unknown:
+        for m in MUTANTS:
+            print("%-28s %s: %s" % (m.name, m.mechanism, ", ".join(m.tests)))
+        if unknown:
+            print("mutants: no mutant %s" % ", ".join(unknown), file=sys.stderr)
+        return 2 if unknown else 0
+    build = os.path.abspath(a.build)
+    if not os.path.exists(os.path.join(build, "ptxcached")):
+        print("mutants: %s holds no build (make all corpus first)" % build, file=sys.stderr)
+        return 2
+    started = time.time()
+    work = os.path.join(build, "mutants")
+    tree = os.path.join(work, "tree")
+    os.makedirs(work, exist_ok=True)
+    make_copy(build, tree)
+    jobs = os.environ.get("MUTANT_JOBS", "2")
+
+    # 1. The list: each pattern one line.
+    stale = []
+    for m in chosen:
+        try:
+            locate(tree, m)
+        except ValueError as e:
+            stale.append("%s: %s" % (m.name, e))
+    # 2. The baseline: the unchanged copy builds, and each named test,
+    # alone, passes there.
+    times = {}
+    with open(os.path.join(work, "baseline.log"), "w") as log:
+        if sh(["make", "-j" + jobs, "all"], tree, log) != 0:
+            print("mutants: the unchanged copy does not build (%s)" % log.name, file=sys.stderr)
+            return 1
+        tests = []
+        for m in chosen:
+            tests += [t for t in m.tests if t not in tests]
+        for t in tests:
+            o = run_test(tree, t, log, 1800)
+            times[t] = o.took
+            print("baseline  %-9s %s (%.0f s)%s" % (o.result, t, o.took,
+                                                   ": " + o.why if o.result == "error" else ""),
+                  flush=True)
+            if o.result != "passed":
+                stale.append("baseline: %s %s%s" % (t, o.result, ": " + o.why if o.why else ""))
+    if stale:
+        print("\nmutants: the list or the unchanged tree is wrong; no mutant run (%s):" %
+              os.path.join(work, "baseline.log"))
+        for x in stale:
+            print("  " + x)
+        return 1
+    baseline_s = time.time() - started
+
+    # 3. The mutants.
+    def budget(t):
+        return max(60.0, 5 * times[t])
+
+    results = []
+    for m in chosen:
+        t0 = time.time()
+        with open(os.path.join(work, m.name + ".log"), "w") as log:
+            verdict, detail = run_one(tree, m, log, jobs, budget)
+        results.append((m, verdict, detail, time.time() - t0))
+        print("%-9s %-28s %s%s (%.0f s)" % (verdict, m.name, m.mechanism,
+                                            ": " + detail if detail else "", time.time() - t0),
+              flush=True)
+    print()
+    print("| mutant | mechanism | result | killed by |")
+    print("|---|---|---|---|")
+    for m, verdict, detail, took in results:
+        print("| %s | %s | %s | %s |" % (m.name, m.mechanism, verdict, detail))
+    bad = [m.name for m, v, _, _ in results if v != "killed"]
+    print("\n%d mutants, %d killed, %d not: %s; baseline %.0f s, all %.0f s (logs in %s)" % (
+        len(results), len(results) - len(bad), len(bad), ", ".join(bad) or "none",
+        baseline_s, time.time() - started, work))
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

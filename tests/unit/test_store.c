@@ -398,6 +398,43 @@ TEST(store_lent_entry_stays_until_returned)
 	free(b);
 }
 
+/* The hot copies' clock hand, making room, passes a lent slot by: entries
+ * enough to fill the copies' budget several times over are kept while
+ * one is lent, whose bytes stay the same until it is returned. */
+TEST(store_lent_entry_survives_eviction)
+{
+	struct store *s = open_store(0);
+	struct store_result first, r, lent;
+	unsigned char k[32];
+	const size_t big = (size_t)4 << 20;     /* 40 of them: past the 64 MiB */
+	REQUIRE(s);
+	char *a = fake_ptx(40000, 7), *b = fake_ptx(big, 8);
+	mkkey(1, k);
+	REQUIRE(put(s, 1, a, 40000, 0, NULL) == 0);
+	REQUIRE(store_get_lent(s, k, &first) == 1);
+	store_result_free(&first);
+	REQUIRE(store_get_lent(s, k, &lent) == 1);
+	REQUIRE(lent.lent && lent.data.len == 40000);
+	for (int i = 100; i < 140; i++) {
+		unsigned char ki[32];
+		b[0] = (char)('a' + i % 26);    /* each its own bytes */
+		REQUIRE(put(s, i, b, big, 0, NULL) == 0);
+		mkkey(i, ki);
+		REQUIRE(store_get_lent(s, ki, &r) == 1);
+		CHECK(!r.lent && r.data.len == big);
+		store_result_free(&r);
+	}
+	CHECK(lent.data.len == 40000 && !memcmp(lent.data.data, a, 40000));
+	store_result_free(&lent);
+	/* Returned: the slot lends it again, the same bytes. */
+	REQUIRE(store_get_lent(s, k, &r) == 1);
+	CHECK(r.data.len == 40000 && !memcmp(r.data.data, a, 40000));
+	store_result_free(&r);
+	store_close(s);
+	free(a);
+	free(b);
+}
+
 TEST(store_verify_reports_corruption)
 {
 	struct store *s = open_store(0);
