@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -83,6 +84,7 @@ void peer_put(struct server *s, struct peer *p)
 void conn_unref(struct conn *c)
 {
 	if (--c->refs == 0) {
+		free(c->files);
 		buf_free(&c->in);
 		free(c->groups);
 		free(c);
@@ -190,18 +192,51 @@ static int conn_write_now(struct conn *c, const void *p, size_t n, const void *t
 	return off < tn ? bufferevent_write(c->bev, (const char *)t + off, tn - off) : 0;
 }
 
+/*
+ * Output from files (conn_send_file()): the kernel sends those bytes from
+ * the page cache (libevent's file segments, sendfile()), so they take no
+ * memory here and do not count against max-output. Each segment queued is
+ * remembered as its place in the stream of bytes ever added to the
+ * output; the output's callback counts what was added and drained, so
+ * what of a segment is still queued is known without walking libevent's
+ * chains.
+ */
+static void on_out_change(struct evbuffer *b, const struct evbuffer_cb_info *info, void *arg)
+{
+	struct conn *c = arg;
+
+	c->out_added += info->n_added;
+	c->out_drained += info->n_deleted;
+}
+
+/* Bytes of the output that are held in memory (queued, not in files). */
+static size_t conn_mem_queued(struct conn *c)
+{
+	size_t len = evbuffer_get_length(bufferevent_get_output(c->bev)), file = 0, keep = 0;
+
+	for (size_t i = 0; i < c->nfiles; i++) {
+		struct conn_file_seg *f = &c->files[i];
+		if (f->end <= c->out_drained)
+			continue;       /* sent: forgotten */
+		file += (size_t)(f->end - (f->start > c->out_drained ? f->start : c->out_drained));
+		c->files[keep++] = *f;
+	}
+	c->nfiles = keep;
+	return len > file ? len - file : 0;
+}
+
 /* Queue a finished frame from out, and tail bytes after it, on c (dropped
  * if c has gone). */
 void conn_sendv(struct conn *c, const struct buf *out, const void *tail, size_t tail_len)
 {
 	if (c->state == CONN_CLOSED)
 		return;
-	struct evbuffer *o = bufferevent_get_output(c->bev);
-	if (evbuffer_get_length(o) + out->len + tail_len > (size_t)c->srv->cfg->max_output) {
+	size_t queued = conn_mem_queued(c);
+	if (queued + out->len + tail_len > (size_t)c->srv->cfg->max_output) {
 		/* A reader this slow would make us hold unbounded memory. */
 		c->srv->n.output_overflows++;
 		log_warn("conn %llu: client does not read its replies (%zu bytes queued); closing",
-			 (unsigned long long)c->serial, evbuffer_get_length(o));
+			 (unsigned long long)c->serial, queued);
 		conn_close(c);
 		return;
 	}
@@ -210,6 +245,104 @@ void conn_sendv(struct conn *c, const struct buf *out, const void *tail, size_t 
 			 (unsigned long long)c->serial);
 		conn_close(c);
 	}
+}
+
+void conn_send_file(struct conn *c, const struct buf *out, int fd, size_t len)
+{
+	off_t foff = 0;
+	size_t off = 0;
+
+	if (c->state == CONN_CLOSED) {
+		close(fd);
+		return;
+	}
+	if (conn_mem_queued(c) + out->len > (size_t)c->srv->cfg->max_output) {
+		c->srv->n.output_overflows++;
+		log_warn("conn %llu: client does not read its replies; closing",
+			 (unsigned long long)c->serial);
+		close(fd);
+		conn_close(c);
+		return;
+	}
+	int sock = bufferevent_getfd(c->bev);
+	struct evbuffer *o = bufferevent_get_output(c->bev);
+	if (evbuffer_get_length(o) == 0) {
+		/* Now, what the socket takes: the frame's head, then the file. */
+		ssize_t w = send(sock, out->data, out->len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (w > 0)
+			off = (size_t)w;
+		while (off == out->len && (size_t)foff < len) {
+			ssize_t n = sendfile(sock, fd, &foff, len - (size_t)foff);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				break;  /* the socket is full; errors are the bufferevent's */
+		}
+	}
+	if (off < out->len && bufferevent_write(c->bev, out->data + off, out->len - off) < 0)
+		goto fail;
+	if ((size_t)foff == len) {
+		close(fd);
+		return;
+	}
+	struct conn_file_seg *segs = c->files;
+	if (c->nfiles == c->files_cap) {
+		size_t cap = c->files_cap ? 2 * c->files_cap : 4;
+		if (!(segs = realloc(c->files, cap * sizeof *segs)))
+			goto fail;
+		c->files = segs;
+		c->files_cap = cap;
+	}
+	uint64_t start = c->out_added;
+	/* Takes fd: libevent closes it once the segment is sent or dropped. */
+	if (evbuffer_add_file(o, fd, foff, (ev_off_t)(len - (size_t)foff)) < 0) {
+		close(fd);
+		fd = -1;
+		goto fail;
+	}
+	c->files[c->nfiles++] = (struct conn_file_seg){ start, start + (len - (size_t)foff) };
+	return;
+fail:
+	if (fd >= 0)
+		close(fd);
+	log_warn("conn %llu: cannot queue reply; closing", (unsigned long long)c->serial);
+	conn_close(c);
+}
+
+int conn_send_fd(struct conn *c, const struct buf *out, int fd)
+{
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} u;
+	struct iovec v = { out->data, out->len };
+	struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = u.b,
+			     .msg_controllen = sizeof u.b };
+
+	/* Only where nothing is queued: the descriptor rides on the frame's
+	 * first bytes, which must be the next the client reads. */
+	if (c->state != CONN_READING || c->fds_sent >= CONN_MAX_FDS ||
+	    evbuffer_get_length(bufferevent_get_output(c->bev)) != 0)
+		return -1;
+	memset(&u, 0, sizeof u);
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+	ssize_t w;
+	do
+		w = sendmsg(bufferevent_getfd(c->bev), &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+	while (w < 0 && errno == EINTR);
+	if (w <= 0)
+		return -1;      /* full, or ETOOMANYREFS: nothing was sent */
+	c->fds_sent++;
+	if ((size_t)w < out->len &&
+	    bufferevent_write(c->bev, out->data + w, out->len - (size_t)w) < 0) {
+		log_warn("conn %llu: cannot queue reply; closing", (unsigned long long)c->serial);
+		conn_close(c);
+	}
+	return 0;
 }
 
 void conn_send(struct conn *c, const struct buf *out)
@@ -518,6 +651,7 @@ struct conn *conn_new(struct server *s, int fd, const struct tenant *t)
 		c->peer->conns++;
 	/* What the socket did not take at once goes out as fast as it drains. */
 	bufferevent_set_max_single_write(c->bev, 1 << 20);
+	evbuffer_add_cb(bufferevent_get_output(c->bev), on_out_change, c);
 	bufferevent_setcb(c->bev, NULL, on_conn_write, on_conn_event, c);
 	bufferevent_enable(c->bev, EV_WRITE);
 	event_add(c->rev, NULL);

@@ -72,6 +72,8 @@ struct store_result {
 	int trust;
 	struct buf data;
 	struct buf log;
+	size_t data_len;        /* the value's length: data.len, or that of
+	                           the file store_get_file() gave */
 	struct hot *lent;
 };
 
@@ -95,6 +97,16 @@ int store_get(struct store *s, const unsigned char key[32],
  * not copied (store_result above). */
 int store_get_lent(struct store *s, const unsigned char key[32],
 		   struct store_result *out);
+
+/* store_get() for an answer that may be sent from the value's own file:
+ * where key's value lives in a blob file (values of BLOB_MIN bytes and
+ * more, store.c), *fd is a new read-only descriptor of that file, checked
+ * against the row's checksum before this returns (a damaged file is a
+ * miss, counted and dropped, as a damaged row is), out->data is empty and
+ * out->data_len is the file's length; the caller owns *fd. Otherwise *fd
+ * is -1 and out is what store_get() gives. */
+int store_get_file(struct store *s, const unsigned char key[32],
+		   struct store_result *out, int *fd);
 
 /* store_get() without counting a hit (a comparison, not an answer). */
 int store_peek(struct store *s, const unsigned char key[32],
