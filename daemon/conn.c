@@ -84,7 +84,7 @@ void peer_put(struct server *s, struct peer *p)
 void conn_unref(struct conn *c)
 {
 	if (--c->refs == 0) {
-		free(c->files);
+		buf_free(&c->after);
 		buf_free(&c->in);
 		free(c->groups);
 		free(c);
@@ -122,6 +122,9 @@ void conn_close(struct conn *c)
 	c->rev = NULL;
 	bufferevent_free(c->bev);
 	c->bev = NULL;
+	if (c->file_fd >= 0)
+		close(c->file_fd);
+	c->file_fd = -1;
 	if (c->timer)
 		event_free(c->timer);
 	c->timer = NULL;
@@ -193,36 +196,64 @@ static int conn_write_now(struct conn *c, const void *p, size_t n, const void *t
 }
 
 /*
- * Output from files (conn_send_file()): the kernel sends those bytes from
- * the page cache (libevent's file segments, sendfile()), so they take no
- * memory here and do not count against max-output. Each segment queued is
- * remembered as its place in the stream of bytes ever added to the
- * output; the output's callback counts what was added and drained, so
- * what of a segment is still queued is known without walking libevent's
- * chains.
+ * Output from files (conn_send_file()): a value's bytes go from the page
+ * cache to the socket by sendfile(), never through the daemon's memory,
+ * as long as the socket takes them; once it is full, the rest goes in
+ * pieces of FILE_PIECE, read into the output one at a time as the last
+ * drains (on_conn_write()). (libevent's own file segments would do this,
+ * but 2.1 reads sendfile()'s EAGAIN as the end of the connection.) While
+ * a file is being sent, later frames wait in c->after, in order, and
+ * count against max-output; the file's bytes do not.
  */
-static void on_out_change(struct evbuffer *b, const struct evbuffer_cb_info *info, void *arg)
-{
-	struct conn *c = arg;
+#define FILE_PIECE ((size_t)1 << 20)
 
-	c->out_added += info->n_added;
-	c->out_drained += info->n_deleted;
-}
-
-/* Bytes of the output that are held in memory (queued, not in files). */
 static size_t conn_mem_queued(struct conn *c)
 {
-	size_t len = evbuffer_get_length(bufferevent_get_output(c->bev)), file = 0, keep = 0;
+	return evbuffer_get_length(bufferevent_get_output(c->bev)) + c->after.len;
+}
 
-	for (size_t i = 0; i < c->nfiles; i++) {
-		struct conn_file_seg *f = &c->files[i];
-		if (f->end <= c->out_drained)
-			continue;       /* sent: forgotten */
-		file += (size_t)(f->end - (f->start > c->out_drained ? f->start : c->out_drained));
-		c->files[keep++] = *f;
+/* Send what the socket takes of c's file, then a piece of it into the
+ * output where the socket is full; the frames that waited behind it once
+ * it is all gone. -1 if the output cannot be queued or the file read. */
+static int conn_pump_file(struct conn *c)
+{
+	struct evbuffer *o = bufferevent_get_output(c->bev);
+
+	while (c->file_fd >= 0 && evbuffer_get_length(o) == 0) {
+		if (c->file_off < c->file_end) {
+			ssize_t n = sendfile(bufferevent_getfd(c->bev), c->file_fd, &c->file_off,
+					     (size_t)(c->file_end - c->file_off));
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n > 0)
+				continue;
+			/* Full (or failing: the bufferevent sees that on its own
+			 * write): a piece into the output, sent as it drains. */
+			struct evbuffer_iovec v;
+			size_t want = (size_t)(c->file_end - c->file_off);
+			if (want > FILE_PIECE)
+				want = FILE_PIECE;
+			if (evbuffer_reserve_space(o, (ev_ssize_t)want, &v, 1) < 1)
+				return -1;
+			ssize_t r = pread(c->file_fd, v.iov_base, want, c->file_off);
+			if (r <= 0)
+				return -1;
+			v.iov_len = (size_t)r;
+			if (evbuffer_commit_space(o, &v, 1) < 0)
+				return -1;
+			c->file_off += r;
+			return 0;
+		}
+		close(c->file_fd);
+		c->file_fd = -1;
+		if (c->after.len) {
+			int rc = conn_write_now(c, c->after.data, c->after.len, NULL, 0);
+			buf_free(&c->after);
+			if (rc < 0)
+				return -1;
+		}
 	}
-	c->nfiles = keep;
-	return len > file ? len - file : 0;
+	return 0;
 }
 
 /* Queue a finished frame from out, and tail bytes after it, on c (dropped
@@ -240,6 +271,14 @@ void conn_sendv(struct conn *c, const struct buf *out, const void *tail, size_t 
 		conn_close(c);
 		return;
 	}
+	if (c->file_fd >= 0) {
+		/* Behind the file being sent. */
+		if (buf_append(&c->after, out->data, out->len) < 0 ||
+		    buf_append(&c->after, tail ? tail : "", tail_len) < 0) {
+			conn_close(c);
+		}
+		return;
+	}
 	if (conn_write_now(c, out->data, out->len, tail, tail_len) < 0) {
 		log_warn("conn %llu: cannot queue reply; closing",
 			 (unsigned long long)c->serial);
@@ -249,10 +288,18 @@ void conn_sendv(struct conn *c, const struct buf *out, const void *tail, size_t 
 
 void conn_send_file(struct conn *c, const struct buf *out, int fd, size_t len)
 {
-	off_t foff = 0;
-	size_t off = 0;
-
-	if (c->state == CONN_CLOSED) {
+	if (c->state == CONN_CLOSED || c->file_fd >= 0) {
+		/* Closed, or a file already on its way: that one's frame says
+		 * so before this one could, so this one goes from memory. */
+		if (c->state != CONN_CLOSED) {
+			struct buf v = BUF_INIT;
+			ssize_t r = 0;
+			if (buf_reserve(&v, len) == 0 && (r = pread(fd, v.data, len, 0)) == (ssize_t)len)
+				conn_sendv(c, out, v.data, len);
+			else
+				conn_close(c);
+			buf_free(&v);
+		}
 		close(fd);
 		return;
 	}
@@ -264,49 +311,20 @@ void conn_send_file(struct conn *c, const struct buf *out, int fd, size_t len)
 		conn_close(c);
 		return;
 	}
-	int sock = bufferevent_getfd(c->bev);
-	struct evbuffer *o = bufferevent_get_output(c->bev);
-	if (evbuffer_get_length(o) == 0) {
-		/* Now, what the socket takes: the frame's head, then the file. */
-		ssize_t w = send(sock, out->data, out->len, MSG_DONTWAIT | MSG_NOSIGNAL);
-		if (w > 0)
-			off = (size_t)w;
-		while (off == out->len && (size_t)foff < len) {
-			ssize_t n = sendfile(sock, fd, &foff, len - (size_t)foff);
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n <= 0)
-				break;  /* the socket is full; errors are the bufferevent's */
-		}
-	}
-	if (off < out->len && bufferevent_write(c->bev, out->data + off, out->len - off) < 0)
-		goto fail;
-	if ((size_t)foff == len) {
+	if (conn_write_now(c, out->data, out->len, NULL, 0) < 0) {
 		close(fd);
+		log_warn("conn %llu: cannot queue reply; closing", (unsigned long long)c->serial);
+		conn_close(c);
 		return;
 	}
-	struct conn_file_seg *segs = c->files;
-	if (c->nfiles == c->files_cap) {
-		size_t cap = c->files_cap ? 2 * c->files_cap : 4;
-		if (!(segs = realloc(c->files, cap * sizeof *segs)))
-			goto fail;
-		c->files = segs;
-		c->files_cap = cap;
+	c->file_fd = fd;
+	c->file_off = 0;
+	c->file_end = (off_t)len;
+	if (conn_pump_file(c) < 0) {
+		log_warn("conn %llu: cannot send a value from its file; closing",
+			 (unsigned long long)c->serial);
+		conn_close(c);
 	}
-	uint64_t start = c->out_added;
-	/* Takes fd: libevent closes it once the segment is sent or dropped. */
-	if (evbuffer_add_file(o, fd, foff, (ev_off_t)(len - (size_t)foff)) < 0) {
-		close(fd);
-		fd = -1;
-		goto fail;
-	}
-	c->files[c->nfiles++] = (struct conn_file_seg){ start, start + (len - (size_t)foff) };
-	return;
-fail:
-	if (fd >= 0)
-		close(fd);
-	log_warn("conn %llu: cannot queue reply; closing", (unsigned long long)c->serial);
-	conn_close(c);
 }
 
 int conn_send_fd(struct conn *c, const struct buf *out, int fd)
@@ -321,7 +339,7 @@ int conn_send_fd(struct conn *c, const struct buf *out, int fd)
 
 	/* Only where nothing is queued: the descriptor rides on the frame's
 	 * first bytes, which must be the next the client reads. */
-	if (c->state != CONN_READING || c->fds_sent >= CONN_MAX_FDS ||
+	if (c->state != CONN_READING || c->fds_sent >= CONN_MAX_FDS || c->file_fd >= 0 ||
 	    evbuffer_get_length(bufferevent_get_output(c->bev)) != 0)
 		return -1;
 	memset(&u, 0, sizeof u);
@@ -358,7 +376,7 @@ void conn_send_progress(struct conn *c, uint64_t id, const char *state)
 	struct buf b = BUF_INIT;
 	struct msg_writer w;
 
-	if (c->state != CONN_READING ||
+	if (c->state != CONN_READING || c->file_fd >= 0 ||
 	    evbuffer_get_length(bufferevent_get_output(c->bev)) != 0)
 		return;
 	msg_begin(&w, &b, FRAME_PROGRESS);
@@ -394,7 +412,7 @@ void conn_refuse(struct conn *c, const char *code, const char *message)
 		event_del(c->rev);
 		if (c->timer)
 			evtimer_del(c->timer);
-		if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+		if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0 && c->file_fd < 0)
 			conn_close(c);
 	}
 }
@@ -563,7 +581,12 @@ static void on_conn_write(struct bufferevent *bev, void *arg)
 	struct conn *c = arg;
 	struct server *s = c->srv;
 
-	if (c->state == CONN_CLOSING)
+	if (c->file_fd >= 0 && c->state != CONN_CLOSED && conn_pump_file(c) < 0) {
+		log_warn("conn %llu: cannot send a value from its file; closing",
+			 (unsigned long long)c->serial);
+		conn_close(c);
+	}
+	if (c->state == CONN_CLOSING && c->file_fd < 0)
 		conn_close(c);
 	server_maybe_stop(s);
 }
@@ -616,6 +639,7 @@ struct conn *conn_new(struct server *s, int fd, const struct tenant *t)
 	}
 	c->srv = s;
 	c->refs = 1;
+	c->file_fd = -1;
 	c->tenant = *t;
 	c->serial = ++s->next_serial;
 	c->state = CONN_READING;
@@ -651,7 +675,6 @@ struct conn *conn_new(struct server *s, int fd, const struct tenant *t)
 		c->peer->conns++;
 	/* What the socket did not take at once goes out as fast as it drains. */
 	bufferevent_set_max_single_write(c->bev, 1 << 20);
-	evbuffer_add_cb(bufferevent_get_output(c->bev), on_out_change, c);
 	bufferevent_setcb(c->bev, NULL, on_conn_write, on_conn_event, c);
 	bufferevent_enable(c->bev, EV_WRITE);
 	event_add(c->rev, NULL);

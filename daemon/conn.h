@@ -67,16 +67,10 @@ struct conn {
 	enum { TIMER_NONE, TIMER_HEADER, TIMER_IDLE } timer_mode;
 	int partial;            /* a frame has started but not arrived whole */
 	int fds_sent;           /* descriptors sent (conn_send_fd()), ever */
-	uint64_t out_added, out_drained;        /* bytes through the output */
-	struct conn_file_seg *files;    /* output queued from files */
-	size_t nfiles, files_cap;
+	int file_fd;            /* a value being sent from its file, or -1 */
+	off_t file_off, file_end;       /* what of it is sent, its length */
+	struct buf after;       /* frames queued behind that file */
 	struct conn *prev, *next;       /* the server's open connections */
-};
-
-/* A file's bytes queued in a connection's output (conn_send_file()): its
- * place in the stream of bytes ever added to it. */
-struct conn_file_seg {
-	uint64_t start, end;
 };
 
 /* The most descriptors one connection is ever sent (conn_send_fd()). Each

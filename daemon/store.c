@@ -1175,7 +1175,13 @@ again:
 		buf_reset(&ferr);
 		if (blobs_write(s->blobs, key, sum, e->data, e->data_len, &ferr) < 0) {
 			int full = errno == ENOSPC || errno == EDQUOT;
+			struct statvfs v;
 			snprintf(msg, sizeof msg, "%s", ferr.data ? ferr.data : "cannot write");
+			/* A value the whole cache's room could not hold is refused
+			 * without emptying the cache for nothing. */
+			if (full && statvfs(s->dir, &v) == 0 &&
+			    (int64_t)v.f_bavail * (int64_t)v.f_frsize + s->bytes < size)
+				full = 0;
 			if (full && !retried) {
 				retried = 1;
 				make_room_on_disk(s, size);
