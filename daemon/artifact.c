@@ -296,9 +296,10 @@ static void reply_file(struct artifacts *a, struct conn *c, uint64_t id, int fd,
 	buf_free(&out);
 }
 
-/* Answer a get from the store: 1 if key is there (answered), else 0. */
+/* Answer a get from the store: 1 if key is there (answered, its length
+ * in *len), else 0. */
 static int reply_stored(struct artifacts *a, struct conn *c, uint64_t id,
-			const unsigned char key[32], int want_fd)
+			const unsigned char key[32], int want_fd, size_t *len)
 {
 	struct store_result r;
 	int fd = -1;
@@ -309,6 +310,7 @@ static int reply_stored(struct artifacts *a, struct conn *c, uint64_t id,
 		store_result_free(&r);
 		return 0;
 	}
+	*len = r.data_len;
 	if (fd >= 0)
 		reply_file(a, c, id, fd, r.data_len, want_fd);
 	else
@@ -474,7 +476,8 @@ static void slot_finish_from(struct slot *s, const struct buf *value, int stored
 		next = w->next;
 		if (value)
 			a->n.wait_hits++;
-		if (!value || !stored || !reply_stored(a, w->conn, w->id, key, w->want_fd))
+		size_t len;
+		if (!value || !stored || !reply_stored(a, w->conn, w->id, key, w->want_fd, &len))
 			reply_get(w->conn, w->id, value, 0);
 		waiter_free(w);
 	}
@@ -667,9 +670,10 @@ static void artifact_get(struct conn *c, uint64_t id, const struct msg *m)
 		conn_send_error(c, id, "internal", "out of memory");
 		goto out;
 	}
-	if (reply_stored(a, c, id, k.hash, want_fd)) {
+	size_t len;
+	if (reply_stored(a, c, id, k.hash, want_fd, &len)) {
 		a->n.hits++;
-		trace(c, "get", ns, &k, "hit", 0);
+		trace(c, "get", ns, &k, "hit", len);
 		goto out;
 	}
 	if (c->srv->stopping) {

@@ -6,7 +6,12 @@
  *
  * Blobs (PTX, cubin, and the log text beside them) are stored
  * zstd-compressed with a checksum that is verified on every read: a blob
- * that fails it is deleted and reported as a miss, never returned. A put is
+ * that fails it is deleted and reported as a miss, never returned. A value
+ * of BLOB_MIN bytes and more (256 KiB) is a file of its own beside the
+ * database instead (blobs.h: raw bytes, read-only, durable before the row
+ * that names it is committed, unlinked after the row's removal is), under
+ * the same checksum, counted in the size cap and evicted with its row;
+ * store_get_file() hands out a descriptor of it rather than its bytes. A put is
  * committed (durable in the WAL) before store_put() returns, so a result
  * acknowledged to a client survives a kill -9 of the daemon.
  *
