@@ -853,6 +853,13 @@ static void *map_value(ptxcache *pc, int fd, size_t len)
 		munmap(p, total);
 		p = MAP_FAILED;
 	}
+#ifdef MADV_POPULATE_READ
+	/* The page cache's pages mapped in one call (Linux 5.14), not one
+	 * fault at a time as the caller reads them; still shared, not copied
+	 * (a write makes its page private). Best effort. */
+	if (p != MAP_FAILED && len)
+		madvise(p, len, MADV_POPULATE_READ);
+#endif
 	if (p == MAP_FAILED) {
 		set_err(pc, "cannot map the value ptxcached sent: %s", m ? strerror(errno) :
 			"out of memory");
