@@ -22,7 +22,15 @@
  *   size     bytes stored versus raw bytes, daemon memory, and hit
  *            throughput with 16 client processes;
  *   artifact a JIT cache artifact's hit (ptxcache_artifact_get) of 4 KiB
- *            and of 4 MiB, against the floor for the same frame sizes.
+ *            and of 4 MiB, against the floor for the same frame sizes;
+ *   large    values of 1, 8, 64 and 256 MiB (half text, half random
+ *            bytes): a put against a write+fsync of the same bytes, a warm
+ *            get through libptxcache (the value mapped, every page read)
+ *            and through the Python client, each against reading the same
+ *            bytes from a page-cached file into the process, and the
+ *            daemon's peak RSS over its idle RSS for a get inline and by
+ *            descriptor (--large runs this section alone). A second
+ *            node's get of them through Redis belongs to bench/tier.py.
  *
  * Results go to OUT/results.json (the key names are the contract of
  * `make bench`; null where a figure cannot be measured, with a note) and a
@@ -1012,6 +1020,258 @@ static void artifact_runs(struct figures *f, const struct daemon *d)
 	free(rep);
 }
 
+/* ---- large values ---------------------------------------------------- */
+
+#define NLARGE 4
+static const size_t large_mb[NLARGE] = { 1, 8, 64, 256 };
+
+struct large_fig {
+	double put_ms, fsync_ms, cget_ms, cread_ms, pyget_ms, pyread_ms;
+	long long idle_kb, peak_inline_kb, peak_fd_kb;
+};
+
+static long long proc_kb(pid_t pid, const char *field)
+{
+	char p[64], line[256];
+	long long v = -1;
+
+	snprintf(p, sizeof p, "/proc/%d/status", (int)pid);
+	FILE *f = fopen(p, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof line, f))
+		if (!strncmp(line, field, strlen(field)))
+			v = atoll(line + strlen(field) + 1);
+	fclose(f);
+	return v;
+}
+
+/* VmHWM starts again from VmRSS (Linux 4.0). */
+static void reset_peak(pid_t pid)
+{
+	char p[64];
+
+	snprintf(p, sizeof p, "/proc/%d/clear_refs", (int)pid);
+	FILE *f = fopen(p, "w");
+	if (f) {
+		fputs("5", f);
+		fclose(f);
+	}
+}
+
+/* An inline get (no "fd": the value in the reply), read whole and dropped,
+ * on a socket of its own: what an old client costs the daemon. */
+static void inline_get(const char *sock, const char *key, size_t len)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct buf b = BUF_INIT;
+	struct msg_writer w;
+	char hdr[8];
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	set_path(&sa, sock);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0)
+		die("cannot connect to '%s': %s", sock, strerror(errno));
+	msg_begin(&w, &b, FRAME_ARTIFACT_GET);
+	msg_put_int(&w, "id", 1);
+	msg_put_str(&w, "ns", "large");
+	msg_put_str(&w, "key", key);
+	msg_end(&w);
+	char *rep = malloc(len + 4096);
+	if (!rep || write_full(fd, b.data, b.len) < 0 || read_full(fd, hdr, 8) < 0)
+		die("inline get failed");
+	uint32_t n = (uint32_t)(unsigned char)hdr[4] << 24 | (uint32_t)(unsigned char)hdr[5] << 16 |
+		     (uint32_t)(unsigned char)hdr[6] << 8 | (unsigned char)hdr[7];
+	if (n < len || n > len + 4096 || read_full(fd, rep, n) < 0)
+		die("inline get: a reply of %u bytes for a value of %zu", n, len);
+	free(rep);
+	buf_free(&b);
+	close(fd);
+}
+
+/* The Python client's warm gets and a Python read of the same file: one
+ * line "MB get_ms read_ms" per size (medians). */
+static void python_runs(const char *sock, const char *dir, struct large_fig *lf)
+{
+	char script[2048], out[512];
+	snprintf(script, sizeof script,
+		 "import os, sys, time\n"
+		 "sys.path.insert(0, 'python')\n"
+		 "from ptxcache import Client\n"
+		 "c = Client(%s%s%s)\n"
+		 "for mb in (1, 8, 64, 256):\n"
+		 "    n = mb << 20\n"
+		 "    g, r = [], []\n"
+		 "    for i in range(%d):\n"
+		 "        t = time.perf_counter(); v = c.artifact_get('large', 'v%%d' %% mb).value\n"
+		 "        g.append(time.perf_counter() - t); assert len(v) == n; del v\n"
+		 "        t = time.perf_counter(); fd = os.open('%s/file-%%d' %% mb, os.O_RDONLY)\n"
+		 "        v = os.pread(fd, n, 0); os.close(fd)\n"
+		 "        r.append(time.perf_counter() - t); assert len(v) == n; del v\n"
+		 "    g.sort(); r.sort()\n"
+		 "    print(mb, g[len(g) // 2] * 1e3, r[len(r) // 2] * 1e3, flush=True)\n",
+		 "'", sock, "'", g.quick ? 5 : 9, dir);
+	char *argv[] = { "python3", "-c", script, NULL };
+	int pfd[2];
+	if (pipe(pfd) < 0)
+		die("pipe: %s", strerror(errno));
+	pid_t pid = fork();
+	if (pid == 0) {
+		dup2(pfd[1], 1);
+		close(pfd[0]);
+		execvp("python3", argv);
+		_exit(127);
+	}
+	close(pfd[1]);
+	FILE *f = fdopen(pfd[0], "r");
+	while (f && fgets(out, sizeof out, f)) {
+		int mb;
+		double gm, rm;
+		if (sscanf(out, "%d %lf %lf", &mb, &gm, &rm) != 3)
+			continue;
+		for (int z = 0; z < NLARGE; z++)
+			if ((size_t)mb == large_mb[z]) {
+				lf[z].pyget_ms = gm;
+				lf[z].pyread_ms = rm;
+			}
+	}
+	if (f)
+		fclose(f);
+	waitpid(pid, NULL, 0);
+}
+
+static void large_runs(struct large_fig *lf)
+{
+	struct daemon d;
+	char dir[400], path[480];
+	int reps = g.quick ? 3 : 5;
+
+	for (int z = 0; z < NLARGE; z++)
+		lf[z] = (struct large_fig){ NAN, NAN, NAN, NAN, NAN, NAN, -1, -1, -1 };
+	daemon_start(&d, "large");
+	/* The baseline's files on the cache's own filesystem. */
+	snprintf(dir, sizeof dir, "%s/large-files", g.tmp);
+	mkdir(dir, 0700);
+	ptxcache *pc = connect_or_die(d.sock);
+	for (int z = 0; z < NLARGE; z++) {
+		size_t n = large_mb[z] << 20;
+		char key[32], *v = malloc(n), *back = malloc(n);
+		double put[5], fs[5], cg[5], cr[5];
+		if (!v || !back)
+			die("out of memory");
+		/* Half text, half bytes zstd cannot shrink. */
+		static const char text[] = "def forward(self, x):\n    return aten.mm(x, self.w)\n";
+		for (size_t i = 0; i < n / 2; i++)
+			v[i] = text[i % (sizeof text - 1)];
+		uint64_t x = 0x9e3779b97f4a7c15ull + n;
+		for (size_t i = n / 2; i < n; i++) {
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			v[i] = (char)x;
+		}
+		snprintf(key, sizeof key, "v%zu", large_mb[z]);
+		snprintf(path, sizeof path, "%s/file-%zu", dir, large_mb[z]);
+		for (int r = 0; r < reps; r++) {
+			/* A put (durable here when it returns), then write+fsync of
+			 * the same bytes, alternating. */
+			double t0 = now_ms();
+			if (ptxcache_artifact_put(pc, "large", key, v, n, 0) < 0)
+				die("large put: %s", ptxcache_errmsg(pc));
+			put[r] = now_ms() - t0;
+			t0 = now_ms();
+			int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+			if (fd < 0 || write_full(fd, v, n) < 0 || fsync(fd) < 0)
+				die("cannot write '%s': %s", path, strerror(errno));
+			close(fd);
+			fs[r] = now_ms() - t0;
+		}
+		/* Warm gets (the value mapped, every page read), and reads of
+		 * the page-cached file into the process's memory. */
+		sleep(2);       /* the blob file's hash is remembered once settled */
+		for (int r = 0; r < reps; r++) {
+			struct ptxcache_artifact a;
+			volatile unsigned char sum = 0;
+			double t0 = now_ms();
+			if (ptxcache_artifact_get(pc, "large", key, 0, 0, &a) < 0 || !a.found ||
+			    a.len != n)
+				die("large get: %s", ptxcache_errmsg(pc));
+			for (size_t i = 0; i < n; i += 4096)
+				sum ^= ((unsigned char *)a.value)[i];
+			cg[r] = now_ms() - t0;
+			if (memcmp(a.value, v, n))
+				die("large get: not the value put");
+			ptxcache_artifact_free(&a);
+			t0 = now_ms();
+			char *m = malloc(n);
+			int fd = open(path, O_RDONLY | O_CLOEXEC);
+			if (!m || fd < 0 || read_full(fd, m, n) < 0)
+				die("cannot read '%s'", path);
+			close(fd);
+			cr[r] = now_ms() - t0;
+			free(m);
+		}
+		lf[z].put_ms = quantile(put, (size_t)reps, 0.5);
+		lf[z].fsync_ms = quantile(fs, (size_t)reps, 0.5);
+		lf[z].cget_ms = quantile(cg, (size_t)reps, 0.5);
+		lf[z].cread_ms = quantile(cr, (size_t)reps, 0.5);
+		/* The daemon's peak over its idle RSS: a get inline, one by
+		 * descriptor. */
+		lf[z].idle_kb = proc_kb(d.pid, "VmRSS");
+		reset_peak(d.pid);
+		inline_get(d.sock, key, n);
+		lf[z].peak_inline_kb = proc_kb(d.pid, "VmHWM") - lf[z].idle_kb;
+		reset_peak(d.pid);
+		struct ptxcache_artifact a;
+		if (ptxcache_artifact_get(pc, "large", key, 0, 0, &a) < 0 || !a.found)
+			die("large get: %s", ptxcache_errmsg(pc));
+		ptxcache_artifact_free(&a);
+		lf[z].peak_fd_kb = proc_kb(d.pid, "VmHWM") - lf[z].idle_kb;
+		free(v);
+		free(back);
+	}
+	ptxcache_close(pc);
+	python_runs(d.sock, dir, lf);
+	daemon_stop(&d);
+}
+
+static void large_table(const struct large_fig *lf)
+{
+	printf("\nlarge values (put: durable on this node; get: warm, the bytes in the process)\n");
+	printf("  %6s %9s %9s %6s | %9s %9s %6s %7s | %9s %9s %6s | %10s %10s %10s\n",
+	       "MiB", "put ms", "w+fsync", "ratio", "C get ms", "read ms", "ratio", "MB/s",
+	       "py get ms", "py read", "ratio", "idle KiB", "+inline", "+fd");
+	for (int z = 0; z < NLARGE; z++) {
+		const struct large_fig *l = &lf[z];
+		printf("  %6zu %9.1f %9.1f %6.2f | %9.2f %9.2f %6.2f %7.0f | %9.2f %9.2f %6.2f |"
+		       " %10lld %10lld %10lld\n",
+		       large_mb[z], l->put_ms, l->fsync_ms, l->put_ms / l->fsync_ms, l->cget_ms,
+		       l->cread_ms, l->cget_ms / l->cread_ms,
+		       (double)large_mb[z] * 1.048576 / (l->cget_ms / 1e3),
+		       l->pyget_ms, l->pyread_ms, l->pyget_ms / l->pyread_ms, l->idle_kb,
+		       l->peak_inline_kb, l->peak_fd_kb);
+	}
+	printf("  (a second node's get through Redis: bench/tier.py)\n");
+}
+
+static void large_json(const struct large_fig *lf, const char *path)
+{
+	FILE *f = fopen(path, "w");
+	if (!f)
+		die("cannot write '%s': %s", path, strerror(errno));
+	fprintf(f, "[\n");
+	for (int z = 0; z < NLARGE; z++) {
+		const struct large_fig *l = &lf[z];
+		fprintf(f, "  {\"mib\": %zu, \"put_ms\": %.3f, \"write_fsync_ms\": %.3f, "
+			"\"c_get_ms\": %.3f, \"c_read_ms\": %.3f, \"py_get_ms\": %.3f, "
+			"\"py_read_ms\": %.3f, \"daemon_idle_kb\": %lld, "
+			"\"daemon_peak_inline_kb\": %lld, \"daemon_peak_fd_kb\": %lld}%s\n",
+			large_mb[z], l->put_ms, l->fsync_ms, l->cget_ms, l->cread_ms, l->pyget_ms,
+			l->pyread_ms, l->idle_kb, l->peak_inline_kb, l->peak_fd_kb,
+			z + 1 < NLARGE ? "," : "");
+	}
+	fprintf(f, "]\n");
+	fclose(f);
+}
+
 static void hit_runs(struct figures *f, const struct daemon *d, int cubin)
 {
 	/* 15 passes for QUICK's 10 kernels too: with 5, the p50 of 50 hits
@@ -1694,7 +1954,7 @@ static void usage(void)
 	fputs("usage: bench [--quick] [--out DIR] [--corpus DIR] [--daemon PATH]\n"
 	      "             [--llc PATH] [--workers N] [--hit-loop[-cubin] SECONDS]\n"
 	      "             [--miss-loop SECONDS]\n"
-	      "             [--redis-only] [--only start,miss,hit]\n", stderr);
+	      "             [--redis-only] [--large] [--only start,miss,hit]\n", stderr);
 	exit(2);
 }
 
@@ -1942,7 +2202,8 @@ int main(int argc, char **argv)
 	struct daemon d;
 	char path[512];
 	double loop = 0;
-	int loop_cubin = 0, loop_miss = 0, redis_only = 0;
+	int loop_cubin = 0, loop_miss = 0, redis_only = 0, large_only = 0;
+	struct large_fig lf[NLARGE];
 
 	memset(&f, 0, sizeof f);
 	for (int i = 1; i < argc; i++) {
@@ -1951,6 +2212,8 @@ int main(int argc, char **argv)
 			g.quick = 1;
 		else if (!strcmp(a, "--redis-only"))
 			redis_only = 1;
+		else if (!strcmp(a, "--large"))
+			large_only = 1;
 		else if (i + 1 >= argc)
 			usage();
 		else if (!strcmp(a, "--out"))
@@ -1977,7 +2240,8 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	bench_pid = getpid();
-	load_corpus();
+	if (!large_only)
+		load_corpus();
 	if (loop > 0 && loop_miss) {
 		miss_loop(loop);
 		return 0;
@@ -2000,6 +2264,16 @@ int main(int argc, char **argv)
 	double t0 = now_ms();
 	if (redis_only) {
 		redis_runs(&f, t0);
+		return 0;
+	}
+	if (large_only) {
+		fprintf(stderr, "bench: large values\n");
+		large_runs(lf);
+		snprintf(path, sizeof path, "%s/large.json", g.out);
+		large_json(lf, path);
+		large_table(lf);
+		char *rmv[] = { "/bin/rm", "-rf", g.tmp, NULL };
+		run_timed(rmv);
 		return 0;
 	}
 	if (g.only) {
@@ -2036,6 +2310,11 @@ int main(int argc, char **argv)
 		f.fresh_hit_pct);
 	daemon_stop(&d);
 
+	fprintf(stderr, "bench: large values\n");
+	large_runs(lf);
+	snprintf(path, sizeof path, "%s/large.json", g.out);
+	large_json(lf, path);
+
 	fprintf(stderr, "bench: a second node's first pass through Redis\n");
 	second_node(&f);
 
@@ -2049,6 +2328,7 @@ int main(int argc, char **argv)
 	snprintf(path, sizeof path, "%s/results.json", g.out);
 	write_json(&f, path);
 	print_table(&f);
+	large_table(lf);
 	printf("\n  %s written in %.0f s\n", path, (now_ms() - t0) / 1e3);
 	char *rm[] = { "/bin/rm", "-rf", g.tmp, NULL };
 	run_timed(rm);

@@ -22,7 +22,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <time.h>
@@ -45,6 +48,10 @@ static const char *node_socket(void)
 #define REPLY_MAX (1u << 30)
 /* At most this much room made ahead of a reply's bytes. */
 #define READ_AHEAD (4u << 20)
+/* Descriptors received ahead of the frames that claim them: each rides on
+ * its frame's first byte, so at most the frames one read can hold. */
+#define FDS_MAX 16
+
 /* The silence bound without $PTXCACHE_SILENCE_MS or an explicit one: the
  * daemon sends progress about once a second while a request waits. */
 #define SILENCE_DEFAULT_MS 5000
@@ -57,6 +64,9 @@ struct ptxcache {
 	struct buf in;          /* bytes read but not yet consumed */
 	struct buf req;         /* the compile request being sent: kept from
 	                           call to call (see req_buf()) */
+	int fds[FDS_MAX];       /* descriptors received, not yet claimed by
+	                           their frame (fd_take()), oldest first */
+	int nfds;
 	char err[512];
 };
 
@@ -250,6 +260,8 @@ void ptxcache_close(ptxcache *pc)
 		return;
 	close(pc->fd);
 	buf_free(&pc->in);
+	for (int i = 0; i < pc->nfds; i++)
+		close(pc->fds[i]);
 	buf_free(&pc->req);
 	free(pc);
 }
@@ -303,6 +315,66 @@ static int send_all(ptxcache *pc, const struct msg_writer *w, struct bounds *bd)
 		return -1;
 	}
 	return 0;
+}
+
+/*
+ * recv() that also takes the descriptors the daemon sends (SCM_RIGHTS,
+ * close-on-exec), queued in pc->fds for the frames that claim them. The
+ * daemon sends one per sendmsg(), and the kernel ends a read after the
+ * bytes that carried one: more than one in a read, a truncated control
+ * message (MSG_CTRUNC: this process may be out of descriptors), or more
+ * than FDS_MAX unclaimed is the daemon misbehaving. -2 with the message
+ * set, else recv()'s result.
+ */
+static ssize_t recv_fds(ptxcache *pc, void *p, size_t room)
+{
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(4 * sizeof(int))];
+	} u;
+	struct iovec v = { p, room };
+	struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = u.b,
+			     .msg_controllen = sizeof u.b };
+	int got = 0, bad = 0;
+
+	ssize_t n = recvmsg(pc->fd, &mh, MSG_CMSG_CLOEXEC);
+	if (n < 0)
+		return n;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < k; i++) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+			if (got++ || pc->nfds == FDS_MAX) {
+				close(fd);
+				bad = 1;
+			} else {
+				pc->fds[pc->nfds++] = fd;
+			}
+		}
+	}
+	if (bad || (mh.msg_flags & MSG_CTRUNC)) {
+		set_err(pc, "ptxcached sent %s", (mh.msg_flags & MSG_CTRUNC) ?
+			"a descriptor this process could not take (out of descriptors?)" :
+			"more descriptors than replies");
+		return -2;
+	}
+	return n;
+}
+
+/* The oldest descriptor received (its frame is being read), or -1 with
+ * the message set if none came. */
+static int fd_take(ptxcache *pc)
+{
+	if (!pc->nfds) {
+		set_err(pc, "malformed reply from ptxcached: a descriptor announced, none sent");
+		return -1;
+	}
+	int fd = pc->fds[0];
+	memmove(pc->fds, pc->fds + 1, (size_t)--pc->nfds * sizeof *pc->fds);
+	return fd;
 }
 
 /*
@@ -364,7 +436,15 @@ static int call(ptxcache *pc, const struct msg_writer *req, uint64_t id,
 			if (rid == (int64_t)id && h.type == (want_type | FRAME_REPLY))
 				return 0;
 			/* Progress (a request still waits), or a stray reply (an
-			 * abandoned earlier request): skip it. */
+			 * abandoned earlier request): skip it, and the descriptor
+			 * it came with. */
+			int with_fd = 0;
+			if (msg_bool(m, "fd", &with_fd) == 1 && with_fd) {
+				int sfd = fd_take(pc);
+				if (sfd < 0)
+					return -1;
+				close(sfd);
+			}
 			msg_free(m);
 			buf_consume(&pc->in, *consumed);
 			continue;
@@ -381,7 +461,9 @@ static int call(ptxcache *pc, const struct msg_writer *req, uint64_t id,
 		if (!more && wait_fd(pc, POLLIN, &bd) < 0)
 			return -1;
 		size_t room = pc->in.cap - pc->in.len - 1;
-		ssize_t n = recv(pc->fd, pc->in.data + pc->in.len, room, 0);
+		ssize_t n = recv_fds(pc, pc->in.data + pc->in.len, room);
+		if (n == -2)
+			return -1;
 		more = n == (ssize_t)room;
 		if (n > 0) {
 			pc->in.len += (size_t)n;
@@ -732,6 +814,88 @@ static int artifact_call(ptxcache *pc, struct msg_writer *w, uint64_t id, uint8_
 	return r;
 }
 
+/*
+ * Values that came as a descriptor are mapped, not copied: ptxcache_artifact's
+ * value is then a private mapping of the daemon's file (writable: a write
+ * makes a private copy of that page, as a malloc'd value would take it),
+ * which ptxcache_artifact_free() must unmap rather than free(). The struct
+ * has no room to say which (its size is ABI), so the mappings are kept
+ * here, few at a time: those the caller has not freed yet.
+ */
+struct mapping {
+	void *p;
+	size_t len;
+	struct mapping *next;
+};
+static struct mapping *mappings;
+static pthread_mutex_t mappings_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Map fd's len bytes (checked: one regular file of exactly len bytes),
+ * NUL-terminated as a malloc'd value is: a zero page or the page's zero
+ * fill follows the last byte. NULL with the message set. */
+static void *map_value(ptxcache *pc, int fd, size_t len)
+{
+	struct stat st;
+	long page = sysconf(_SC_PAGESIZE);
+	struct mapping *m = malloc(sizeof *m);
+
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != len) {
+		set_err(pc, "malformed reply from ptxcached: its descriptor is not a file of "
+			"the value's %zu bytes", len);
+		free(m);
+		return NULL;
+	}
+	size_t total = (len + 1 + (size_t)page - 1) / (size_t)page * (size_t)page;
+	char *p = m ? mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			   -1, 0) : MAP_FAILED;
+	if (p != MAP_FAILED && len &&
+	    mmap(p, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd, 0) == MAP_FAILED) {
+		munmap(p, total);
+		p = MAP_FAILED;
+	}
+#ifdef MADV_POPULATE_READ
+	/* The page cache's pages mapped in one call (Linux 5.14), not one
+	 * fault at a time as the caller reads them; still shared, not copied
+	 * (a write makes its page private). Best effort. */
+	if (p != MAP_FAILED && len)
+		madvise(p, len, MADV_POPULATE_READ);
+#endif
+	if (p == MAP_FAILED) {
+		set_err(pc, "cannot map the value ptxcached sent: %s", m ? strerror(errno) :
+			"out of memory");
+		free(m);
+		return NULL;
+	}
+	m->p = p;
+	m->len = total;
+	pthread_mutex_lock(&mappings_lock);
+	m->next = mappings;
+	mappings = m;
+	pthread_mutex_unlock(&mappings_lock);
+	return p;
+}
+
+/* Unmap p if it is one of ours: 1 if it was, 0 if not (malloc'd). */
+static int unmap_value(void *p)
+{
+	struct mapping **pp, *m = NULL;
+
+	pthread_mutex_lock(&mappings_lock);
+	for (pp = &mappings; *pp; pp = &(*pp)->next) {
+		if ((*pp)->p == p) {
+			m = *pp;
+			*pp = m->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&mappings_lock);
+	if (!m)
+		return 0;
+	munmap(m->p, m->len);
+	free(m);
+	return 1;
+}
+
 int ptxcache_artifact_get(ptxcache *pc, const char *ns, const char *key, int take_lease,
 			  int wait_ms, struct ptxcache_artifact *out)
 {
@@ -748,16 +912,36 @@ int ptxcache_artifact_get(ptxcache *pc, const char *ns, const char *key, int tak
 		msg_put_bool(&w, "lease", 1);
 	if (wait_ms >= 0)
 		msg_put_int(&w, "wait_ms", wait_ms);
+	/* A large value may come as its file's descriptor (PROTOCOL.md). */
+	msg_put_bool(&w, "fd", 1);
 	/* The daemon's own bound when none is given: artifact-wait, 300 s by
 	 * default. */
 	int r = artifact_call(pc, &w, id, FRAME_ARTIFACT_GET, wait_ms >= 0 ? wait_ms : 300000,
 			      &m, &used);
 	if (r == 0) {
-		int64_t lease = 0;
+		int64_t lease = 0, vlen = -1;
+		int with_fd = 0;
 		msg_bool(&m, "found", &out->found);
 		msg_int(&m, "lease", &lease);
 		out->lease = lease > 0 ? (uint64_t)lease : 0;
-		if (out->found && !(out->value = dup_field(&m, "value", &out->len))) {
+		if (msg_bool(&m, "fd", &with_fd) == 1 && with_fd) {
+			int fd = fd_take(pc);
+			if (fd < 0 || !out->found || msg_int(&m, "value_len", &vlen) != 1 ||
+			    vlen < 0 || (uint64_t)vlen > REPLY_MAX) {
+				if (fd >= 0)
+					set_err(pc, "malformed reply from ptxcached: a descriptor "
+						"without a found value's length");
+				r = -1;
+			} else if (!(out->value = map_value(pc, fd, (size_t)vlen))) {
+				r = -1;
+			} else {
+				out->len = (size_t)vlen;
+			}
+			if (fd >= 0)
+				close(fd);
+			if (r < 0)
+				out->found = 0;
+		} else if (out->found && !(out->value = dup_field(&m, "value", &out->len))) {
 			set_err(pc, "malformed reply from ptxcached: a found artifact without a value");
 			out->found = 0;
 			r = -1;
@@ -807,7 +991,8 @@ void ptxcache_artifact_free(struct ptxcache_artifact *a)
 {
 	if (!a)
 		return;
-	free(a->value);
+	if (a->value && !unmap_value(a->value))
+		free(a->value);
 	memset(a, 0, sizeof *a);
 }
 

@@ -46,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -72,6 +73,7 @@ struct waiter {
 	struct conn *conn;
 	uint64_t id;
 	int want_lease;
+	int want_fd;            /* the get asked for a descriptor */
 	struct event *deadline;
 	struct slot *slot;
 	struct waiter *next;
@@ -251,6 +253,72 @@ static void reply_get(struct conn *c, uint64_t id, const struct buf *value, uint
 	buf_free(&out);
 }
 
+/*
+ * A hit whose value is in its blob file (store_get_file(): fd, checked):
+ * to a get that asked for it, the descriptor itself (the reply says
+ * value_len and fd: true; PROTOCOL.md); otherwise, or where the
+ * descriptor cannot go now (conn_send_fd()), the value inline, sent by
+ * the kernel from the file. Either way the daemon never reads it into
+ * memory. Takes fd.
+ */
+static void reply_file(struct artifacts *a, struct conn *c, uint64_t id, int fd, size_t len,
+		       int want_fd)
+{
+	struct buf out = BUF_INIT;
+	struct msg_writer w;
+
+	if (want_fd) {
+		msg_begin(&w, &out, FRAME_ARTIFACT_GET | FRAME_REPLY);
+		msg_put_int(&w, "id", (int64_t)id);
+		msg_put_bool(&w, "found", 1);
+		msg_put_int(&w, "value_len", (int64_t)len);
+		msg_put_bool(&w, "fd", 1);
+		if (msg_end(&w) == 0 && conn_send_fd(c, &out, fd) == 0) {
+			a->n.fd_hits++;
+			close(fd);
+			buf_free(&out);
+			return;
+		}
+		a->n.fd_fallbacks++;
+		buf_reset(&out);
+	}
+	msg_begin(&w, &out, FRAME_ARTIFACT_GET | FRAME_REPLY);
+	msg_put_int(&w, "id", (int64_t)id);
+	msg_put_bool(&w, "found", 1);
+	msg_put_bin_tail(&w, "value", "", len);
+	if (msg_end(&w) == 0) {
+		a->n.file_hits++;
+		conn_send_file(c, &out, fd, len);
+	} else {
+		close(fd);
+		conn_send_error(c, id, "internal", "out of memory");
+	}
+	buf_free(&out);
+}
+
+/* Answer a get from the store: 1 if key is there (answered, its length
+ * in *len), else 0. */
+static int reply_stored(struct artifacts *a, struct conn *c, uint64_t id,
+			const unsigned char key[32], int want_fd, size_t *len)
+{
+	struct store_result r;
+	int fd = -1;
+
+	if (store_get_file(a->store, key, &r, &fd) != 1 || r.kind != STORE_ARTIFACT) {
+		if (fd >= 0)
+			close(fd);
+		store_result_free(&r);
+		return 0;
+	}
+	*len = r.data_len;
+	if (fd >= 0)
+		reply_file(a, c, id, fd, r.data_len, want_fd);
+	else
+		reply_get(c, id, &r.data, 0);
+	store_result_free(&r);
+	return 1;
+}
+
 static void reply_simple(struct conn *c, uint8_t type, uint64_t id, const char *flag)
 {
 	struct buf out = BUF_INIT;
@@ -389,12 +457,16 @@ static void waiter_unlink(struct waiter *w)
 	*pp = w->next;
 }
 
-/* Answer every waiter of s with value (NULL: a miss) and drop the slot. */
-static void slot_finish(struct slot *s, const struct buf *value)
+/* Answer every waiter of s with value (NULL: a miss) and drop the slot.
+ * stored: the value was stored under s's key, and waiters are answered
+ * as hits are (a large value from its file), value where that fails. */
+static void slot_finish_from(struct slot *s, const struct buf *value, int stored)
 {
 	struct artifacts *a = s->a;
 	struct waiter *w = s->waiters, *next;
+	unsigned char key[32];
 
+	memcpy(key, s->key, 32);        /* s is freed below */
 	/* Off the tables first: a reply may close a connection (a reader too
 	 * slow, conn_send()), whose artifacts_conn_closed() must find
 	 * neither this slot nor these waiters. */
@@ -404,9 +476,16 @@ static void slot_finish(struct slot *s, const struct buf *value)
 		next = w->next;
 		if (value)
 			a->n.wait_hits++;
-		reply_get(w->conn, w->id, value, 0);
+		size_t len;
+		if (!value || !stored || !reply_stored(a, w->conn, w->id, key, w->want_fd, &len))
+			reply_get(w->conn, w->id, value, 0);
 		waiter_free(w);
 	}
+}
+
+static void slot_finish(struct slot *s, const struct buf *value)
+{
+	slot_finish_from(s, value, 0);
 }
 
 /*
@@ -519,9 +598,9 @@ static void on_fleet(void *arg, enum fleet_answer answer, const struct l2_value 
 		/* Its components are not in the envelope: say where it came from. */
 		buf_puts(&comp, "{\"kind\":\"artifact\",\"from\":\"l2\"}");
 		e.components = comp.data;
-		store_put(a->store, s->key, &e, NULL);
+		int stored = store_put(a->store, s->key, &e, NULL) == 0;
 		if (buf_append(&value, v->data, v->data_len) == 0) {
-			slot_finish(s, &value);
+			slot_finish_from(s, &value, stored);
 		} else {
 			slot_finish(s, NULL);
 		}
@@ -571,14 +650,15 @@ static void artifact_get(struct conn *c, uint64_t id, const struct msg *m)
 	struct artifacts *a = c->srv->arts;
 	char ns[NS_MAX + 1], *ukey = NULL;
 	const char *why = NULL;
-	int want_lease = 0;
+	int want_lease = 0, want_fd = 0;
 	int64_t wait_ms = (int64_t)a->cfg.wait_s * 1000;
-	struct store_result r;
+	struct waiter *w;
 	struct key k;
 
 	if (parse_name(m, ns, &ukey, &why) < 0 || msg_bool(m, "lease", &want_lease) < 0 ||
+	    msg_bool(m, "fd", &want_fd) < 0 ||
 	    msg_int(m, "wait_ms", &wait_ms) < 0 || wait_ms < 0) {
-		conn_send_error(c, id, "invalid", why ? why : "'lease' must be a bool and "
+		conn_send_error(c, id, "invalid", why ? why : "'lease' and 'fd' must be bools and "
 			   "'wait_ms' a non-negative integer");
 		goto out;
 	}
@@ -590,14 +670,12 @@ static void artifact_get(struct conn *c, uint64_t id, const struct msg *m)
 		conn_send_error(c, id, "internal", "out of memory");
 		goto out;
 	}
-	if (store_get(a->store, k.hash, &r) == 1 && r.kind == STORE_ARTIFACT) {
+	size_t len;
+	if (reply_stored(a, c, id, k.hash, want_fd, &len)) {
 		a->n.hits++;
-		trace(c, "get", ns, &k, "hit", r.data.len);
-		reply_get(c, id, &r.data, 0);
-		store_result_free(&r);
+		trace(c, "get", ns, &k, "hit", len);
 		goto out;
 	}
-	store_result_free(&r);
 	if (c->srv->stopping) {
 		/* Nothing waits through a stop (artifacts_stop()), and nobody is
 		 * made a producer: a plain miss. Puts are still stored. */
@@ -621,9 +699,10 @@ static void artifact_get(struct conn *c, uint64_t id, const struct msg *m)
 			reply_get(c, id, NULL, 0);
 		} else if (c->waiting >= MAX_WAITS_PER_CONN) {
 			conn_send_error(c, id, "busy", "this connection already waits on 256 requests");
-		} else if (!waiter_add(s, c, id, want_lease, wait_ms)) {
+		} else if (!(w = waiter_add(s, c, id, want_lease, wait_ms))) {
 			conn_send_error(c, id, "internal", "out of memory");
 		} else {
+			w->want_fd = want_fd;
 			a->n.waits++;
 			trace(c, "get", ns, &k, s->fetching ? "waits for Redis" : "waits for its producer", 0);
 			conn_send_progress(c, id, "waiting");
@@ -652,11 +731,12 @@ static void artifact_get(struct conn *c, uint64_t id, const struct msg *m)
 	if (l2) {
 		char space[L2_SPACE_MAX];
 		/* Redis answers within its own timeout: wait for it at least. */
-		if (!waiter_add(s, c, id, want_lease, wait_ms > 1000 ? wait_ms : 1000)) {
+		if (!(w = waiter_add(s, c, id, want_lease, wait_ms > 1000 ? wait_ms : 1000))) {
 			slot_unlink(s);
 			conn_send_error(c, id, "internal", "out of memory");
 			goto out;
 		}
+		w->want_fd = want_fd;
 		l2_space(&scope, space, sizeof space);
 		trace(c, "get", ns, &k, "miss, asking Redis", 0);
 		conn_send_progress(c, id, "waiting");
@@ -733,24 +813,27 @@ static void artifact_put(struct conn *c, uint64_t id, const struct msg *m)
 	a->n.puts++;
 	a->n.put_bytes += (int64_t)len;
 	struct l2 *l2 = a->l2 ? *a->l2 : NULL;
+	/* Waiters get the value whether or not it could be stored (from its
+	 * file where it is one). */
+	if (s) {
+		struct buf value = { .data = (char *)val, .len = len };
+		s->published = stored && l2;
+		slot_finish_from(s, &value, stored);
+	}
+	trace(c, "put", ns, &k, stored ? "stored" : "not stored", len);
+	/* Durable here is all the producer waits for: it is answered before
+	 * the tier is given the value. */
+	if (stored)
+		reply_simple(c, FRAME_ARTIFACT_PUT, id, "stored");
+	else
+		conn_send_error(c, id, "internal", err.data ? err.data : "cannot store the value");
+	/* Then the tier, in the background (l2.c). */
 	if (stored && l2) {
 		char space[L2_SPACE_MAX];
 		struct l2_value lv = { .kind = STORE_ARTIFACT, .data = val, .data_len = len };
 		l2_space(&scope, space, sizeof space);
 		l2_put_in(l2, space, k.hash, &lv);
-		if (s)
-			s->published = 1;
 	}
-	/* Waiters get the value whether or not it could be stored. */
-	if (s) {
-		struct buf value = { .data = (char *)val, .len = len };
-		slot_finish(s, &value);
-	}
-	trace(c, "put", ns, &k, stored ? "stored" : "not stored", len);
-	if (stored)
-		reply_simple(c, FRAME_ARTIFACT_PUT, id, "stored");
-	else
-		conn_send_error(c, id, "internal", err.data ? err.data : "cannot store the value");
 out:
 	free(ukey);
 	buf_free(&comp);

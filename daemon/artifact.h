@@ -46,6 +46,11 @@ struct artifact_counters {
 	int64_t hits, misses, puts, put_bytes, leases, waits, wait_hits,
 		wait_timeouts, lease_expiries, lease_releases, lease_closes,
 		lease_handoffs, conflicts, l2_hits;
+	int64_t fd_hits;        /* hits answered with the value's descriptor */
+	int64_t file_hits;      /* hits sent inline from the value's file */
+	int64_t fd_fallbacks;   /* of those, asked for a descriptor but sent
+	                           inline (conn_send_fd(): output queued, the
+	                           socket full, CONN_MAX_FDS) */
 	int64_t leases_held, waiting;   /* now */
 };
 

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -83,6 +84,7 @@ void peer_put(struct server *s, struct peer *p)
 void conn_unref(struct conn *c)
 {
 	if (--c->refs == 0) {
+		buf_free(&c->after);
 		buf_free(&c->in);
 		free(c->groups);
 		free(c);
@@ -120,6 +122,9 @@ void conn_close(struct conn *c)
 	c->rev = NULL;
 	bufferevent_free(c->bev);
 	c->bev = NULL;
+	if (c->file_fd >= 0)
+		close(c->file_fd);
+	c->file_fd = -1;
 	if (c->timer)
 		event_free(c->timer);
 	c->timer = NULL;
@@ -190,19 +195,88 @@ static int conn_write_now(struct conn *c, const void *p, size_t n, const void *t
 	return off < tn ? bufferevent_write(c->bev, (const char *)t + off, tn - off) : 0;
 }
 
+/*
+ * Output from files (conn_send_file()): a value's bytes go from the page
+ * cache to the socket by sendfile(), never through the daemon's memory,
+ * as long as the socket takes them; once it is full, the rest goes in
+ * pieces of FILE_PIECE, read into the output one at a time as the last
+ * drains (on_conn_write()). (libevent's own file segments would do this,
+ * but 2.1 reads sendfile()'s EAGAIN as the end of the connection.) While
+ * a file is being sent, later frames wait in c->after, in order, and
+ * count against max-output; the file's bytes do not.
+ */
+#define FILE_PIECE ((size_t)1 << 20)
+
+static size_t conn_mem_queued(struct conn *c)
+{
+	return evbuffer_get_length(bufferevent_get_output(c->bev)) + c->after.len;
+}
+
+/* Send what the socket takes of c's file, then a piece of it into the
+ * output where the socket is full; the frames that waited behind it once
+ * it is all gone. -1 if the output cannot be queued or the file read. */
+static int conn_pump_file(struct conn *c)
+{
+	struct evbuffer *o = bufferevent_get_output(c->bev);
+
+	while (c->file_fd >= 0 && evbuffer_get_length(o) == 0) {
+		if (c->file_off < c->file_end) {
+			ssize_t n = sendfile(bufferevent_getfd(c->bev), c->file_fd, &c->file_off,
+					     (size_t)(c->file_end - c->file_off));
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n > 0)
+				continue;
+			/* Full (or failing: the bufferevent sees that on its own
+			 * write): a piece into the output, sent as it drains. */
+			struct evbuffer_iovec v;
+			size_t want = (size_t)(c->file_end - c->file_off);
+			if (want > FILE_PIECE)
+				want = FILE_PIECE;
+			if (evbuffer_reserve_space(o, (ev_ssize_t)want, &v, 1) < 1)
+				return -1;
+			ssize_t r = pread(c->file_fd, v.iov_base, want, c->file_off);
+			if (r <= 0)
+				return -1;
+			v.iov_len = (size_t)r;
+			if (evbuffer_commit_space(o, &v, 1) < 0)
+				return -1;
+			c->file_off += r;
+			return 0;
+		}
+		close(c->file_fd);
+		c->file_fd = -1;
+		if (c->after.len) {
+			int rc = conn_write_now(c, c->after.data, c->after.len, NULL, 0);
+			buf_free(&c->after);
+			if (rc < 0)
+				return -1;
+		}
+	}
+	return 0;
+}
+
 /* Queue a finished frame from out, and tail bytes after it, on c (dropped
  * if c has gone). */
 void conn_sendv(struct conn *c, const struct buf *out, const void *tail, size_t tail_len)
 {
 	if (c->state == CONN_CLOSED)
 		return;
-	struct evbuffer *o = bufferevent_get_output(c->bev);
-	if (evbuffer_get_length(o) + out->len + tail_len > (size_t)c->srv->cfg->max_output) {
+	size_t queued = conn_mem_queued(c);
+	if (queued + out->len + tail_len > (size_t)c->srv->cfg->max_output) {
 		/* A reader this slow would make us hold unbounded memory. */
 		c->srv->n.output_overflows++;
 		log_warn("conn %llu: client does not read its replies (%zu bytes queued); closing",
-			 (unsigned long long)c->serial, evbuffer_get_length(o));
+			 (unsigned long long)c->serial, queued);
 		conn_close(c);
+		return;
+	}
+	if (c->file_fd >= 0) {
+		/* Behind the file being sent. */
+		if (buf_append(&c->after, out->data, out->len) < 0 ||
+		    buf_append(&c->after, tail ? tail : "", tail_len) < 0) {
+			conn_close(c);
+		}
 		return;
 	}
 	if (conn_write_now(c, out->data, out->len, tail, tail_len) < 0) {
@@ -210,6 +284,83 @@ void conn_sendv(struct conn *c, const struct buf *out, const void *tail, size_t 
 			 (unsigned long long)c->serial);
 		conn_close(c);
 	}
+}
+
+void conn_send_file(struct conn *c, const struct buf *out, int fd, size_t len)
+{
+	if (c->state == CONN_CLOSED || c->file_fd >= 0) {
+		/* Closed, or a file already on its way: that one's frame says
+		 * so before this one could, so this one goes from memory. */
+		if (c->state != CONN_CLOSED) {
+			struct buf v = BUF_INIT;
+			ssize_t r = 0;
+			if (buf_reserve(&v, len) == 0 && (r = pread(fd, v.data, len, 0)) == (ssize_t)len)
+				conn_sendv(c, out, v.data, len);
+			else
+				conn_close(c);
+			buf_free(&v);
+		}
+		close(fd);
+		return;
+	}
+	if (conn_mem_queued(c) + out->len > (size_t)c->srv->cfg->max_output) {
+		c->srv->n.output_overflows++;
+		log_warn("conn %llu: client does not read its replies; closing",
+			 (unsigned long long)c->serial);
+		close(fd);
+		conn_close(c);
+		return;
+	}
+	if (conn_write_now(c, out->data, out->len, NULL, 0) < 0) {
+		close(fd);
+		log_warn("conn %llu: cannot queue reply; closing", (unsigned long long)c->serial);
+		conn_close(c);
+		return;
+	}
+	c->file_fd = fd;
+	c->file_off = 0;
+	c->file_end = (off_t)len;
+	if (conn_pump_file(c) < 0) {
+		log_warn("conn %llu: cannot send a value from its file; closing",
+			 (unsigned long long)c->serial);
+		conn_close(c);
+	}
+}
+
+int conn_send_fd(struct conn *c, const struct buf *out, int fd)
+{
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} u;
+	struct iovec v = { out->data, out->len };
+	struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = u.b,
+			     .msg_controllen = sizeof u.b };
+
+	/* Only where nothing is queued: the descriptor rides on the frame's
+	 * first bytes, which must be the next the client reads. */
+	if (c->state != CONN_READING || c->fds_sent >= CONN_MAX_FDS || c->file_fd >= 0 ||
+	    evbuffer_get_length(bufferevent_get_output(c->bev)) != 0)
+		return -1;
+	memset(&u, 0, sizeof u);
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+	ssize_t w;
+	do
+		w = sendmsg(bufferevent_getfd(c->bev), &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+	while (w < 0 && errno == EINTR);
+	if (w <= 0)
+		return -1;      /* full, or ETOOMANYREFS: nothing was sent */
+	c->fds_sent++;
+	if ((size_t)w < out->len &&
+	    bufferevent_write(c->bev, out->data + w, out->len - (size_t)w) < 0) {
+		log_warn("conn %llu: cannot queue reply; closing", (unsigned long long)c->serial);
+		conn_close(c);
+	}
+	return 0;
 }
 
 void conn_send(struct conn *c, const struct buf *out)
@@ -225,7 +376,7 @@ void conn_send_progress(struct conn *c, uint64_t id, const char *state)
 	struct buf b = BUF_INIT;
 	struct msg_writer w;
 
-	if (c->state != CONN_READING ||
+	if (c->state != CONN_READING || c->file_fd >= 0 ||
 	    evbuffer_get_length(bufferevent_get_output(c->bev)) != 0)
 		return;
 	msg_begin(&w, &b, FRAME_PROGRESS);
@@ -261,7 +412,7 @@ void conn_refuse(struct conn *c, const char *code, const char *message)
 		event_del(c->rev);
 		if (c->timer)
 			evtimer_del(c->timer);
-		if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+		if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0 && c->file_fd < 0)
 			conn_close(c);
 	}
 }
@@ -430,7 +581,12 @@ static void on_conn_write(struct bufferevent *bev, void *arg)
 	struct conn *c = arg;
 	struct server *s = c->srv;
 
-	if (c->state == CONN_CLOSING)
+	if (c->file_fd >= 0 && c->state != CONN_CLOSED && conn_pump_file(c) < 0) {
+		log_warn("conn %llu: cannot send a value from its file; closing",
+			 (unsigned long long)c->serial);
+		conn_close(c);
+	}
+	if (c->state == CONN_CLOSING && c->file_fd < 0)
 		conn_close(c);
 	server_maybe_stop(s);
 }
@@ -483,6 +639,7 @@ struct conn *conn_new(struct server *s, int fd, const struct tenant *t)
 	}
 	c->srv = s;
 	c->refs = 1;
+	c->file_fd = -1;
 	c->tenant = *t;
 	c->serial = ++s->next_serial;
 	c->state = CONN_READING;

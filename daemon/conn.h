@@ -66,8 +66,19 @@ struct conn {
 	struct event *timer;    /* header or idle timeout, see conn_arm() */
 	enum { TIMER_NONE, TIMER_HEADER, TIMER_IDLE } timer_mode;
 	int partial;            /* a frame has started but not arrived whole */
+	int fds_sent;           /* descriptors sent (conn_send_fd()), ever */
+	int file_fd;            /* a value being sent from its file, or -1 */
+	off_t file_off, file_end;       /* what of it is sent, its length */
+	struct buf after;       /* frames queued behind that file */
 	struct conn *prev, *next;       /* the server's open connections */
 };
+
+/* The most descriptors one connection is ever sent (conn_send_fd()). Each
+ * is a file the client may keep open, and so keep on disk after the cache
+ * let it go (an eviction, a purge): this bounds what one connection can
+ * pin, with max-connections-per-uid bounding the connections. Past it,
+ * values go inline (from their files, conn_send_file()). */
+#define CONN_MAX_FDS 1024
 
 /* What may listen for a connection's close (conn_on_close()). */
 #define CONN_CLOSE_HOOKS 4
@@ -101,6 +112,20 @@ void conn_send(struct conn *c, const struct buf *out);
 /* conn_send() of a frame whose last tail_len bytes (msg_put_bin_tail())
  * are sent from tail, which need live only until the call returns. */
 void conn_sendv(struct conn *c, const struct buf *out, const void *tail, size_t tail_len);
+
+/* conn_send() of a frame whose last len bytes are fd's [0, len), sent by
+ * the kernel from the file (sendfile()), never read into memory here, and
+ * not counted against max_output. Takes fd (closed once sent, or if c has
+ * gone). */
+void conn_send_file(struct conn *c, const struct buf *out, int fd, size_t len);
+
+/* Send the frame out with descriptor fd attached to its first byte
+ * (SCM_RIGHTS), now: 0 if the frame went (its rest, if the socket took
+ * only part, queued), -1 if nothing was sent (output is queued ahead of
+ * it, the socket is full, c has been sent CONN_MAX_FDS, or the kernel
+ * refused it): the caller answers otherwise. fd stays the caller's to
+ * close either way (the client's copy is its own). */
+int conn_send_fd(struct conn *c, const struct buf *out, int fd);
 
 /* Tell c's client that request id still waits (state: "queued",
  * "running"; PROTOCOL.md, progress). Sent only where nothing else is

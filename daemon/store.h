@@ -6,7 +6,12 @@
  *
  * Blobs (PTX, cubin, and the log text beside them) are stored
  * zstd-compressed with a checksum that is verified on every read: a blob
- * that fails it is deleted and reported as a miss, never returned. A put is
+ * that fails it is deleted and reported as a miss, never returned. A value
+ * of BLOB_MIN bytes and more (256 KiB) is a file of its own beside the
+ * database instead (blobs.h: raw bytes, read-only, durable before the row
+ * that names it is committed, unlinked after the row's removal is), under
+ * the same checksum, counted in the size cap and evicted with its row;
+ * store_get_file() hands out a descriptor of it rather than its bytes. A put is
  * committed (durable in the WAL) before store_put() returns, so a result
  * acknowledged to a client survives a kill -9 of the daemon.
  *
@@ -72,6 +77,8 @@ struct store_result {
 	int trust;
 	struct buf data;
 	struct buf log;
+	size_t data_len;        /* the value's length: data.len, or that of
+	                           the file store_get_file() gave */
 	struct hot *lent;
 };
 
@@ -95,6 +102,16 @@ int store_get(struct store *s, const unsigned char key[32],
  * not copied (store_result above). */
 int store_get_lent(struct store *s, const unsigned char key[32],
 		   struct store_result *out);
+
+/* store_get() for an answer that may be sent from the value's own file:
+ * where key's value lives in a blob file (values of BLOB_MIN bytes and
+ * more, store.c), *fd is a new read-only descriptor of that file, checked
+ * against the row's checksum before this returns (a damaged file is a
+ * miss, counted and dropped, as a damaged row is), out->data is empty and
+ * out->data_len is the file's length; the caller owns *fd. Otherwise *fd
+ * is -1 and out is what store_get() gives. */
+int store_get_file(struct store *s, const unsigned char key[32],
+		   struct store_result *out, int *fd);
 
 /* store_get() without counting a hit (a comparison, not an answer). */
 int store_peek(struct store *s, const unsigned char key[32],

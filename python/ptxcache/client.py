@@ -31,6 +31,7 @@ import json
 import os
 import select
 import socket
+import stat
 import threading
 import time
 from typing import Any, Iterable
@@ -47,6 +48,9 @@ SYSTEM_SOCKET = "/run/ptxcache/ptxcached.sock"
 DEFAULT_TIMEOUT = 5.0
 # Replies carry artifacts of up to artifact-max-value (256 MiB by default).
 REPLY_MAX = 1 << 30
+# Descriptors received ahead of the frames that claim them (each rides on
+# its frame's first byte): more unclaimed than this is a daemon misbehaving.
+FDS_MAX = 16
 
 
 def socket_and_source(env: dict | None = None) -> tuple[str, str]:
@@ -119,6 +123,7 @@ class Client:
         self._pid = 0
         self._next_id = 0
         self._used = False      # a request went over this connection
+        self._fds: list[int] = []   # descriptors received, not yet claimed
 
     # ---- connection ---------------------------------------------------
 
@@ -176,6 +181,10 @@ class Client:
             self._drop()
 
     def _drop(self) -> None:
+        fds, self._fds = self._fds, []
+        if self._pid == os.getpid():
+            for fd in fds:
+                os.close(fd)
         s, self._sock = self._sock, None
         if s is not None and self._pid == os.getpid():
             try:
@@ -274,6 +283,11 @@ class Client:
             rid = body.get("id")
             if ftype == wire.T_PROGRESS:
                 continue        # the silence bound restarts with every frame
+            fd = body.pop("_fd", None)
+            if fd is not None and (rid not in ids or results[ids[rid]] is not None
+                                   or ftype != types[ids[rid]] | wire.REPLY):
+                os.close(fd)    # a reply we do not wait for: its descriptor too
+                fd = None
             if ftype == wire.T_ERROR:
                 err = server_error(str(body.get("code", "")), str(body.get("message", "")),
                                    _NAMES.get(types[ids[rid]], "") if rid in ids else "")
@@ -291,6 +305,11 @@ class Client:
             if ftype != types[i] | wire.REPLY:
                 raise ProtocolError("ptxcached answered %s with frame type 0x%02x"
                                     % (_NAMES.get(types[i], types[i]), ftype))
+            if fd is not None:
+                try:
+                    body["value"] = _read_value(fd, body.get("value_len"))
+                finally:
+                    os.close(fd)
             results[i] = body
             left -= 1
         return results  # type: ignore[return-value]
@@ -339,7 +358,10 @@ class Client:
         while got < n:
             sock.settimeout(self._wait_left(deadline))
             try:
-                r = sock.recv_into(view[got:])
+                # recvmsg: a reply may bring its value's descriptor
+                # (SCM_RIGHTS on its first byte; PROTOCOL.md).
+                r, anc, flags, _ = sock.recvmsg_into([view[got:]], _ANC_SPACE,
+                                                     socket.MSG_CMSG_CLOEXEC)
             except socket.timeout:
                 raise DaemonTimeout("no answer from ptxcached at '%s' for %.0f ms"
                                     % (self.path, self.timeout * 1000)) from None
@@ -347,10 +369,30 @@ class Client:
                 if e.errno in (errno.ECONNRESET, errno.EPIPE):
                     raise _Closed(e.strerror) from None
                 raise ConnectError("cannot read from ptxcached at '%s': %s" % (self.path, e)) from None
+            if anc or flags & socket.MSG_CTRUNC:
+                self._take_fds(anc, flags)
             if r == 0:
                 raise _Closed("end of stream")
             got += r
         return buf
+
+    def _take_fds(self, anc: list, flags: int) -> None:
+        """Queue the descriptors a read brought: exactly one per read (the
+        daemon sends one per message, and the kernel ends a read after it);
+        anything else, or a truncated one, ends the connection."""
+        got: list[int] = []
+        for level, kind, data in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                n = len(data) - len(data) % 4
+                got.extend(int.from_bytes(data[i:i + 4], "little", signed=True)
+                           for i in range(0, n, 4))
+        if flags & socket.MSG_CTRUNC or len(got) > 1 or len(self._fds) + len(got) > FDS_MAX:
+            for fd in got:
+                os.close(fd)
+            raise ProtocolError("ptxcached at '%s' sent %s" % (
+                self.path, "a descriptor this process could not take (out of descriptors?)"
+                if flags & socket.MSG_CTRUNC else "more descriptors than replies"))
+        self._fds.extend(got)
 
     def _read_frame(self, deadline: float) -> tuple[int, dict]:
         hdr = self._read_exact(wire.HEADER, deadline)
@@ -363,6 +405,12 @@ class Client:
             raise ProtocolError("malformed reply from ptxcached at '%s': %s" % (self.path, e)) from None
         if not isinstance(body, dict):
             raise ProtocolError("malformed reply from ptxcached at '%s': not a map" % self.path)
+        if body.get("fd") is True:
+            # Its descriptor came with its first byte, so it is here now.
+            if not self._fds:
+                raise ProtocolError("malformed reply from ptxcached at '%s': a descriptor "
+                                    "announced, none sent" % self.path)
+            body["_fd"] = self._fds.pop(0)
         return ftype, body
 
     def _one(self, t: int, fields: dict, wait_s: float = 0.0) -> dict:
@@ -390,7 +438,9 @@ class Client:
 
     @staticmethod
     def _get_fields(ns: str, key: str | bytes, lease: bool, wait_ms: int | None) -> dict:
-        f: dict = {"ns": ns, "key": key, "lease": bool(lease)}
+        # fd: a large value may come as its file's descriptor, read here
+        # with the one copy reading a file costs (_read_value()).
+        f: dict = {"ns": ns, "key": key, "lease": bool(lease), "fd": True}
         if wait_ms is not None:
             f["wait_ms"] = max(0, int(wait_ms))
         return f
@@ -441,6 +491,32 @@ class Client:
     def artifact_release(self, lease: int) -> None:
         """Give up a lease without a put: the next waiter may produce."""
         self._one(wire.T_ARTIFACT_RELEASE, {"lease": lease})
+
+
+_ANC_SPACE = socket.CMSG_SPACE(4 * 4)
+
+
+def _read_value(fd: int, n: object) -> bytes:
+    """A value sent as a descriptor: checked (a regular file of exactly the
+    reply's value_len bytes), read into bytes with one copy."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise ProtocolError("malformed artifact_get reply: a descriptor without 'value_len'")
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size != n:
+        raise ProtocolError("malformed artifact_get reply: its descriptor is not a file of "
+                            "the value's %d bytes" % n)
+    data = os.pread(fd, n, 0)
+    if len(data) == n:
+        return data
+    parts = [data]      # a read of more than 2 GiB comes in pieces
+    got = len(data)
+    while got < n:
+        more = os.pread(fd, n - got, got)
+        if not more:
+            raise ProtocolError("malformed artifact_get reply: its file is shorter than its value")
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
 
 
 class _Closed(Exception):

@@ -1,0 +1,449 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * blobs: large values as files beside the database; see blobs.h for the
+ * interface.
+ *
+ * Design:
+ *  - Why files: a value of hundreds of KB and more costs SQLite a walk of
+ *    its overflow pages on every read and a copy into the WAL and again
+ *    into the database on every write, and a hit must be copied out of
+ *    SQLite's pages before it can be sent. A file is read by the kernel
+ *    straight from its page cache: sent with sendfile(), or its
+ *    descriptor passed to the client (SCM_RIGHTS, conn.c), which maps or
+ *    reads it itself. So the bytes are stored raw, never compressed
+ *    (zstd -3 takes 2x a write+fsync of the same 64 MB, and a compressed
+ *    file could not be handed over): store.c's measurements are in its
+ *    design comment.
+ *
+ *  - Named by their row: <key hex>-<checksum hex>, not by content alone.
+ *    Two scopes that store the same bytes get two files, so no descriptor
+ *    a client is given is ever the same file as another scope's entry (an
+ *    inode, a change time, a link count shared would tell one scope what
+ *    another stored). A value replaced under its key gets a new name, so
+ *    the row is switched to the new file by its commit, and the old one
+ *    unlinked after it.
+ *
+ *  - Durable before its row: written to a temporary name in blobs/ (its
+ *    own open file, 0400 from its creation), fsync'd, renamed into
+ *    blobs/<kk>/, and that directory fsync'd; only then does store.c
+ *    commit the row. A kill -9 at any point leaves either no file, a
+ *    temporary file, or a file no row names; blobs_sweep() at open
+ *    removes both kinds. Deletion is the other way round: the row's
+ *    removal is committed first, then the file unlinked; a kill between
+ *    leaves a file no row names, for the sweep.
+ *
+ *  - Never written again: a file is 0400 and never opened for writing
+ *    once renamed; a client given its descriptor gets O_RDONLY, a new
+ *    open file description each time (so no offset is shared with anyone).
+ *    An unlinked file a client still holds keeps its blocks until the
+ *    client closes it; the cache's size no longer counts them.
+ *
+ *  - Checked before served: every read hashes the bytes (XXH64, the row's
+ *    checksum) unless this very file was hashed before and has not changed
+ *    since, which is the (device, inode, size, mtime, ctime) it had then,
+ *    kept in a small table. Any write or truncation through the
+ *    filesystem changes mtime and ctime, and a file is believed unchanged
+ *    only once its change time is more than a second older than the start
+ *    of the hash that vouched for it (git's racy-entry rule: with coarse
+ *    timestamps, a write within the same tick would keep the old times).
+ *    A hit on a 64 MB value then costs an fstat, not a 64 MB read. What
+ *    this trusts, as the hot entries (store_hot.c) trust memory: the page
+ *    cache and the disk under an unchanged inode; `verify` reads every file
+ *    in full.
+ */
+#include "daemon/blobs.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "daemon/log.h"
+
+/* Hashed files remembered (direct-mapped by inode). */
+#define SEEN_SLOTS 4096
+/* Read and hashed this much at a time: the daemon's memory does not grow
+ * with the value. */
+#define CHUNK (1u << 20)
+#define TMP_PREFIX ".tmp-"
+
+struct seen {
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtime, ctime;
+	uint64_t hash;
+	int used;
+};
+
+struct blobs {
+	char *dir;              /* <cache dir>/blobs */
+	int dfd;                /* that directory, for the *at() calls */
+	uint64_t tmp_serial;
+	struct seen *seen;      /* SEEN_SLOTS, made on first use */
+	char *chunk;            /* CHUNK bytes of read buffer, made on first use */
+};
+
+static void name_of(const unsigned char key[32], int64_t sum, char sub[3], char name[90])
+{
+	static const char hexdig[] = "0123456789abcdef";
+	char hex[65];
+
+	for (int i = 0; i < 32; i++) {
+		hex[2 * i] = hexdig[key[i] >> 4];
+		hex[2 * i + 1] = hexdig[key[i] & 15];
+	}
+	hex[64] = '\0';
+	memcpy(sub, hex, 2);
+	sub[2] = '\0';
+	snprintf(name, 90, "%s/%s-%016llx", sub, hex, (unsigned long long)(uint64_t)sum);
+}
+
+/* Parse "<64 hex>-<16 hex>"; 0 if it is one of ours. */
+static int parse_name(const char *n, unsigned char key[32], int64_t *sum)
+{
+	unsigned long long v = 0;
+
+	if (strlen(n) != 64 + 1 + 16 || n[64] != '-')
+		return -1;
+	for (int i = 0; i < 64 + 1 + 16; i++) {
+		int c = n[i], d;
+		if (i == 64)
+			continue;
+		if (c >= '0' && c <= '9')
+			d = c - '0';
+		else if (c >= 'a' && c <= 'f')
+			d = c - 'a' + 10;
+		else
+			return -1;
+		if (i < 64)
+			key[i / 2] = (unsigned char)(i % 2 ? key[i / 2] | d : d << 4);
+		else
+			v = v << 4 | (unsigned)d;
+	}
+	*sum = (int64_t)v;
+	return 0;
+}
+
+struct blobs *blobs_open(const char *dir, struct buf *err)
+{
+	struct blobs *b = calloc(1, sizeof *b);
+
+	if (!b || asprintf(&b->dir, "%s/blobs", dir) < 0) {
+		free(b);
+		buf_printf(err, "cannot open blob files in '%s': out of memory", dir);
+		return NULL;
+	}
+	b->dfd = -1;
+	if (mkdir(b->dir, 0700) < 0 && errno != EEXIST) {
+		buf_printf(err, "cannot create '%s': %s", b->dir, strerror(errno));
+		goto fail;
+	}
+	b->dfd = open(b->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (b->dfd < 0) {
+		buf_printf(err, "cannot open '%s': %s", b->dir, strerror(errno));
+		goto fail;
+	}
+	return b;
+fail:
+	blobs_close(b);
+	return NULL;
+}
+
+void blobs_close(struct blobs *b)
+{
+	if (!b)
+		return;
+	if (b->dfd >= 0)
+		close(b->dfd);
+	free(b->seen);
+	free(b->chunk);
+	free(b->dir);
+	free(b);
+}
+
+static int fsync_dir(int dfd, const char *sub)
+{
+	int fd = openat(dfd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	int rc = fsync(fd);
+	int e = errno;
+	close(fd);
+	errno = e;
+	return rc;
+}
+
+int blobs_write(struct blobs *b, const unsigned char key[32], int64_t sum,
+		const void *data, size_t len, struct buf *err)
+{
+	char sub[3], name[90], tmp[128];
+	const char *p = data;
+	size_t off = 0;
+	int e;
+
+	name_of(key, sum, sub, name);
+	snprintf(tmp, sizeof tmp, TMP_PREFIX "%.16s-%d-%llu", name + 3, (int)getpid(),
+		 (unsigned long long)++b->tmp_serial);
+	int fd = openat(b->dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0400);
+	if (fd < 0) {
+		e = errno;
+		buf_printf(err, "cannot create '%s/%s': %s", b->dir, tmp, strerror(e));
+		errno = e;
+		return -1;
+	}
+	while (off < len) {
+		ssize_t w = write(fd, p + off, len - off > (1u << 30) ? 1u << 30 : len - off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			e = w < 0 ? errno : EIO;
+			buf_printf(err, "cannot write '%s/%s': %s", b->dir, tmp, strerror(e));
+			goto fail;
+		}
+		off += (size_t)w;
+	}
+	if (fsync(fd) < 0) {
+		e = errno;
+		buf_printf(err, "cannot sync '%s/%s': %s", b->dir, tmp, strerror(e));
+		goto fail;
+	}
+	close(fd);
+	fd = -1;
+	if (mkdirat(b->dfd, sub, 0700) == 0) {
+		if (fsync(b->dfd) < 0) {
+			e = errno;
+			buf_printf(err, "cannot sync '%s': %s", b->dir, strerror(e));
+			goto fail;
+		}
+	} else if (errno != EEXIST) {
+		e = errno;
+		buf_printf(err, "cannot create '%s/%s': %s", b->dir, sub, strerror(e));
+		goto fail;
+	}
+	if (renameat(b->dfd, tmp, b->dfd, name) < 0) {
+		e = errno;
+		buf_printf(err, "cannot rename '%s/%s' to '%s': %s", b->dir, tmp, name, strerror(e));
+		goto fail;
+	}
+	if (fsync_dir(b->dfd, sub) < 0) {
+		e = errno;
+		buf_printf(err, "cannot sync '%s/%s': %s", b->dir, sub, strerror(e));
+		unlinkat(b->dfd, name, 0);
+		errno = e;
+		return -1;
+	}
+	return 0;
+fail:
+	if (fd >= 0)
+		close(fd);
+	unlinkat(b->dfd, tmp, 0);
+	errno = e;
+	return -1;
+}
+
+static struct seen *seen_slot(struct blobs *b, const struct stat *st)
+{
+	if (!b->seen && !(b->seen = calloc(SEEN_SLOTS, sizeof *b->seen)))
+		return NULL;
+	return &b->seen[((uint64_t)st->st_ino * 0x9e3779b97f4a7c15ull >> 40) % SEEN_SLOTS];
+}
+
+static int same_times(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
+}
+
+/* Hash fd's len bytes, CHUNK at a time, with pread (the offset is left
+ * alone). 0, or -1 with *why. */
+static int hash_fd(struct blobs *b, int fd, int64_t len, uint64_t *hash, const char **why)
+{
+	XXH64_state_t *h = XXH64_createState();
+	int64_t off = 0;
+
+	if (!h || (!b->chunk && !(b->chunk = malloc(CHUNK)))) {
+		XXH64_freeState(h);
+		*why = "out of memory";
+		return -1;
+	}
+	XXH64_reset(h, 0);
+	while (off < len) {
+		size_t want = len - off > CHUNK ? CHUNK : (size_t)(len - off);
+		ssize_t r = pread(fd, b->chunk, want, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			XXH64_freeState(h);
+			*why = r < 0 ? "blob file unreadable" : "blob file shorter than its entry";
+			return -1;
+		}
+		XXH64_update(h, b->chunk, (size_t)r);
+		off += r;
+	}
+	*hash = XXH64_digest(h);
+	XXH64_freeState(h);
+	return 0;
+}
+
+/* Open key's file for sum and check its type and size: fd, or -1. */
+static int open_checked(struct blobs *b, const unsigned char key[32], int64_t sum, int64_t len,
+			struct stat *st, const char **why)
+{
+	char sub[3], name[90];
+
+	name_of(key, sum, sub, name);
+	int fd = openat(b->dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0) {
+		*why = errno == ENOENT ? "blob file missing" : "blob file cannot be opened";
+		return -1;
+	}
+	if (fstat(fd, st) < 0 || !S_ISREG(st->st_mode)) {
+		*why = "blob file is not a regular file";
+		close(fd);
+		return -1;
+	}
+	if ((int64_t)st->st_size != len) {
+		*why = "blob file of the wrong size";
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+int blobs_open_file(struct blobs *b, const unsigned char key[32], int64_t sum, int64_t len,
+		    uint64_t *hash, const char **why)
+{
+	struct stat st;
+	struct timespec start;
+	int fd = open_checked(b, key, sum, len, &st, why);
+
+	if (fd < 0)
+		return -1;
+	struct seen *s = seen_slot(b, &st);
+	if (s && s->used && s->dev == st.st_dev && s->ino == st.st_ino &&
+	    s->size == st.st_size && same_times(&s->mtime, &st.st_mtim) &&
+	    same_times(&s->ctime, &st.st_ctim)) {
+		*hash = s->hash;
+		return fd;
+	}
+	clock_gettime(CLOCK_REALTIME, &start);
+	if (hash_fd(b, fd, len, hash, why) < 0) {
+		close(fd);
+		return -1;
+	}
+	/* Remembered only once settled: a change within the same timestamp
+	 * tick as the one hashed would not show in the times. */
+	if (s && st.st_ctim.tv_sec + 1 < start.tv_sec) {
+		s->dev = st.st_dev;
+		s->ino = st.st_ino;
+		s->size = st.st_size;
+		s->mtime = st.st_mtim;
+		s->ctime = st.st_ctim;
+		s->hash = *hash;
+		s->used = 1;
+	} else if (s && s->used && s->dev == st.st_dev && s->ino == st.st_ino) {
+		s->used = 0;
+	}
+	return fd;
+}
+
+int blobs_read(struct blobs *b, const unsigned char key[32], int64_t sum, int64_t len,
+	       struct buf *dst, uint64_t *hash, const char **why)
+{
+	struct stat st;
+	int64_t off = 0;
+
+	buf_reset(dst);
+	int fd = open_checked(b, key, sum, len, &st, why);
+	if (fd < 0)
+		return 1;
+	if (buf_reserve(dst, (size_t)len) < 0) {
+		close(fd);
+		return -1;
+	}
+	while (off < len) {
+		ssize_t r = pread(fd, dst->data + off, (size_t)(len - off), (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			*why = r < 0 ? "blob file unreadable" : "blob file shorter than its entry";
+			close(fd);
+			buf_reset(dst);
+			return 1;
+		}
+		off += r;
+	}
+	close(fd);
+	dst->len = (size_t)len;
+	dst->data[len] = '\0';
+	*hash = XXH64(dst->data, (size_t)len, 0);
+	return 0;
+}
+
+void blobs_unlink(struct blobs *b, const unsigned char key[32], int64_t sum)
+{
+	char sub[3], name[90];
+
+	name_of(key, sum, sub, name);
+	if (unlinkat(b->dfd, name, 0) < 0 && errno != ENOENT)
+		log_warn("cannot remove '%s/%s': %s", b->dir, name, strerror(errno));
+}
+
+int blobs_sweep(struct blobs *b,
+		int (*named)(void *arg, const unsigned char key[32], int64_t sum), void *arg)
+{
+	int removed = 0, top = dup(b->dfd);
+	DIR *d = top >= 0 ? fdopendir(top) : NULL;
+	struct dirent *de;
+
+	if (!d) {
+		if (top >= 0)
+			close(top);
+		log_warn("cannot read '%s': %s", b->dir, strerror(errno));
+		return 0;
+	}
+	while ((de = readdir(d))) {
+		const char *n = de->d_name;
+		if (!strncmp(n, TMP_PREFIX, strlen(TMP_PREFIX))) {
+			if (unlinkat(b->dfd, n, 0) == 0)
+				removed++;
+			continue;
+		}
+		if (strlen(n) != 2 || !strchr("0123456789abcdef", n[0]) ||
+		    !strchr("0123456789abcdef", n[1]))
+			continue;
+		int sfd = openat(b->dfd, n, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		DIR *sd = sfd >= 0 ? fdopendir(sfd) : NULL;
+		if (!sd) {
+			if (sfd >= 0)
+				close(sfd);
+			continue;
+		}
+		struct dirent *fe;
+		while ((fe = readdir(sd))) {
+			unsigned char key[32];
+			int64_t sum;
+			if (fe->d_name[0] == '.')
+				continue;
+			/* Not ours, or no row names it: nobody would ever reclaim it. */
+			if (parse_name(fe->d_name, key, &sum) < 0 || memcmp(fe->d_name, n, 2) ||
+			    !named(arg, key, sum)) {
+				if (unlinkat(dirfd(sd), fe->d_name, 0) == 0)
+					removed++;
+			}
+		}
+		closedir(sd);
+	}
+	closedir(d);
+	if (removed)
+		log_info("removed %d blob files no entry names (an interrupted put or "
+			 "eviction) from '%s'", removed, b->dir);
+	return removed;
+}

@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * blobs: the files that hold large values beside the database, private
+ * to store.c (which decides which values go here and names each by the
+ * row that owns it: the entry's key and its checksum). No SQLite here,
+ * and no knowledge of rows: store.c commits a row only after its file is
+ * durable, and unlinks a file only after the row's removal is committed;
+ * blobs_sweep() at open reclaims what a kill -9 left in between.
+ *
+ * A file is <dir>/blobs/<kk>/<key hex>-<checksum hex>: the value's raw
+ * bytes, mode 0400, never written again once renamed into place, in
+ * directories of mode 0700 (only the daemon's user, and root, reach
+ * them). See blobs.c for the design.
+ */
+#ifndef PTXCACHE_BLOBS_H
+#define PTXCACHE_BLOBS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/buf.h"
+
+struct blobs;
+
+/* The files under dir/blobs (made 0700 if missing). NULL with a message in
+ * err on failure. */
+struct blobs *blobs_open(const char *dir, struct buf *err);
+void blobs_close(struct blobs *b);      /* NULL ok */
+
+/* Make data [0, len) key's file for checksum sum, durable before this
+ * returns: a temporary file written and fsync'd, renamed into place, the
+ * directory fsync'd. 0, or -1 with errno set (ENOSPC: the disk is full)
+ * and a message in err; nothing is left behind on failure. */
+int blobs_write(struct blobs *b, const unsigned char key[32], int64_t sum,
+		const void *data, size_t len, struct buf *err);
+
+/* Open key's file for sum read-only, checked to be a regular file of
+ * exactly len bytes, and give *hash, XXH64 of its bytes (seed 0): read and
+ * hashed unless this very file (device, inode, size, modification and
+ * change times) was hashed before, settled (see blobs.c). Returns the
+ * descriptor (the caller owns it; a new open file description each call,
+ * so its offset is its own), or -1 with *why: missing, of another size,
+ * unreadable. The caller compares *hash with the row's checksum. */
+int blobs_open_file(struct blobs *b, const unsigned char key[32], int64_t sum,
+		    int64_t len, uint64_t *hash, const char **why);
+
+/* Read key's file for sum into dst (replacing its contents; exactly len
+ * bytes, one copy) and give *hash of them. 0, 1 if the file is missing or
+ * of another size (*why says which), -1 if memory runs out. */
+int blobs_read(struct blobs *b, const unsigned char key[32], int64_t sum,
+	       int64_t len, struct buf *dst, uint64_t *hash, const char **why);
+
+/* Remove key's file for sum, if there is one (after the row that named it
+ * is gone: its blocks come back once no client holds it open). */
+void blobs_unlink(struct blobs *b, const unsigned char key[32], int64_t sum);
+
+/* Remove every temporary file, and every file for which named(arg, key,
+ * sum) says 0 (no row names it). Returns the number of files removed. */
+int blobs_sweep(struct blobs *b,
+		int (*named)(void *arg, const unsigned char key[32], int64_t sum),
+		void *arg);
+
+
+#endif

@@ -1,0 +1,446 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Large values (daemon/blobs.c, store.c): artifacts of 256 KiB and more
+live in files beside the database and are answered from them, inline
+(sendfile) or as the file's descriptor (SCM_RIGHTS) to a client that asks.
+Through the real daemon, real files, real uids, a real tmpfs and real
+SIGKILLs."""
+import json
+import os
+import random
+import resource
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from harness import Daemon, Raw, ROOT, Skip, frame, mp_pack, mp_unpack
+from sysutil import cli_as, make_reachable, setpriv
+
+sys.path.insert(0, os.path.join(ROOT, "python"))
+from ptxcache import Client  # noqa: E402
+
+GET, PUT, PROGRESS, ERROR = 10, 11, 0xfe, 0xff
+B = 65534               # nobody: the second user
+MB = 1 << 20
+
+
+class FdClient:
+    """A connection that reads replies with recvmsg, keeping the
+    descriptors they bring (the caller closes them, or never does)."""
+
+    def __init__(self, path):
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.s.settimeout(60)
+        self.s.connect(path)
+        self.buf = bytearray()
+        self.fds = []
+        self.next_id = 0
+
+    def _fill(self):
+        data, anc, flags, _ = self.s.recvmsg(1 << 20, socket.CMSG_SPACE(16))
+        assert not flags & socket.MSG_CTRUNC
+        for level, kind, raw in anc:
+            assert (level, kind) == (socket.SOL_SOCKET, socket.SCM_RIGHTS)
+            n = len(raw) // 4
+            assert n == 1, "one descriptor per reply"
+            self.fds.append(int.from_bytes(raw[:4], "little"))
+        assert data, "the daemon closed the connection"
+        self.buf += data
+
+    def call(self, ftype, **fields):
+        self.next_id += 1
+        self.s.sendall(frame(ftype, mp_pack(dict(id=self.next_id, **fields))))
+        while True:
+            while len(self.buf) < 8:
+                self._fill()
+            n = int.from_bytes(self.buf[4:8], "big")
+            while len(self.buf) < 8 + n:
+                self._fill()
+            t, body = self.buf[3], mp_unpack(bytes(self.buf[8:8 + n]))
+            del self.buf[:8 + n]
+            if t != PROGRESS:
+                fd = self.fds.pop(0) if body.get("fd") is True else None
+                return t, body, fd
+
+    def close(self):
+        self.s.close()
+
+
+def blob_files(d):
+    top = os.path.join(d.cache_dir, "blobs")
+    out = []
+    for sub in sorted(os.listdir(top)):
+        p = os.path.join(top, sub)
+        if os.path.isdir(p):
+            out += [os.path.join(p, f) for f in sorted(os.listdir(p))]
+        else:
+            out.append(p)
+    return out
+
+
+def value(n, seed=0):
+    """Half text, half random bytes, as a real graph or kernel would be."""
+    r = random.Random(seed)
+    text = (b"def forward(self, x):\n    return torch.ops.aten.mm(x, self.w)\n" * (n // 120 + 1))
+    return text[:n // 2] + r.randbytes(n - n // 2)
+
+
+def test_a_large_value_is_a_file_and_comes_back_inline_and_as_its_descriptor():
+    v = value(3 * MB)
+    with Daemon(workers=1) as d:
+        with Client(d.socket) as c:
+            assert c.artifact_put("inductor-fx", "g", v)
+            assert c.artifact_put("inductor-fx", "small", b"x" * 1000)
+        # One file: the large value, raw, read-only; the small one in its row.
+        files = blob_files(d)
+        assert len(files) == 1, files
+        st = os.stat(files[0])
+        assert stat.S_IMODE(st.st_mode) == 0o400 and st.st_size == len(v)
+        with open(files[0], "rb") as f:
+            assert f.read() == v
+        assert stat.S_IMODE(os.stat(os.path.dirname(files[0])).st_mode) == 0o700
+        assert stat.S_IMODE(os.stat(os.path.join(d.cache_dir, "blobs")).st_mode) == 0o700
+        c = FdClient(d.socket)
+        t, body, fd = c.call(GET, ns="inductor-fx", key="g", fd=True)
+        assert t == GET | 0x80 and body["found"] and body["value_len"] == len(v), body
+        assert "value" not in body and fd is not None
+        # Read-only, a regular file, its own offset, the value's bytes.
+        import fcntl
+        assert fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY
+        assert stat.S_ISREG(os.fstat(fd).st_mode)
+        assert os.read(fd, len(v) + 1) == v
+        os.close(fd)
+        # Inline to a get that did not ask, and a small value inline always.
+        t, body, fd = c.call(GET, ns="inductor-fx", key="g")
+        assert fd is None and body["value"] == v
+        t, body, fd = c.call(GET, ns="inductor-fx", key="small", fd=True)
+        assert fd is None and body["value"] == b"x" * 1000
+        c.close()
+        s = d.stats()
+        assert s["artifact_fd_hits"] == 1 and s["artifact_file_hits"] == 1, s
+        # Both clients: Python reads it, libptxcache (the CLI) maps it.
+        with Client(d.socket) as py:
+            assert py.artifact_get("inductor-fx", "g").value == v
+        assert d.cli("artifact", "get", "inductor-fx", "g").stdout == v
+        assert d.stats()["artifact_fd_hits"] == 3
+        # A restart serves it again, from the same file.
+        d.stop()
+        d.start()
+        assert blob_files(d) == files
+        assert d.cli("artifact", "get", "inductor-fx", "g").stdout == v
+        assert d.cli("verify").returncode == 0
+
+
+def _damage(path, how):
+    os.chmod(path, 0o600)
+    with open(path, "r+b") as f:
+        if how == "flip":
+            f.seek(os.path.getsize(path) // 2)
+            b = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([b[0] ^ 0x40]))
+        else:
+            f.truncate(os.path.getsize(path) - 1)
+    os.chmod(path, 0o400)
+
+
+def test_a_damaged_blob_file_is_a_miss_counted_never_served_and_dropped():
+    with Daemon(workers=1) as d:
+        with Client(d.socket) as c:
+            for i, how in enumerate(("flip", "truncate", "flip")):
+                v = value(MB, i)
+                assert c.artifact_put("t", "k%d" % i, v)
+                # Served once, so a remembered hash would be there to trust.
+                assert c.artifact_get("t", "k%d" % i).value == v
+            time.sleep(2.1)     # settled: the next get's hash is remembered
+            for i in range(3):
+                assert c.artifact_get("t", "k%d" % i).found
+            files = {f: None for f in blob_files(d)}
+            assert len(files) == 3
+        names = sorted(files)
+        ls = json.loads(d.cli("ls", "--namespace", "t", "--json").stdout)
+        by_key = {e["components"]["key"]: e["key"] for e in ls}
+        paths = {i: next(p for p in names if os.path.basename(p).startswith(by_key["k%d" % i]))
+                 for i in range(3)}
+        for i, how in enumerate(("flip", "truncate", "flip")):
+            _damage(paths[i], how)
+        r = d.cli("verify", check=False)
+        assert r.returncode != 0 and r.stdout.count(b"entry ") >= 3, r.stdout
+        # By descriptor, inline, and through the Python client: each a miss.
+        c = FdClient(d.socket)
+        t, body, fd = c.call(GET, ns="t", key="k0", fd=True)
+        assert body["found"] is False and fd is None, body
+        t, body, fd = c.call(GET, ns="t", key="k1")
+        assert body["found"] is False and fd is None, body
+        c.close()
+        with Client(d.socket) as py:
+            assert not py.artifact_get("t", "k2").found
+        s = d.stats()
+        assert s["corrupt_blobs"] == 3, s
+        # The entries and their files are gone.
+        assert blob_files(d) == []
+        assert json.loads(d.cli("ls", "--namespace", "t", "--json").stdout) == []
+        assert "corrupt" in d.logtext()
+
+
+def _tmpfs(size):
+    if os.geteuid() != 0:
+        raise Skip("needs root to mount a small tmpfs")
+    mnt = tempfile.mkdtemp(prefix="ptxcache-large-")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%d,mode=0700" % size, "tmpfs", mnt],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        os.rmdir(mnt)
+        raise Skip("cannot mount a tmpfs here: %s" % r.stderr.strip())
+    return mnt
+
+
+def _untmpfs(mnt):
+    subprocess.run(["umount", "-l", mnt])
+    os.rmdir(mnt)
+
+
+def _used(mnt):
+    v = os.statvfs(mnt)
+    return (v.f_blocks - v.f_bfree) * v.f_frsize
+
+
+def test_a_value_held_while_evicted_or_purged_keeps_its_bytes_and_its_space_comes_back():
+    mnt = _tmpfs(256 * MB)
+    try:
+        with Daemon(workers=1, cache_dir=os.path.join(mnt, "cache")) as d:
+            v, w = value(16 * MB, 1), value(16 * MB, 2)
+            with Client(d.socket) as c:
+                assert c.artifact_put("t", "a", v)
+                assert c.artifact_put("t", "b", w)
+            fc = FdClient(d.socket)
+            _, body, fa = fc.call(GET, ns="t", key="a", fd=True)
+            _, body, fb = fc.call(GET, ns="t", key="b", fd=True)
+            assert fa is not None and fb is not None
+            before = _used(mnt)
+            assert d.cli("evict", "--namespace", "t", "--json").returncode == 0
+            assert blob_files(d) == []
+            # Gone from the cache, still whole for the client that holds it.
+            assert os.fstat(fa).st_nlink == 0
+            assert os.pread(fa, len(v), 0) == v and os.pread(fb, len(w), 0) == w
+            assert _used(mnt) > before - 4 * MB, "the held files keep their blocks"
+            os.close(fa)
+            os.close(fb)
+            assert _used(mnt) < before - 28 * MB, (before, _used(mnt))
+            fc.close()
+    finally:
+        _untmpfs(mnt)
+
+
+def test_descriptors_one_connection_is_sent_are_bounded_then_values_go_inline():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < 2200:
+        raise Skip("needs 2200 descriptors")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2200), hard))
+    try:
+        v = value(300 << 10)
+        with Daemon(workers=1) as d:
+            with Client(d.socket) as c:
+                assert c.artifact_put("t", "k", v)
+            c = FdClient(d.socket)
+            held = []
+            for i in range(1100):       # never closed
+                t, body, fd = c.call(GET, ns="t", key="k", fd=True)
+                assert body["found"]
+                if fd is None:
+                    break
+                held.append(fd)
+            assert len(held) == 1024, len(held)
+            # Past the bound: the value inline, and the daemon serves on.
+            assert body["value"] == v
+            s = d.stats()
+            assert s["artifact_fd_hits"] == 1024 and s["artifact_fd_fallbacks"] == 1, s
+            # A new connection starts its own count.
+            c2 = FdClient(d.socket)
+            t, body, fd = c2.call(GET, ns="t", key="k", fd=True)
+            assert fd is not None and os.pread(fd, len(v), 0) == v
+            os.close(fd)
+            for fd in held:
+                os.close(fd)
+            c.close()
+            c2.close()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+_OTHER = r"""
+import os, socket, sys
+sys.path.insert(0, sys.argv[3])
+from test_large import FdClient, GET
+c = FdClient(sys.argv[1])
+t, body, fd = c.call(GET, ns="t", key="k", fd=True)
+out = {"found": body.get("found"), "fd": fd is not None}
+if fd is not None:
+    out["bytes"] = os.pread(fd, 64, 0).hex()
+try:
+    os.open(sys.argv[2], os.O_RDONLY)
+    out["open"] = "opened"
+except OSError as e:
+    out["open"] = e.errno
+print(repr(out))
+"""
+
+
+def test_no_descriptor_reaches_another_uid_and_no_blob_file_opens_for_it():
+    if os.geteuid() != 0:
+        raise Skip("needs root to run clients as other users")
+    with Daemon(workers=1, extra=["--allow-users", str(B)]) as d:
+        make_reachable(d.socket)
+        v = value(MB, 7)
+        with Client(d.socket) as c:
+            assert c.artifact_put("t", "k", v)
+        path = blob_files(d)[0]
+        # Even with the cache directory opened to others, blobs/ is not.
+        os.chmod(d.cache_dir, 0o711)
+        here = os.path.dirname(os.path.abspath(__file__))
+        script = os.path.join(tempfile.mkdtemp(prefix="ptxcache-other-"), "other.py")
+        os.chmod(os.path.dirname(script), 0o755)
+        with open(script, "w") as f:
+            f.write(_OTHER)
+        tests_copy = os.path.join(os.path.dirname(script), "t")
+        os.mkdir(tests_copy)
+        for name in ("test_large.py", "harness.py", "sysutil.py"):
+            with open(os.path.join(here, name)) as src, open(os.path.join(tests_copy, name), "w") as dst:
+                dst.write(src.read())
+        subprocess.run(["chmod", "-R", "a+rX", os.path.dirname(script)])
+        r = subprocess.run(setpriv(B, B, ()) + [sys.executable, script, d.socket, path, tests_copy],
+                           capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+        assert r.returncode == 0, r.stderr
+        out = eval(r.stdout.strip())
+        assert out["found"] is False and out["fd"] is False, out
+        assert out["open"] == 13, out       # EACCES
+        # B's own value of the same name is another file, its own.
+        r = cli_as(d.socket, B, B, "artifact", "put", "t", "k", "-", input=value(MB, 8))
+        assert r.returncode == 0, r.stderr
+        files = blob_files(d)
+        assert len(files) == 2 and os.stat(files[0]).st_ino != os.stat(files[1]).st_ino
+        r = cli_as(d.socket, B, B, "artifact", "get", "t", "k")
+        assert r.stdout == value(MB, 8)
+        assert d.cli("artifact", "get", "t", "k").stdout == v
+
+
+def test_a_kill_9_anywhere_in_large_puts_leaves_no_orphan_and_no_row_without_its_file():
+    with Daemon(workers=1) as d:
+        # The state a kill between the rename and the commit leaves (and
+        # one in the middle of writing): a file no row names, a temporary.
+        with Client(d.socket) as c:
+            assert c.artifact_put("t", "kept", value(MB, 1))
+        kept = blob_files(d)
+        d.stop(signal.SIGKILL)
+        orphan = os.path.join(d.cache_dir, "blobs", "ab", "ab" + "0" * 62 + "-" + "1" * 16)
+        os.makedirs(os.path.dirname(orphan), exist_ok=True)
+        with open(orphan, "wb") as f:
+            f.write(value(MB, 2))
+        tmp = os.path.join(d.cache_dir, "blobs", ".tmp-0123456789abcdef-1-1")
+        with open(tmp, "wb") as f:
+            f.write(b"half a value")
+        d.start()
+        assert blob_files(d) == kept
+        assert not os.path.exists(orphan) and not os.path.exists(tmp)
+        # Real kills at arbitrary points of a stream of large puts.
+        for round_ in range(6):
+            stop = threading.Event()
+
+            def putter():
+                try:
+                    with Client(d.socket) as c:
+                        i = 0
+                        while not stop.is_set():
+                            c.artifact_put("t", "r%d-%d" % (round_, i), value(2 * MB, i))
+                            i += 1
+                except Exception:
+                    pass
+            th = threading.Thread(target=putter)
+            th.start()
+            time.sleep(0.2 + random.random() * 0.5)
+            d.stop(signal.SIGKILL)
+            stop.set()
+            th.join()
+            d.start()
+            rows = json.loads(d.cli("ls", "--kind", "artifact", "--limit", "1000000", "--json").stdout)
+            large = {e["key"] for e in rows if e["data_len"] >= 256 << 10}
+            names = {os.path.basename(p)[:64] for p in blob_files(d)}
+            assert names == large, (round_, names - large, large - names)
+            r = d.cli("verify", check=False)
+            assert r.returncode == 0, r.stdout
+
+
+def test_a_disk_that_fills_during_large_puts_evicts_or_refuses_cleanly():
+    mnt = _tmpfs(64 * MB)
+    try:
+        with Daemon(workers=1, cache_dir=os.path.join(mnt, "cache"),
+                    extra=["--max-size", "0", "--artifact-share", "100"]) as d:
+            with Client(d.socket) as c:
+                for i in range(24):                 # 3 disks' worth of 8 MB
+                    assert c.artifact_put("t", "k%d" % i, os.urandom(8 * MB)), i
+                s = d.stats()
+                assert s["disk_full_retries"] >= 1 and s["store_errors"] == 0, s
+                assert c.artifact_get("t", "k23").found and not c.artifact_get("t", "k0").found
+                # A value larger than the disk: refused, nothing left behind.
+                from ptxcache.errors import ServerError
+                try:
+                    c.artifact_put("t", "huge", os.urandom(80 * MB))
+                    raise AssertionError("a put larger than the disk was stored")
+                except ServerError as e:
+                    assert "No space left" in str(e) or "cannot" in str(e), e
+                assert not [p for p in os.listdir(os.path.join(d.cache_dir, "blobs"))
+                            if p.startswith(".tmp")]
+                assert c.artifact_get("t", "k23").found
+            rows = json.loads(d.cli("ls", "--kind", "artifact", "--limit", "1000000", "--json").stdout)
+            assert sorted(os.path.basename(p)[:64] for p in blob_files(d)) == \
+                sorted(e["key"] for e in rows)
+            assert d.cli("verify").returncode == 0
+    finally:
+        _untmpfs(mnt)
+
+
+def _rss(pid):
+    out = {}
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(("VmHWM:", "VmRSS:")):
+                out[line.split(":")[0]] = int(line.split()[1]) << 10
+    return out
+
+
+def test_a_large_get_never_holds_the_value_in_the_daemons_memory():
+    """Inline to a client that reads slowly, and by descriptor: the
+    daemon's peak RSS grows by far less than the value (it was a copy per
+    reply before: the output queue held what the socket had not taken)."""
+    n = 64 * MB
+    with Daemon(workers=1) as d:
+        with Client(d.socket) as c:
+            assert c.artifact_put("t", "big", value(n))
+        pid = d.proc.pid
+        for fd_wanted in (False, True):
+            with open("/proc/%d/clear_refs" % pid, "w") as f:
+                f.write("5")            # VmHWM starts again from VmRSS
+            base = _rss(pid)["VmRSS"]
+            c = FdClient(d.socket)
+            c.s.sendall(frame(GET, mp_pack(dict(id=1, ns="t", key="big", fd=fd_wanted))))
+            time.sleep(0.5)             # the daemon has answered; nothing read yet
+            got = b""
+            while True:
+                c._fill()
+                if len(c.buf) >= 8 and len(c.buf) >= 8 + int.from_bytes(c.buf[4:8], "big"):
+                    break
+            body = mp_unpack(bytes(c.buf[8:]))
+            if fd_wanted:
+                assert c.fds and os.fstat(c.fds[0]).st_size == n
+                os.close(c.fds[0])
+            else:
+                got = body["value"]
+                assert len(got) == n
+            c.close()
+            peak = _rss(pid)["VmHWM"]
+            assert peak - base < n // 4, (fd_wanted, base, peak)
