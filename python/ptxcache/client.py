@@ -253,13 +253,13 @@ class Client:
             rid = self._next_id
             ids[rid] = i
             types.append(t)
-            out.append(wire.frame(t, dict(fields, id=rid)))
+            out.extend(wire.frame_parts(t, dict(fields, id=rid)))
         reused = self._used
         self._used = True
         deadline = time.monotonic() + self.timeout + wait_s
         results: list[dict | ServerError | None] = [None] * len(requests)
         try:
-            self._send_all(b"".join(out), deadline)
+            self._send_all(out, deadline)
         except _Closed as e:
             # A daemon that refuses the connection sends its reason and
             # closes: read it. A reused connection closed while idle is
@@ -326,14 +326,16 @@ class Client:
             return err
         return None
 
-    def _send_all(self, data: bytes, deadline: float) -> None:
+    def _send_all(self, parts: list[bytes | memoryview], deadline: float) -> None:
+        """Send the buffers in order, as one stream (sendmsg: a large value
+        goes from the caller's memory)."""
         sock = self._sock
         assert sock is not None
-        view = memoryview(data)
-        while view:
+        views = [memoryview(p).cast("B") for p in parts if len(p)]
+        while views:
             sock.settimeout(self._wait_left(deadline))
             try:
-                n = sock.send(view)
+                n = sock.sendmsg(views[:64])
             except socket.timeout:
                 raise DaemonTimeout("timed out after %.0f ms sending to ptxcached at '%s'"
                                     % (self.timeout * 1000, self.path)) from None
@@ -341,7 +343,10 @@ class Client:
                 if e.errno in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN):
                     raise _Closed(e.strerror) from None
                 raise ConnectError("cannot send to ptxcached at '%s': %s" % (self.path, e)) from None
-            view = view[n:]
+            while views and n >= len(views[0]):
+                n -= len(views.pop(0))
+            if n:
+                views[0] = views[0][n:]
 
     def _wait_left(self, deadline: float) -> float:
         left = deadline - time.monotonic()

@@ -17,7 +17,7 @@ from typing import Any
 
 __all__ = ["MAGIC", "VERSION", "HEADER", "T_HELLO", "T_PING", "T_STATS", "T_ARTIFACT_GET",
            "T_ARTIFACT_PUT", "T_ARTIFACT_RELEASE", "T_PROGRESS", "T_ERROR", "REPLY",
-           "frame", "parse_header", "pack", "unpack", "codec_name", "WireError"]
+           "frame", "frame_parts", "parse_header", "pack", "unpack", "codec_name", "WireError"]
 
 MAGIC = b"PX"
 VERSION = 1
@@ -52,10 +52,38 @@ def codec_name() -> str:
     return "built-in"
 
 
+# A bin field at least this long is sent from the caller's buffer, not
+# copied into the frame (frame_parts()).
+TAIL_MIN = 64 << 10
+
+
 def frame(ftype: int, body: dict) -> bytes:
     """One whole frame of type ftype whose body is the map body."""
-    data = pack(body)
-    return MAGIC + bytes((VERSION, ftype)) + struct.pack(">I", len(data)) + data
+    return b"".join(frame_parts(ftype, body))
+
+
+def frame_parts(ftype: int, body: dict) -> list[bytes | memoryview]:
+    """The frame of frame(), as buffers to send one after the other: a
+    large bin field goes last in the map and is its own buffer, the
+    caller's bytes themselves (a 64 MB put is not copied twice to be
+    framed). The daemon reads a map's fields in any order."""
+    tail = [k for k, v in body.items()
+            if isinstance(v, (bytes, bytearray, memoryview)) and len(v) >= TAIL_MIN]
+    if not tail:
+        data = pack(body)
+        return [MAGIC + bytes((VERSION, ftype)) + struct.pack(">I", len(data)) + data]
+    name = tail[0]
+    value = memoryview(body[name]).cast("B")
+    head: list[bytes] = [_head(len(body), 0x80, 0x0f, None, 0xde, 0xdf)]
+    for k, v in body.items():
+        if k != name:
+            head.append(pack(k))
+            head.append(pack(v))
+    head.append(pack(name))
+    head.append(b"\xc6" + struct.pack(">I", len(value)))
+    data = b"".join(head)
+    return [MAGIC + bytes((VERSION, ftype)) + struct.pack(">I", len(data) + len(value)) + data,
+            value]
 
 
 def parse_header(hdr: bytes, limit: int) -> tuple[int, int]:
