@@ -5,8 +5,8 @@
 and a real Redis Cluster (3 masters, a replica each).
 
 For 1, 8, 64 and 256 MB values: node A publishes one; a fresh node B
-(a new process: nothing cached, no connection yet) gets it, timed from
-the command to its answer; beside it, in the same run and from the same
+(a new process, up and answering: nothing cached, no connection to Redis
+yet) gets it, timed from the command to its answer; beside it, in the same run and from the same
 Redis, a raw GET of the same bytes stored under one key (a Python socket
 client reading into one preallocated buffer: no parsing, no copies, the
 fastest client here), over the transport the tier uses (the single
@@ -38,8 +38,9 @@ MB = 1 << 20
 
 def raw_get(addr, key, size):
     """Seconds for one GET of key (size bytes) over addr: a Unix socket
-    path, or (host, port)."""
+    path, or (host, port); the body read into one preallocated buffer."""
     s = socket.socket(socket.AF_UNIX if isinstance(addr, str) else socket.AF_INET)
+    s.settimeout(120)
     s.connect(addr)
     head = b"$%d\r\n" % size
     buf = bytearray(len(head) + size + 2)
@@ -48,25 +49,38 @@ def raw_get(addr, key, size):
     t0 = time.perf_counter()
     s.sendall(cmd)
     got = 0
+    moved = s.recv(64, socket.MSG_PEEK)
+    if moved.startswith(b"-MOVED"):         # a failover since the map was read
+        host, port = moved.split(b"\r\n")[0].split()[2].rsplit(b":", 1)
+        s.close()
+        return raw_get((host.decode(), int(port)), key, size)
     while got < len(buf):
         n = s.recv_into(view[got:])
         if not n:
             raise AssertionError("the connection closed")
         got += n
+        if got >= len(head) and bytes(buf[:len(head)]) != head:
+            raise AssertionError("not the value: %r" % bytes(buf[:got][:80]))
     t = time.perf_counter() - t0
     s.close()
-    assert bytes(buf[:len(head)]) == head, bytes(buf[:16])
     return t
 
 
 def raw_set(addr, key, value):
+    """SET key value over addr; the address it went to (a MOVED followed)."""
     s = socket.socket(socket.AF_UNIX if isinstance(addr, str) else socket.AF_INET)
+    s.settimeout(120)
     s.connect(addr)
     s.sendall(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (len(key), key, len(value)))
     s.sendall(value)
     s.sendall(b"\r\n")
-    assert s.recv(16).startswith(b"+OK"), "SET failed"
+    answer = s.recv(256)
     s.close()
+    if answer.startswith(b"-MOVED"):
+        host, port = answer.split(b"\r\n")[0].split()[2].rsplit(b":", 1)
+        return raw_set((host.decode(), int(port)), key, value)
+    assert answer.startswith(b"+OK"), "SET failed: %r" % answer
+    return addr
 
 
 def one_size(url, tmp, size, rounds, floor_addr):
@@ -86,10 +100,11 @@ def one_size(url, tmp, size, rounds, floor_addr):
     for _ in range(rounds):
         b = Drive(url, tmp)
         try:
+            b.counters()        # the process is up, its loop turning
             t0 = time.perf_counter()
             r = b.cmd("get %s" % key, timeout=600)
             gets.append(time.perf_counter() - t0)
-            assert r.startswith("hit") and "len=%d " % size in r, r
+            assert r.startswith("hit") and "len=%d " % size in r, (r, b.counters())
             k = b.counters()
             assert (k["timeouts"], k["errors"], k["rejects"]) == (0, 0, 0), k
         finally:
@@ -97,6 +112,8 @@ def one_size(url, tmp, size, rounds, floor_addr):
     addr, fkey = floor_addr(value)
     floors = [raw_get(addr, fkey, size) for _ in range(rounds)]
     get_s, floor_s = min(gets), min(floors)
+    print("  %4d MB  tier %8.1f ms   raw GET %8.1f ms   %.2fx" % (
+        size // MB, get_s * 1e3, floor_s * 1e3, get_s / floor_s), flush=True)
     return {"mb": size // MB, "put_s": put_s, "get_s": get_s, "raw_get_s": floor_s,
             "get_mb_s": size / MB / get_s, "raw_mb_s": size / MB / floor_s,
             "ratio": get_s / floor_s, "gets": gets, "raw_gets": floors}
@@ -148,8 +165,7 @@ def main():
             try:
                 def floor_cluster(value):
                     owner = c.owner(c.keyslot(b"floor"))
-                    raw_set(owner.socket, b"floor", value)
-                    return ("127.0.0.1", owner.port), b"floor"
+                    return raw_set(("127.0.0.1", owner.port), b"floor", value), b"floor"
                 tmp = tempfile.mkdtemp(dir=c.nodes[0].tmp)
                 for size in sizes:
                     res["cluster"].append(one_size(c.url, tmp, size, args.rounds, floor_cluster))

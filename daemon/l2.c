@@ -16,7 +16,7 @@
  * is stored whole under its key. A larger one is a transfer (struct
  * l2_xfer): its record cut into chunks of 1 MiB - 16 bytes, each sealed
  * on its own (1 MiB stored) under "<key's name>:<id>:<i>", written with
- * at most L2_WINDOW_BYTES (16 MiB) of chunks in flight, and, once every
+ * at most L2_WINDOW_BYTES (8 MiB) of chunks in flight, and, once every
  * chunk is written, a sealed manifest under the key itself. A reader
  * finds the manifest, checks it, fetches the chunks it names with the same
  * window, opens each as it arrives straight into the record, and reads
@@ -81,12 +81,18 @@
  *  - A transfer holds a reference to the settings it began under, and each
  *    command one to its own: a reply is checked with the secret, identity
  *    and size limit of its own request whatever a reload changed meanwhile.
- *  - Chunks are pipelined by bytes, not by count (a window of 16 MiB), and
+ *  - Chunks are pipelined by bytes, not by count (a window of 8 MiB), and
  *    each is opened into its place in the record as it arrives: the
  *    transfer moves at the speed of the connection (bench/large.py), a
  *    reader never buffers a chunk longer than its reply, and a put's
  *    chunks are sealed one by one as the window lets them go, in the
  *    loop's later turns, never before the caller's own reply.
+ *  - The window opens L2_RAMP chunks at a time (each reply sends at most
+ *    two more): Redis executes the commands it reads in one go before it
+ *    writes any reply, so a burst of a whole window would leave the
+ *    connection silent while Redis copies 8 MiB (on a slow host, longer
+ *    than the 50 ms silence bound); growing by a chunk per reply keeps
+ *    what Redis takes in at once to two chunks while the window fills.
  *  - Every length is checked against the bytes that remain before it is
  *    read, and no byte of a record is used before every chunk of it has
  *    opened.
@@ -144,7 +150,8 @@
  * them in flight per transfer, and a manifest under its key. */
 #define L2_INLINE (1 << 20)
 #define L2_CHUNK (1 << 20)
-#define L2_WINDOW_BYTES (16 << 20)
+#define L2_WINDOW_BYTES (8 << 20)
+#define L2_RAMP 2                       /* chunks sent per reply, at most */
 /* head, chunk_len u32, total u64, n_chunks u32 */
 #define L2_MANIFEST_BODY (L2_HEAD + 4 + 8 + 4)
 #define L2_MANIFEST_LEN (L2_MANIFEST_BODY + L2_TAG_LEN)
@@ -728,8 +735,9 @@ static void send_manifest(struct l2_xfer *x)
 }
 
 /* Keep up to L2_WINDOW_BYTES of x's chunks in flight (at most max of them
- * sent now), so a transfer streams at the connection's speed while no one
- * command holds a connection (or Redis) for long and others interleave;
+ * sent now: L2_RAMP per reply), so a transfer streams at the connection's
+ * speed while no one command holds a connection (or Redis) for long and
+ * others interleave;
  * once every chunk is answered, read the record (a get) or write the
  * manifest (a put). */
 static void pump(struct l2_xfer *x, uint32_t max)
@@ -777,7 +785,7 @@ static void got_key(struct l2_xfer *x, const redisReply *r)
 			fail(x, "out of memory");
 		else {
 			x->data.len = (size_t)total;
-			pump(x, UINT32_MAX);
+			pump(x, L2_RAMP);
 		}
 		return;
 	}
@@ -827,7 +835,7 @@ static void got_chunk(struct l2_xfer *x, uint32_t i, const redisReply *r)
 	}
 	x->l2->n.bytes_read += (int64_t)r->len;
 	x->done++;
-	pump(x, UINT32_MAX);
+	pump(x, L2_RAMP);
 }
 
 static void claim(struct l2 *l2, const char *space, const unsigned char key[32],
@@ -876,7 +884,7 @@ static void xfer_step(struct l2_cmd *cmd, enum outcome o, const redisReply *r)
 			x->l2->n.bytes_written += (int64_t)(chunk_span(x, cmd->chunk, &off) +
 							    L2_TAG_LEN);
 			x->done++;
-			pump(x, UINT32_MAX);
+			pump(x, L2_RAMP);
 		}
 		break;
 	}

@@ -20,6 +20,8 @@
  *   lat HEX N         N gets of HEX one after another; answers "lat n=N
  *                     hits=H p50_us=.. p99_us=.. max_us=.." (each get timed
  *                     on the loop, from l2_get() to its callback)
+ *   space S           puts and gets from now on under the space S
+ *                     (l2_put_in(), l2_get_in(); "-": none, the default)
  *   sleep MS          let the loop run MS ms, then "slept"
  *   counters          "hits=.. misses=.. errors=.. timeouts=.. rejects=..
  *                     writes=.. breaker_opens=.. breaker_open=.. redirects=..
@@ -56,6 +58,7 @@ static int busy;                        /* waiting for a get or a sleep */
 static int in_get;
 static int eof;                         /* stdin is done */
 static char get_path[4096];
+static char space[80];                  /* of puts and gets: "" none */
 
 static void next_command(void);
 
@@ -181,7 +184,7 @@ static void run(char *cmd)
 		} else {
 			v.data = data.data;
 			v.data_len = data.len;
-			l2_put(l2, key, &v);
+			l2_put_in(l2, space[0] ? space : NULL, key, &v);
 			printf("queued\n");
 		}
 		buf_free(&data);
@@ -189,7 +192,7 @@ static void run(char *cmd)
 		snprintf(get_path, sizeof get_path, "%s", argc > 2 ? argv[2] : "");
 		busy = 1;
 		in_get = 1;
-		l2_get(l2, key, got, NULL);
+		l2_get_in(l2, space[0] ? space : NULL, key, got, NULL);
 		in_get = 0;
 	} else if (!strcmp(argv[0], "lat") && argc == 3 && !from_hex(argv[1], key)) {
 		memcpy(lat_key, key, 32);
@@ -201,6 +204,9 @@ static void run(char *cmd)
 			busy = 1;
 			lat_next();
 		}
+	} else if (!strcmp(argv[0], "space") && argc == 2) {
+		snprintf(space, sizeof space, "%s", strcmp(argv[1], "-") ? argv[1] : "");
+		printf("space %s\n", space[0] ? space : "-");
 	} else if (!strcmp(argv[0], "sleep") && argc == 2) {
 		long ms = atol(argv[1]);
 		struct timeval tv = { ms / 1000, ms % 1000 * 1000 };
