@@ -32,16 +32,24 @@ def _valued(marker, size):
     return bytes(data)
 
 
-def _put_and_get(a, b, tmp, space, key, data):
-    for d in (a, b):
-        assert d.cmd("space " + space).startswith("space")
+def _put(a, space, key, data):
+    assert a.cmd("space " + space).startswith("space")
     before = a.counters()["writes"]
     a.put(key, data)
     a.wait(lambda c: c["writes"] == before + 1, "the write", tries=3000)
+
+
+def _get(b, tmp, space, key, data):
+    assert b.cmd("space " + space).startswith("space")
     out = os.path.join(tmp, "got")
     assert b.get(key, out) == ("hit", False)
     with open(out, "rb") as f:
         assert f.read() == data
+
+
+def _put_and_get(a, b, tmp, space, key, data):
+    _put(a, space, key, data)
+    _get(b, tmp, space, key, data)
 
 
 def _scan_all(servers):
@@ -62,27 +70,32 @@ def _marker_nowhere(url, tmp, servers):
     marker = b"MARKER-" + os.urandom(12).hex().encode() + b"-END"
     a, b = Drive(url, tmp), Drive(url, tmp)
     try:
+        values = []
         keys = iter([KEY, KEY2, "11" * 32, "22" * 32])
         for space in SPACES:
             for size in (40 * 1000, 3 * MB):
-                _put_and_get(a, b, tmp, space, next(keys), _valued(marker, size))
+                values.append((space, next(keys), _valued(marker, size)))
+                _put(a, *values[-1])
+        seen = _scan_all(servers)
+        # Two values stored whole, two manifests, 2 x 4 chunks (and no
+        # lease left that would hold anything but a node's name).
+        stored = [(n, v) for n, v in seen if not n.endswith(b":lease")]
+        assert len(stored) >= 12, [n for n, _ in seen]
+        assert sum(len(v) for _, v in stored) > 2 * 3 * MB
+        for n, v in seen:
+            assert marker not in n, n
+            assert v is None or marker not in v, "the marker in plain sight under %r" % n
+            # Nor any 16 bytes of it: the value is not merely shifted or cut.
+            for k in range(0, len(marker) - 16, 4):
+                assert v is None or marker[k:k + 16] not in v, (n, k)
+        # And another node reads each back exact.
+        for space, key, data in values:
+            _get(b, tmp, space, key, data)
         c = b.counters()
         assert (c["hits"], c["rejects"], c["errors"]) == (4, 0, 0), c
     finally:
         a.close()
         b.close()
-    seen = _scan_all(servers)
-    # Two values stored whole, two manifests, 2 x 4 chunks (and no lease
-    # left that would hold anything but a node's name).
-    values = [(n, v) for n, v in seen if not n.endswith(b":lease")]
-    assert len(values) >= 12, [n for n, _ in seen]
-    assert sum(len(v) for _, v in values) > 2 * 3 * MB
-    for n, v in seen:
-        assert marker not in n, n
-        assert v is None or marker not in v, "the marker in plain sight under %r" % n
-        # Nor any 16 bytes of it: the value is not merely shifted or cut.
-        for k in range(0, len(marker) - 16, 4):
-            assert v is None or marker[k:k + 16] not in v, (n, k)
 
 
 def test_l2_marker_in_values_is_nowhere_in_redis():
