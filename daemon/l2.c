@@ -16,7 +16,7 @@
  * is stored whole under its key. A larger one is a transfer (struct
  * l2_xfer): its record cut into chunks of 1 MiB - 16 bytes, each sealed
  * on its own (1 MiB stored) under "<key's name>:<id>:<i>", written with
- * at most L2_WINDOW_BYTES (8 MiB) of chunks in flight, and, once every
+ * at most L2_WINDOW_BYTES (4 MiB) of chunks in flight, and, once every
  * chunk is written, a sealed manifest under the key itself. A reader
  * finds the manifest, checks it, fetches the chunks it names with the same
  * window, opens each as it arrives straight into the record, and reads
@@ -81,7 +81,7 @@
  *  - A transfer holds a reference to the settings it began under, and each
  *    command one to its own: a reply is checked with the secret, identity
  *    and size limit of its own request whatever a reload changed meanwhile.
- *  - Chunks are pipelined by bytes, not by count (a window of 8 MiB), and
+ *  - Chunks are pipelined by bytes, not by count (a window of 4 MiB), and
  *    each is opened into its place in the record as it arrives: the
  *    transfer moves at the speed of the connection (bench/large.py), a
  *    reader never buffers a chunk longer than its reply, and a put's
@@ -90,9 +90,12 @@
  *  - The window opens L2_RAMP chunks at a time (each reply sends at most
  *    two more): Redis executes the commands it reads in one go before it
  *    writes any reply, so a burst of a whole window would leave the
- *    connection silent while Redis copies 8 MiB (on a slow host, longer
- *    than the 50 ms silence bound); growing by a chunk per reply keeps
- *    what Redis takes in at once to two chunks while the window fills.
+ *    connection silent while Redis copies the whole window (on a slow
+ *    host, longer than the 50 ms silence bound); growing by a chunk per
+ *    reply keeps what Redis takes in at once to two chunks while the
+ *    window fills. The window itself is 4 MiB, not more: Redis holds a
+ *    reply for each chunk in flight, and with 8 MiB of them a loaded host
+ *    left 256 MB transfers silent past the bound (bench/large.py).
  *  - Every length is checked against the bytes that remain before it is
  *    read, and no byte of a record is used before every chunk of it has
  *    opened.
@@ -150,7 +153,7 @@
  * them in flight per transfer, and a manifest under its key. */
 #define L2_INLINE (1 << 20)
 #define L2_CHUNK (1 << 20)
-#define L2_WINDOW_BYTES (8 << 20)
+#define L2_WINDOW_BYTES (4 << 20)
 #define L2_RAMP 2                       /* chunks sent per reply, at most */
 /* head, chunk_len u32, total u64, n_chunks u32 */
 #define L2_MANIFEST_BODY (L2_HEAD + 4 + 8 + 4)
