@@ -271,6 +271,7 @@ bench: deps
 	  $(if $(QUICK),--quick)
 	@$(PLOT_PYTHON) bench/plot.py $(B)/bench/results.json $(B)/bench/latency.png
 	@PTXCACHE_BUILD=$(B) python3 bench/tier.py --build $(B) --out $(B)/bench
+	@PTXCACHE_BUILD=$(B) python3 bench/large.py --build $(B) --out $(B)/bench
 	@PTXCACHE_BUILD=$(B) python3 bench/fleet.py --build $(B) --out $(B)/bench
 	@python3 bench/against.py --build $(B) $(if $(BASE),--base $(BASE)) $(if $(QUICK),,--full)
 

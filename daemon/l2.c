@@ -9,67 +9,119 @@
  * takes, renews or drops a fleet lease (a SET beside the key). Nothing
  * else is ever sent from here.
  *
- * Values of any size (up to l2-max-value, 1 GiB by default): a sealed
- * value of up to 1 MiB (L2_INLINE) is stored whole under its key. A
- * larger one is a transfer (struct l2_xfer): its sealed bytes cut into
- * 1 MiB chunks under "<key's name>:<id>:<i>", written with at most
- * L2_WINDOW (4) chunk commands in flight, and, once every chunk is
- * written, a manifest under the key itself. A reader finds the manifest,
- * checks it, fetches the chunks it names with the same window, and opens
- * the whole as one envelope. So:
+ * Values of any size (up to l2-max-value, 1 GiB by default). A value is
+ * first laid out as its record (kind, status, identity, data, log); the
+ * record is then sealed with AES-256-GCM, so Redis holds ciphertext and
+ * learns sizes alone. A record that seals into at most 1 MiB (L2_INLINE)
+ * is stored whole under its key. A larger one is a transfer (struct
+ * l2_xfer): its record cut into chunks of 1 MiB - 16 bytes, each sealed
+ * on its own (1 MiB stored) under "<key's name>:<id>:<i>", written with
+ * at most L2_WINDOW_BYTES (4 MiB) of chunks in flight, and, once every
+ * chunk is written, a sealed manifest under the key itself. A reader
+ * finds the manifest, checks it, fetches the chunks it names with the same
+ * window, opens each as it arrives straight into the record, and reads
+ * the record once all are in. So:
  *  - no one command carries more than 1 MiB: none holds Redis, or a
  *    connection other lookups share, for long (bench/tier.py measures the
  *    small lookups of another node while 100 MB crosses);
- *  - the id is the first 16 bytes of the value's own HMAC: another write
- *    of the key (other bytes) names other chunks, so a reader never
- *    assembles one value from the chunks of two writes; a writer that dies
- *    between chunks wrote no manifest, and the key still names the value
- *    before it (or nothing); its chunks are left to Redis's eviction;
- *  - the manifest is sealed like an envelope (HMAC over the key and its
- *    body) and bounded before it is believed: a chunk size in
- *    [4 KiB, 64 MiB], a count that matches the length, a length within
- *    l2-max-value, so no one without the secret makes a reader fetch or
- *    allocate anything;
- *  - a chunk that is gone is a miss, one of the wrong length a reject, and
- *    the assembled bytes pass the envelope's own HMAC or are a reject;
+ *  - the id is 16 random bytes drawn for each write: another write of the
+ *    key names other chunks, so a reader never assembles one value from
+ *    the chunks of two writes; a writer that dies between chunks wrote no
+ *    manifest, and the key still names the value before it (or nothing);
+ *    its chunks are left to Redis's eviction;
+ *  - the manifest is sealed too, and bounded before it is believed: a
+ *    chunk size in [4 KiB, 64 MiB], a count that matches the length, a
+ *    length within l2-max-value, so no one without the secret makes a
+ *    reader fetch or allocate anything;
+ *  - a chunk that is gone is a miss; one of the wrong length, or that does
+ *    not open under its own position, a reject (the transfer ends at the
+ *    first);
  *  - a transfer, however many commands it takes, is counted once (a hit,
  *    a miss, a write...) and feeds the breaker once.
  *
  * Layers: this file is the value layer (transfers: l2_get_in(),
- * l2_put_in(), l2_claim_in(), the envelope and the manifest, xfer_step()'s
- * reading of each reply). It hands each command to send_cmd()
- * (l2_conn.c), whose argv[1] is always the key (so a value's chunks spread
- * over a cluster's shards), with its transfer and xfer_ops: the connection
- * layer below (nodes, routing, timers, breakers) knows nothing of values,
- * and reaches this file only through that pointer. l2_int.h holds what the
- * files of the tier share: a generation of the settings (l2_conf.c), a
- * command, a transfer, the tier.
+ * l2_put_in(), l2_claim_in(), the record, the seal and the manifest,
+ * xfer_step()'s reading of each reply). It hands each command to
+ * send_cmd() (l2_conn.c), whose argv[1] is always the key (so a value's
+ * chunks spread over a cluster's shards), with its transfer and xfer_ops:
+ * the connection layer below (nodes, routing, timers, breakers) knows
+ * nothing of values, and reaches this file only through that pointer.
+ * l2_int.h holds what the files of the tier share: a generation of the
+ * settings (l2_conf.c), a command, a transfer, the tier.
+ *
+ * The seal (format version 2):
+ *  - keys: each value has its own AES-256 key, HKDF-SHA-256 (EVP_KDF) of
+ *    the fleet secret with the salt "ptxcache-l2 v2" and the info
+ *    "value" | u16 scope_len | scope | id, where the scope is the key's
+ *    name without its 64 hex digits (prefix + space: "ptxcache:",
+ *    "ptxcache:artifact:u1000:", "ptxcache:own:-/u1000:"): a key per scope,
+ *    and under it one per value;
+ *  - nonces: 96 bits, a domain byte (0 a chunk, 1 a whole record, 2 a
+ *    manifest), zeros, and the chunk's index (u32). Each value key seals
+ *    one record or one manifest and each chunk index once, so a (key,
+ *    nonce) pair is never used twice; two writes (on any node, before or
+ *    after any restart) share a key only if they draw the same 128-bit id
+ *    from the OS's random source (RAND_bytes), about 2^-64 after 2^32
+ *    writes;
+ *  - associated data: the header stored before the ciphertext and the
+ *    key's whole name (prefix, space, hex key), and for a chunk its index
+ *    and the chunk count: a value moved to another key or another scope's
+ *    key, a chunk moved to another position, another value or another
+ *    key, does not open. The scope is in the key and the name in the
+ *    associated data; the id names the chunks and picks the key.
+ * A value of version 1 (HMAC-sealed, readable: before this format) is a
+ * miss, not a reject: it was honest, it is merely old; the key is
+ * written again by whoever compiles it.
  *
  * Why it is built this way:
  *  - GETRANGE rather than GET: Redis itself then sends at most 1 MiB + 1
  *    bytes for a key (a chunk's own length + 1 for a chunk), so a huge
  *    value planted under our prefix cannot make every node buffer it (a
- *    missing key reads as "", which no envelope is).
+ *    missing key reads as "", which no value is).
  *  - A transfer holds a reference to the settings it began under, and each
  *    command one to its own: a reply is checked with the secret, identity
  *    and size limit of its own request whatever a reload changed meanwhile.
- *  - The envelope is verified before any byte of it is used, and every
- *    length is checked against the bytes that remain before it is read.
+ *  - Chunks are pipelined by bytes, not by count (a window of 4 MiB), and
+ *    each is opened into its place in the record as it arrives: the
+ *    transfer moves at the speed of the connection (bench/large.py), a
+ *    reader never buffers a chunk longer than its reply, and a put's
+ *    chunks are sealed one by one as the window lets them go, in the
+ *    loop's later turns, never before the caller's own reply.
+ *  - The window opens L2_RAMP chunks at a time (each reply sends at most
+ *    two more): Redis executes the commands it reads in one go before it
+ *    writes any reply, so a burst of a whole window would leave the
+ *    connection silent while Redis copies the whole window (on a slow
+ *    host, longer than the 50 ms silence bound); growing by a chunk per
+ *    reply keeps what Redis takes in at once to two chunks while the
+ *    window fills. The window itself is 4 MiB, not more: Redis holds a
+ *    reply for each chunk in flight, and with 8 MiB of them a loaded host
+ *    left 256 MB transfers silent past the bound (bench/large.py).
+ *  - Every length is checked against the bytes that remain before it is
+ *    read, and no byte of a record is used before every chunk of it has
+ *    opened.
  *
- * Never: trust a byte from Redis before its HMAC verifies; log the secret
- * or a value; answer a request from a value that failed any check; call a
- * callback twice.
+ * Never: trust a byte from Redis before it opens under its own key, name
+ * and position; log the secret or a value; answer a request from a value
+ * that failed any check; call a callback twice; seal two things under one
+ * key and nonce.
  *
- * Envelope (all integers big-endian):
- *   "PXL2" | version u8 (1) | kind u8 | status i32 | identity_len u16 |
- *   identity | data_len u32 | data | log_len u32 | log |
- *   HMAC-SHA-256(secret, key[32] || every byte above)
- * Manifest of a chunked envelope (69 bytes):
- *   "PXLM" | version u8 (1) | chunk_len u32 | total u64 | n_chunks u32 |
- *   id[16] (the envelope's HMAC's first 16 bytes) |
- *   HMAC-SHA-256(secret, key[32] || every byte above)
+ * Layouts (all integers big-endian; tag: GCM's 16 bytes):
+ * Record (the plaintext):
+ *   kind u8 | status i32 | identity_len u16 | identity | data_len u32 |
+ *   data | log_len u32 | log
+ * A value stored whole (its record sealed into at most 1 MiB):
+ *   "PXL2" | version u8 (2) | id[16] | AES-256-GCM(record) | tag
+ *   nonce 01 00..00, AD = "PXL2" | 2 | id | name
+ * A chunked value's manifest (53 bytes), under the key:
+ *   "PXLM" | version u8 (2) | id[16] | chunk_len u32 | total u64 |
+ *   n_chunks u32 | tag
+ *   nonce 02 00..00, AD = every byte before the tag | name, nothing
+ *   encrypted (it says sizes only)
  * Chunk i (0-based) of it: bytes [i * chunk_len, (i + 1) * chunk_len) of
- * the envelope, under the key's name + ":" + hex(id) + ":" + decimal i.
+ * the record (total bytes), under the key's name + ":" + hex(id) + ":" +
+ * decimal i, stored as AES-256-GCM(those bytes) | tag
+ *   nonce 00 00..00 | u32 i, AD = "PXLC" | 2 | id | u32 i | u32 n_chunks |
+ *   name
  */
 #include "daemon/l2_int.h"
 
@@ -79,28 +131,39 @@
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/kdf.h>
 #include <openssl/params.h>
+#include <openssl/rand.h>
 
 #include "daemon/log.h"
 
 #define L2_MAGIC "PXL2"
-#define L2_VERSION 1
-/* magic, version, kind, status, identity_len, data_len, log_len */
-#define L2_FIXED (4 + 1 + 1 + 4 + 2 + 4 + 4)
-/* Values: a sealed value of up to L2_INLINE bytes is stored whole under
- * its key; a larger one as chunks of L2_CHUNK bytes, L2_WINDOW of them in
- * flight per transfer, and a manifest under its key. */
+#define L2_MANIFEST_MAGIC "PXLM"
+#define L2_CHUNK_MAGIC "PXLC"           /* in a chunk's associated data */
+#define L2_VERSION 2
+#define L2_OLD_VERSION 1                /* HMAC-sealed: a miss */
+#define L2_TAG_LEN 16
+/* magic, version, id: before a whole value's ciphertext, and a manifest */
+#define L2_HEAD (4 + 1 + L2_ID_LEN)
+/* kind, status, identity_len, data_len, log_len */
+#define L2_RECORD_FIXED (1 + 4 + 2 + 4 + 4)
+/* Values: one that seals into at most L2_INLINE bytes is stored whole
+ * under its key; a larger one as chunks of L2_CHUNK bytes stored (a
+ * record's L2_CHUNK - L2_TAG_LEN, and a tag), up to L2_WINDOW_BYTES of
+ * them in flight per transfer, and a manifest under its key. */
 #define L2_INLINE (1 << 20)
 #define L2_CHUNK (1 << 20)
-#define L2_WINDOW 4
-#define L2_MANIFEST_MAGIC "PXLM"
-/* magic, version, chunk_len u32, total u64, n_chunks u32, id */
-#define L2_MANIFEST_BODY (4 + 1 + 4 + 8 + 4 + L2_ID_LEN)
-#define L2_MANIFEST_LEN (L2_MANIFEST_BODY + L2_MAC_LEN)
+#define L2_WINDOW_BYTES (4 << 20)
+#define L2_RAMP 2                       /* chunks sent per reply, at most */
+/* head, chunk_len u32, total u64, n_chunks u32 */
+#define L2_MANIFEST_BODY (L2_HEAD + 4 + 8 + 4)
+#define L2_MANIFEST_LEN (L2_MANIFEST_BODY + L2_TAG_LEN)
 #define L2_CHUNK_MIN (4 << 10)          /* a reader's bounds on a writer's */
 #define L2_CHUNK_MAX (64 << 20)
+/* The nonce's first byte: what a value key seals under it. */
+enum { N_CHUNK = 0, N_RECORD = 1, N_MANIFEST = 2 };
 
-/* ---- the envelope ------------------------------------------------------ */
+/* ---- the seal ----------------------------------------------------------- */
 
 static void put_be(unsigned char *p, uint64_t v, int n)
 {
@@ -117,55 +180,93 @@ static uint64_t get_be(const unsigned char *p, int n)
 	return v;
 }
 
-/* HMAC-SHA-256(secret, key || body) into out. 0, or -1 if OpenSSL fails. */
-static int mac(const void *secret, size_t secret_len, const unsigned char key[32],
-	       const void *body, size_t body_len, unsigned char out[L2_MAC_LEN])
+/* A value's key: HKDF-SHA-256(secret; salt "ptxcache-l2 v2"; info "value"
+ * | u16 scope_len | scope | id). 0, or -1 if OpenSSL fails. */
+static int value_key(const void *secret, size_t secret_len, const char *scope,
+		     size_t scope_len, const unsigned char id[L2_ID_LEN], unsigned char out[32])
 {
-	EVP_MAC *m = EVP_MAC_fetch(NULL, "HMAC", NULL);
-	EVP_MAC_CTX *c = m ? EVP_MAC_CTX_new(m) : NULL;
+	static const char salt[] = "ptxcache-l2 v2";
+	unsigned char info[5 + 2 + L2_PREFIX_MAX + L2_SPACE_MAX + L2_ID_LEN];
+	EVP_KDF *kdf;
+	EVP_KDF_CTX *c;
+	size_t n = 0;
+	int ok;
+
+	if (!secret_len || scope_len > L2_PREFIX_MAX + L2_SPACE_MAX)
+		return -1;
+	memcpy(info, "value", 5);
+	n = 5;
+	put_be(info + n, scope_len, 2);
+	n += 2;
+	memcpy(info + n, scope, scope_len);
+	n += scope_len;
+	memcpy(info + n, id, L2_ID_LEN);
+	n += L2_ID_LEN;
+	kdf = EVP_KDF_fetch(NULL, "HKDF", NULL);
+	c = kdf ? EVP_KDF_CTX_new(kdf) : NULL;
 	OSSL_PARAM params[] = {
-		OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0),
+		OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, (char *)"SHA256", 0),
+		OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, (void *)secret, secret_len),
+		OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, (void *)salt,
+						  sizeof salt - 1),
+		OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, info, n),
 		OSSL_PARAM_construct_end(),
 	};
-	size_t n = 0;
-	int ok = c && secret_len > 0 &&
-		 EVP_MAC_init(c, secret, secret_len, params) == 1 &&
-		 EVP_MAC_update(c, key, 32) == 1 &&
-		 EVP_MAC_update(c, body, body_len) == 1 &&
-		 EVP_MAC_final(c, out, &n, L2_MAC_LEN) == 1 && n == L2_MAC_LEN;
-
-	EVP_MAC_CTX_free(c);
-	EVP_MAC_free(m);
+	ok = c && EVP_KDF_derive(c, out, 32, params) == 1;
+	EVP_KDF_CTX_free(c);
+	EVP_KDF_free(kdf);
+	OPENSSL_cleanse(info, sizeof info);
 	return ok ? 0 : -1;
 }
 
-/* The sealed size of v, or 0 if a field is too long for the envelope. */
-static size_t sealed_len(const struct l2_value *v, size_t id_len)
+/* AES-256-GCM under key, nonce (domain, index), associated data ad | name:
+ * seal len bytes of in into out and tag, or open them (the tag checked;
+ * out holds nothing usable on failure). in and out may be the same. 0,
+ * or -1: OpenSSL failed, or (open) the bytes are not authentic. */
+static int aead(int seal, const unsigned char key[32], int domain, uint32_t index,
+		const unsigned char *ad, size_t ad_len, const char *name, size_t name_len,
+		const unsigned char *in, size_t len, unsigned char *out,
+		unsigned char tag[L2_TAG_LEN])
+{
+	EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+	unsigned char nonce[12] = { (unsigned char)domain }, end[16];
+	int n, ok;
+
+	put_be(nonce + 8, index, 4);
+	ok = c && EVP_CipherInit_ex(c, EVP_aes_256_gcm(), NULL, key, nonce, seal) == 1 &&
+	     EVP_CipherUpdate(c, NULL, &n, ad, (int)ad_len) == 1 &&
+	     EVP_CipherUpdate(c, NULL, &n, (const unsigned char *)name, (int)name_len) == 1;
+	/* In pieces under INT_MAX: a record may be larger than an int. */
+	for (size_t off = 0; ok && off < len;) {
+		size_t k = len - off < (1u << 30) ? len - off : (1u << 30);
+		ok = EVP_CipherUpdate(c, out + off, &n, in + off, (int)k) == 1 && (size_t)n == k;
+		off += k;
+	}
+	if (ok && !seal)
+		ok = EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, L2_TAG_LEN, tag) == 1;
+	ok = ok && EVP_CipherFinal_ex(c, out ? out + len : end, &n) == 1;
+	if (ok && seal)
+		ok = EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, L2_TAG_LEN, tag) == 1;
+	EVP_CIPHER_CTX_free(c);
+	return ok ? 0 : -1;
+}
+
+/* The record's size for v, or 0 if a field is too long for it. */
+static size_t record_len(const struct l2_value *v, size_t id_len)
 {
 	if (id_len > UINT16_MAX || v->data_len > UINT32_MAX || v->log_len > UINT32_MAX)
 		return 0;
-	return L2_FIXED + id_len + v->data_len + v->log_len + L2_MAC_LEN;
+	return L2_RECORD_FIXED + id_len + v->data_len + v->log_len;
 }
 
-int l2_seal(const unsigned char key[32], const struct l2_value *v,
-	    const char *identity, const void *secret, size_t secret_len,
-	    struct buf *out)
+/* v's record at p (record_len() bytes). */
+static void record_write(unsigned char *p, const struct l2_value *v, const char *identity,
+			 size_t id_len)
 {
-	size_t id_len = identity ? strlen(identity) : 0;
-	size_t total = sealed_len(v, id_len);
-	unsigned char *p;
-
-	buf_reset(out);
-	if (!total || v->kind < 0 || v->kind > 255 || !secret_len ||
-	    buf_reserve(out, total) < 0)
-		return -1;
-	p = (unsigned char *)out->data;
-	memcpy(p, L2_MAGIC, 4);
-	p[4] = L2_VERSION;
-	p[5] = (unsigned char)v->kind;
-	put_be(p + 6, (uint32_t)v->status, 4);
-	put_be(p + 10, id_len, 2);
-	p += 12;
+	p[0] = (unsigned char)v->kind;
+	put_be(p + 1, (uint32_t)v->status, 4);
+	put_be(p + 5, id_len, 2);
+	p += 7;
 	if (id_len)
 		memcpy(p, identity, id_len);
 	p += id_len;
@@ -178,48 +279,21 @@ int l2_seal(const unsigned char key[32], const struct l2_value *v,
 	p += 4;
 	if (v->log_len)
 		memcpy(p, v->log, v->log_len);
-	p += v->log_len;
-	if (mac(secret, secret_len, key, out->data, total - L2_MAC_LEN, p) < 0)
-		return -1;
-	out->len = total;
-	out->data[total] = '\0';
-	return 0;
 }
 
-int l2_open(const unsigned char key[32], const void *bytes, size_t len,
-	    const char *identity, const void *secret, size_t secret_len,
-	    struct l2_value *v, const char **why)
+/* Read an authentic record: every length against what remains, then the
+ * identity and the kind. 0 and v pointing into p, or -1 and why. */
+static int record_read(const unsigned char *p, size_t len, const char *identity,
+		       struct l2_value *v, const char **why)
 {
-	const unsigned char *p = bytes;
-	size_t id_len, data_len, log_len, off;
-	size_t want_id_len = identity ? strlen(identity) : 0;
-	unsigned char want[L2_MAC_LEN];
+	size_t id_len, data_len, log_len, off, want_id_len = identity ? strlen(identity) : 0;
 
 	memset(v, 0, sizeof *v);
-	/* The framing first: magic and version say how to read the rest. */
-	if (!p || len < 4) {
-		*why = "bad length";
-		return -1;
-	}
-	if (memcmp(p, L2_MAGIC, 4)) {
-		*why = "bad magic";
-		return -1;
-	}
-	if (len < 5) {
-		*why = "bad length";
-		return -1;
-	}
-	if (p[4] != L2_VERSION) {
-		*why = "wrong version";
-		return -1;
-	}
-	/* Every length against what remains, before it is used. */
 	*why = "bad length";
-	if (len < L2_FIXED + L2_MAC_LEN)
+	if (len < L2_RECORD_FIXED)
 		return -1;
-	len -= L2_MAC_LEN;              /* the body; the mac follows it */
-	id_len = (size_t)get_be(p + 10, 2);
-	off = 12;
+	id_len = (size_t)get_be(p + 5, 2);
+	off = 7;
 	if (id_len > len - off)
 		return -1;
 	off += id_len;
@@ -236,25 +310,17 @@ int l2_open(const unsigned char key[32], const void *bytes, size_t len,
 	off += 4;
 	if (log_len != len - off)
 		return -1;
-
-	/* Then the mac, over the key and the whole body, in constant time. */
-	*why = "bad hmac";
-	if (mac(secret, secret_len, key, p, len, want) < 0 ||
-	    CRYPTO_memcmp(want, p + len, L2_MAC_LEN))
-		return -1;
-
-	/* Authentic from here on; still ours? */
-	if (id_len != want_id_len || (id_len && memcmp(p + 12, identity, id_len))) {
+	if (id_len != want_id_len || (id_len && memcmp(p + 7, identity, id_len))) {
 		*why = "wrong identity";
 		return -1;
 	}
-	if (p[5] < 1 || p[5] > 3) {     /* STORE_PTX, STORE_CUBIN, STORE_ARTIFACT */
+	if (p[0] < 1 || p[0] > 3) {     /* STORE_PTX, STORE_CUBIN, STORE_ARTIFACT */
 		*why = "bad kind";
 		return -1;
 	}
-	v->kind = p[5];
-	v->status = (int)(int32_t)(uint32_t)get_be(p + 6, 4);
-	off = 12 + id_len + 4;
+	v->kind = p[0];
+	v->status = (int)(int32_t)(uint32_t)get_be(p + 1, 4);
+	off = 7 + id_len + 4;
 	v->data = p + off;
 	v->data_len = data_len;
 	off += data_len + 4;
@@ -264,49 +330,192 @@ int l2_open(const unsigned char key[32], const void *bytes, size_t len,
 	return 0;
 }
 
-/* The manifest of a chunked value, sealed like an envelope: the chunk
- * size, the sealed value's length, the number of chunks and the id that
- * names them (the first L2_ID_LEN bytes of the value's own HMAC, so
- * another write of the key, or of another key, names other chunks). */
-static int manifest_seal(const unsigned char key[32], uint32_t chunk_len, uint64_t total,
-			 uint32_t n_chunks, const unsigned char id[L2_ID_LEN],
-			 const void *secret, size_t secret_len, unsigned char out[L2_MANIFEST_LEN])
+/* A key's name in Redis: scope (prefix + space) + 64 hex digits. */
+static size_t name_of(const char *scope, const unsigned char key[32], char *name)
+{
+	size_t n = strlen(scope);
+
+	memcpy(name, scope, n);
+	for (int i = 0; i < 32; i++)
+		snprintf(name + n + 2 * i, 3, "%02x", key[i]);
+	return n + 64;
+}
+
+/* Seal a whole record in place under name (scope_len bytes of scope
+ * first): p holds room for the head, the record's rec_len bytes at
+ * p + L2_HEAD, then room for the tag. */
+static int seal_record(const char *name, size_t name_len, size_t scope_len, unsigned char *p,
+		       size_t rec_len, const void *secret, size_t secret_len)
+{
+	unsigned char key[32];
+	int rc;
+
+	memcpy(p, L2_MAGIC, 4);
+	p[4] = L2_VERSION;
+	if (RAND_bytes(p + 5, L2_ID_LEN) != 1 ||
+	    value_key(secret, secret_len, name, scope_len, p + 5, key) < 0)
+		return -1;
+	rc = aead(1, key, N_RECORD, 0, p, L2_HEAD, name, name_len, p + L2_HEAD, rec_len,
+		  p + L2_HEAD, p + L2_HEAD + rec_len);
+	OPENSSL_cleanse(key, sizeof key);
+	return rc;
+}
+
+/* The framing of a value read under a key: 1 if it is of version 1 (a
+ * miss), 0 if it is of this one, -1 and why if neither. */
+static int framing(const unsigned char *p, size_t len, const char *magic, const char **why)
+{
+	if (!p || len < 5) {
+		*why = "bad length";
+		return -1;
+	}
+	if (memcmp(p, magic, 4)) {
+		*why = "bad magic";
+		return -1;
+	}
+	if (p[4] == L2_OLD_VERSION)
+		return 1;
+	if (p[4] != L2_VERSION) {
+		*why = "wrong version";
+		return -1;
+	}
+	return 0;
+}
+
+/* Open a whole value read under name: its record into plain. 1: of
+ * version 1 (a miss); 0: plain holds the authentic record; -1 and why. */
+static int open_record(const char *name, size_t name_len, size_t scope_len, const void *bytes,
+		       size_t len, const void *secret, size_t secret_len, struct buf *plain,
+		       const char **why)
+{
+	const unsigned char *p = bytes;
+	unsigned char key[32];
+	size_t rec_len;
+	int rc = framing(p, len, L2_MAGIC, why);
+
+	if (rc)
+		return rc;
+	*why = "bad length";
+	if (len < L2_HEAD + L2_TAG_LEN)
+		return -1;
+	rec_len = len - L2_HEAD - L2_TAG_LEN;
+	buf_reset(plain);
+	*why = "out of memory";
+	if (buf_reserve(plain, rec_len) < 0)
+		return -1;
+	*why = "does not open";
+	if (value_key(secret, secret_len, name, scope_len, p + 5, key) < 0)
+		return -1;
+	rc = aead(0, key, N_RECORD, 0, p, L2_HEAD, name, name_len, p + L2_HEAD, rec_len,
+		  (unsigned char *)plain->data, (unsigned char *)p + L2_HEAD + rec_len);
+	OPENSSL_cleanse(key, sizeof key);
+	if (rc < 0)
+		return -1;
+	plain->len = rec_len;
+	*why = NULL;
+	return 0;
+}
+
+int l2_seal(const char *scope, const unsigned char key[32], const struct l2_value *v,
+	    const char *identity, const void *secret, size_t secret_len, struct buf *out)
+{
+	size_t id_len = identity ? strlen(identity) : 0, rec_len = record_len(v, id_len);
+	size_t scope_len = strlen(scope);
+	char name[NAME_MAX_LEN];
+
+	buf_reset(out);
+	if (!rec_len || v->kind < 0 || v->kind > 255 || !secret_len ||
+	    scope_len > L2_PREFIX_MAX + L2_SPACE_MAX ||
+	    buf_reserve(out, L2_HEAD + rec_len + L2_TAG_LEN) < 0)
+		return -1;
+	record_write((unsigned char *)out->data + L2_HEAD, v, identity, id_len);
+	if (seal_record(name, name_of(scope, key, name), scope_len, (unsigned char *)out->data,
+			rec_len, secret, secret_len) < 0)
+		return -1;
+	out->len = L2_HEAD + rec_len + L2_TAG_LEN;
+	out->data[out->len] = '\0';
+	return 0;
+}
+
+int l2_open(const char *scope, const unsigned char key[32], const void *bytes, size_t len,
+	    const char *identity, const void *secret, size_t secret_len, struct buf *plain,
+	    struct l2_value *v, const char **why)
+{
+	size_t scope_len = strlen(scope);
+	char name[NAME_MAX_LEN];
+	int rc;
+
+	memset(v, 0, sizeof *v);
+	if (scope_len > L2_PREFIX_MAX + L2_SPACE_MAX) {
+		*why = "bad length";
+		return -1;
+	}
+	rc = open_record(name, name_of(scope, key, name), scope_len, bytes, len, secret,
+			 secret_len, plain, why);
+	if (rc > 0)
+		*why = "old version";
+	if (rc)
+		return -1;
+	return record_read((const unsigned char *)plain->data, plain->len, identity, v, why);
+}
+
+/* A chunk's associated data: "PXLC" | version | id | u32 i | u32 n. */
+#define L2_CHUNK_AD (L2_HEAD + 4 + 4)
+static void chunk_ad(const unsigned char id[L2_ID_LEN], uint32_t i, uint32_t n,
+		     unsigned char ad[L2_CHUNK_AD])
+{
+	memcpy(ad, L2_CHUNK_MAGIC, 4);
+	ad[4] = L2_VERSION;
+	memcpy(ad + 5, id, L2_ID_LEN);
+	put_be(ad + L2_HEAD, i, 4);
+	put_be(ad + L2_HEAD + 4, n, 4);
+}
+
+/* The manifest of a chunked value: the chunk size, the record's length,
+ * the number of chunks and the id (which names them and picks the key),
+ * sealed under the value's key and the key's name. */
+static int manifest_seal(const char *name, size_t name_len, const unsigned char vkey[32],
+			 uint32_t chunk_len, uint64_t total, uint32_t n_chunks,
+			 const unsigned char id[L2_ID_LEN], unsigned char out[L2_MANIFEST_LEN])
 {
 	memcpy(out, L2_MANIFEST_MAGIC, 4);
 	out[4] = L2_VERSION;
-	put_be(out + 5, chunk_len, 4);
-	put_be(out + 9, total, 8);
-	put_be(out + 17, n_chunks, 4);
-	memcpy(out + 21, id, L2_ID_LEN);
-	return mac(secret, secret_len, key, out, L2_MANIFEST_BODY, out + L2_MANIFEST_BODY);
+	memcpy(out + 5, id, L2_ID_LEN);
+	put_be(out + L2_HEAD, chunk_len, 4);
+	put_be(out + L2_HEAD + 4, total, 8);
+	put_be(out + L2_HEAD + 12, n_chunks, 4);
+	return aead(1, vkey, N_MANIFEST, 0, out, L2_MANIFEST_BODY, name, name_len, NULL, 0, NULL,
+		    out + L2_MANIFEST_BODY);
 }
 
-/* Open a manifest read under key: 0 with its fields, or -1 and why. The
- * HMAC first, then every field against the bounds a reader keeps: a
- * manifest cannot make a reader fetch more than max_value bytes, or
- * chunks of a size outside [L2_CHUNK_MIN, L2_CHUNK_MAX]. */
-static int manifest_open(const unsigned char key[32], const void *bytes, size_t len,
-			 const void *secret, size_t secret_len, int64_t max_value,
-			 size_t *chunk_len, uint64_t *total, uint32_t *n_chunks,
-			 unsigned char id[L2_ID_LEN], const char **why)
+/* Open a manifest read under name: 0 with its fields and the value's key,
+ * 1 if it is of version 1 (a miss), or -1 and why. The seal first, then
+ * every field against the bounds a reader keeps: a manifest cannot make a
+ * reader fetch more than max_value bytes, or chunks of a size outside
+ * [L2_CHUNK_MIN, L2_CHUNK_MAX]. */
+static int manifest_open(const char *name, size_t name_len, size_t scope_len,
+			 const void *bytes, size_t len, const void *secret, size_t secret_len,
+			 int64_t max_value, size_t *chunk_len, uint64_t *total,
+			 uint32_t *n_chunks, unsigned char id[L2_ID_LEN],
+			 unsigned char vkey[32], const char **why)
 {
 	const unsigned char *p = bytes;
-	unsigned char want[L2_MAC_LEN];
+	int rc = framing(p, len, L2_MANIFEST_MAGIC, why);
 
+	if (rc)
+		return rc;
 	*why = "bad length";
 	if (len != L2_MANIFEST_LEN)
 		return -1;
-	*why = "wrong version";
-	if (p[4] != L2_VERSION)
+	*why = "does not open";
+	if (value_key(secret, secret_len, name, scope_len, p + 5, vkey) < 0 ||
+	    aead(0, vkey, N_MANIFEST, 0, p, L2_MANIFEST_BODY, name, name_len, NULL, 0, NULL,
+		 (unsigned char *)p + L2_MANIFEST_BODY) < 0)
 		return -1;
-	*why = "bad hmac";
-	if (mac(secret, secret_len, key, p, L2_MANIFEST_BODY, want) < 0 ||
-	    CRYPTO_memcmp(want, p + L2_MANIFEST_BODY, L2_MAC_LEN))
-		return -1;
-	*chunk_len = (size_t)get_be(p + 5, 4);
-	*total = get_be(p + 9, 8);
-	*n_chunks = (uint32_t)get_be(p + 17, 4);
-	memcpy(id, p + 21, L2_ID_LEN);
+	memcpy(id, p + 5, L2_ID_LEN);
+	*chunk_len = (size_t)get_be(p + L2_HEAD, 4);
+	*total = get_be(p + L2_HEAD + 4, 8);
+	*n_chunks = (uint32_t)get_be(p + L2_HEAD + 12, 4);
 	*why = "bad manifest";
 	if (*chunk_len < L2_CHUNK_MIN || *chunk_len > L2_CHUNK_MAX || *total == 0 ||
 	    *n_chunks != (*total + *chunk_len - 1) / *chunk_len)
@@ -324,7 +533,9 @@ static void xfer_unref(struct l2_xfer *x)
 {
 	if (!x || --x->refs > 0)
 		return;
+	OPENSSL_cleanse(x->vkey, sizeof x->vkey);
 	buf_free(&x->data);
+	buf_free(&x->scratch);
 	conf_unref(x->conf);
 	free(x);
 }
@@ -352,21 +563,6 @@ static void log_reject(struct l2 *l2, const struct l2_conf *conf,
 
 static void xfer_step(struct l2_cmd *cmd, enum outcome o, const redisReply *r);
 
-/* prefix + space + 64 hex digits into name (NAME_MAX_LEN bytes). */
-static size_t redis_key(const struct l2 *l2, const char *space, const unsigned char key[32],
-			char *name)
-{
-	size_t n = strlen(l2->conf->prefix), sn = space ? strnlen(space, L2_SPACE_MAX) : 0;
-
-	memcpy(name, l2->conf->prefix, n);
-	if (sn)
-		memcpy(name + n, space, sn);
-	n += sn;
-	for (int i = 0; i < 32; i++)
-		snprintf(name + n + 2 * i, 3, "%02x", key[i]);
-	return n + 64;
-}
-
 /* Chunk i of x: its key's name + ":" + hex id + ":" + i, so that the
  * chunks of a value sit beside its key (a purge of a space takes them
  * too) and two writes of one key never share a chunk. */
@@ -385,6 +581,7 @@ static struct l2_xfer *xfer_new(struct l2 *l2, const char *space, const unsigned
 				int probe, l2_get_cb cb, void *arg)
 {
 	struct l2_xfer *x = calloc(1, sizeof *x);
+	char scope[L2_PREFIX_MAX + L2_SPACE_MAX + 1];
 
 	if (!x)
 		return NULL;
@@ -396,7 +593,11 @@ static struct l2_xfer *xfer_new(struct l2 *l2, const char *space, const unsigned
 	x->probe = probe;
 	x->refs = 1;                    /* until finished */
 	memcpy(x->key, key, 32);
-	x->name_len = redis_key(l2, space, key, x->name);
+	/* The name: prefix + space (the scope) + 64 hex digits. */
+	snprintf(scope, sizeof scope, "%.*s%.*s", L2_PREFIX_MAX, l2->conf->prefix,
+		 L2_SPACE_MAX, space ? space : "");
+	x->scope_len = strlen(scope);
+	x->name_len = name_of(scope, key, x->name);
 	snprintf(x->space, sizeof x->space, "%s", space ? space : "");
 	return x;
 }
@@ -472,7 +673,7 @@ static void send_op(struct l2_xfer *x, enum op op, uint32_t chunk, int argc,
 	send_cmd(x->l2, cmd, argc, argv, argvlen, x->conf->command_timeout_ms);
 }
 
-/* The bytes of chunk i: its offset and length in the sealed value. */
+/* The record's bytes in chunk i: their offset and length. */
 static size_t chunk_span(const struct l2_xfer *x, uint32_t i, size_t *off)
 {
 	*off = (size_t)i * x->chunk_len;
@@ -483,27 +684,39 @@ static void send_chunk(struct l2_xfer *x, uint32_t i)
 {
 	char name[NAME_MAX_LEN], end[24];
 	size_t off, len = chunk_span(x, i, &off), name_len = chunk_name(x, i, name);
+	unsigned char ad[L2_CHUNK_AD];
 
 	if (x->cb) {
-		/* At most len + 1 bytes: a longer chunk is seen, never read whole. */
+		/* At most its length + 1 bytes: a longer chunk is seen, never
+		 * read whole. */
 		const char *argv[4] = { "GETRANGE", name, "0", end };
-		size_t argvlen[4] = { 8, name_len, 1, (size_t)snprintf(end, sizeof end, "%zu", len) };
+		size_t argvlen[4] = { 8, name_len, 1,
+				      (size_t)snprintf(end, sizeof end, "%zu", len + L2_TAG_LEN) };
 		send_op(x, OP_GET_CHUNK, i, 4, argv, argvlen);
-	} else {
-		const char *argv[3] = { "SET", name, x->data.data + off };
-		size_t argvlen[3] = { 3, name_len, len };
-		send_op(x, OP_SET_CHUNK, i, 3, argv, argvlen);
+		return;
 	}
+	/* A put seals each chunk as the window lets it go; send_cmd() has
+	 * copied it out of scratch when it returns. */
+	chunk_ad(x->id, i, x->n_chunks, ad);
+	if (aead(1, x->vkey, N_CHUNK, i, ad, sizeof ad, x->name, x->name_len,
+		 (const unsigned char *)x->data.data + off, len, (unsigned char *)x->scratch.data,
+		 (unsigned char *)x->scratch.data + len) < 0) {
+		fail(x, "cannot seal a chunk");
+		return;
+	}
+	const char *argv[3] = { "SET", name, x->scratch.data };
+	size_t argvlen[3] = { 3, name_len, len + L2_TAG_LEN };
+	send_op(x, OP_SET_CHUNK, i, 3, argv, argvlen);
 }
 
-/* Every chunk of a get is in: the value is the whole sealed envelope. */
+/* Every chunk of a get is in and opened: read the record. */
 static void assembled(struct l2_xfer *x)
 {
 	struct l2_value v;
 	const char *why;
 
-	if (l2_open(x->key, x->data.data, x->data.len, x->conf->identity, x->conf->secret,
-		    x->conf->secret_len, &v, &why) < 0)
+	if (record_read((const unsigned char *)x->data.data, x->data.len, x->conf->identity, &v,
+			&why) < 0)
 		reject(x, why);
 	else
 		xfer_finish(x, OUT_HIT, &v);
@@ -516,21 +729,28 @@ static void send_manifest(struct l2_xfer *x)
 	const char *argv[3] = { "SET", x->name, (const char *)m };
 	size_t argvlen[3] = { 3, x->name_len, sizeof m };
 
-	if (manifest_seal(x->key, (uint32_t)x->chunk_len, x->data.len, x->n_chunks, x->id,
-			  x->conf->secret, x->conf->secret_len, m) < 0) {
+	if (manifest_seal(x->name, x->name_len, x->vkey, (uint32_t)x->chunk_len, x->data.len,
+			  x->n_chunks, x->id, m) < 0) {
 		fail(x, "cannot seal a manifest");
 		return;
 	}
 	send_op(x, OP_SET, 0, 3, argv, argvlen);
 }
 
-/* Keep up to L2_WINDOW chunk commands of x in flight, so no one command
- * holds a connection (or Redis) for long and others interleave; once every
- * chunk is answered, open the value (a get) or write the manifest (a put). */
-static void pump(struct l2_xfer *x)
+/* Keep up to L2_WINDOW_BYTES of x's chunks in flight (at most max of them
+ * sent now: L2_RAMP per reply), so a transfer streams at the connection's
+ * speed while no one command holds a connection (or Redis) for long and
+ * others interleave;
+ * once every chunk is answered, read the record (a get) or write the
+ * manifest (a put). */
+static void pump(struct l2_xfer *x, uint32_t max)
 {
+	uint32_t window = (uint32_t)(L2_WINDOW_BYTES / (x->chunk_len + L2_TAG_LEN));
+
+	if (window < 1)
+		window = 1;
 	x->refs++;                      /* a failed send may finish x */
-	while (!x->finished && x->sent < x->n_chunks && x->sent - x->done < L2_WINDOW)
+	while (!x->finished && max-- > 0 && x->sent < x->n_chunks && x->sent - x->done < window)
 		send_chunk(x, x->sent++);
 	if (!x->finished && x->done == x->n_chunks)
 		x->cb ? assembled(x) : send_manifest(x);
@@ -538,12 +758,14 @@ static void pump(struct l2_xfer *x)
 }
 
 /* The reply under the key itself: nothing, a value stored whole, or the
- * manifest of a chunked one. */
+ * manifest of a chunked one. A value or manifest of version 1 is a miss. */
 static void got_key(struct l2_xfer *x, const redisReply *r)
 {
+	const unsigned char *p = (const unsigned char *)r->str;
 	const char *why;
 	struct l2_value v;
 	uint64_t total;
+	int rc;
 
 	if (r->type == REDIS_REPLY_NIL || (r->type == REDIS_REPLY_STRING && r->len == 0)) {
 		xfer_finish(x, OUT_MISS, NULL);
@@ -554,47 +776,69 @@ static void got_key(struct l2_xfer *x, const redisReply *r)
 		return;
 	}
 	x->l2->n.bytes_read += (int64_t)r->len;
-	if (r->len >= 4 && !memcmp(r->str, L2_MANIFEST_MAGIC, 4)) {
-		if (manifest_open(x->key, r->str, r->len, x->conf->secret, x->conf->secret_len,
-				  x->conf->max_value, &x->chunk_len, &total, &x->n_chunks, x->id,
-				  &why) < 0)
+	if (r->len >= 4 && !memcmp(p, L2_MANIFEST_MAGIC, 4)) {
+		rc = manifest_open(x->name, x->name_len, x->scope_len, p, r->len, x->conf->secret,
+				   x->conf->secret_len, x->conf->max_value, &x->chunk_len, &total,
+				   &x->n_chunks, x->id, x->vkey, &why);
+		if (rc > 0)
+			xfer_finish(x, OUT_MISS, NULL);
+		else if (rc < 0)
 			reject(x, why);
 		else if (buf_reserve(&x->data, (size_t)total) < 0)
 			fail(x, "out of memory");
 		else {
 			x->data.len = (size_t)total;
-			pump(x);
+			pump(x, L2_RAMP);
 		}
-	} else if (r->len > L2_INLINE || (int64_t)r->len > x->conf->max_value) {
-		reject(x, "larger than l2-max-value");
-	} else if (l2_open(x->key, r->str, r->len, x->conf->identity, x->conf->secret,
-			   x->conf->secret_len, &v, &why) < 0) {
-		reject(x, why);
-	} else {
-		xfer_finish(x, OUT_HIT, &v);
+		return;
 	}
+	if (r->len > L2_INLINE || (int64_t)r->len > x->conf->max_value) {
+		reject(x, "larger than l2-max-value");
+		return;
+	}
+	rc = open_record(x->name, x->name_len, x->scope_len, p, r->len, x->conf->secret,
+			 x->conf->secret_len, &x->data, &why);
+	if (rc > 0)
+		xfer_finish(x, OUT_MISS, NULL);
+	else if (rc < 0 || record_read((const unsigned char *)x->data.data, x->data.len,
+				       x->conf->identity, &v, &why) < 0)
+		reject(x, why);
+	else
+		xfer_finish(x, OUT_HIT, &v);
 }
 
-/* Chunk i of a get. One that is gone (evicted, or its writer died before
- * the manifest it belongs to was replaced) makes the value a miss; one of
- * the wrong length was tampered with. Its bytes are checked with the rest,
- * by the value's HMAC, once all are in. */
+/* Chunk i of a get, opened into its place in the record as it arrives.
+ * One that is gone (evicted, or its writer died before the manifest it
+ * belongs to was replaced) makes the value a miss; one of the wrong
+ * length, or that does not open as chunk i of this value under this key,
+ * was tampered with. */
 static void got_chunk(struct l2_xfer *x, uint32_t i, const redisReply *r)
 {
 	size_t off, len = chunk_span(x, i, &off);
+	unsigned char ad[L2_CHUNK_AD];
 
-	if (r->type == REDIS_REPLY_NIL || (r->type == REDIS_REPLY_STRING && r->len == 0))
+	if (r->type == REDIS_REPLY_NIL || (r->type == REDIS_REPLY_STRING && r->len == 0)) {
 		xfer_finish(x, OUT_MISS, NULL);
-	else if (r->type != REDIS_REPLY_STRING)
-		fail(x, "unexpected reply to GETRANGE");
-	else if (r->len != len)
-		reject(x, "a chunk of the wrong length");
-	else {
-		memcpy(x->data.data + off, r->str, len);
-		x->l2->n.bytes_read += (int64_t)len;
-		x->done++;
-		pump(x);
+		return;
 	}
+	if (r->type != REDIS_REPLY_STRING) {
+		fail(x, "unexpected reply to GETRANGE");
+		return;
+	}
+	if (r->len != len + L2_TAG_LEN) {
+		reject(x, "a chunk of the wrong length");
+		return;
+	}
+	chunk_ad(x->id, i, x->n_chunks, ad);
+	if (aead(0, x->vkey, N_CHUNK, i, ad, sizeof ad, x->name, x->name_len,
+		 (const unsigned char *)r->str, len, (unsigned char *)x->data.data + off,
+		 (unsigned char *)r->str + len) < 0) {
+		reject(x, "a chunk does not open");
+		return;
+	}
+	x->l2->n.bytes_read += (int64_t)r->len;
+	x->done++;
+	pump(x, L2_RAMP);
 }
 
 static void claim(struct l2 *l2, const char *space, const unsigned char key[32],
@@ -640,9 +884,10 @@ static void xfer_step(struct l2_cmd *cmd, enum outcome o, const redisReply *r)
 			xfer_finish(x, OUT_WRITTEN, NULL);
 		} else {
 			size_t off;
-			x->l2->n.bytes_written += (int64_t)chunk_span(x, cmd->chunk, &off);
+			x->l2->n.bytes_written += (int64_t)(chunk_span(x, cmd->chunk, &off) +
+							    L2_TAG_LEN);
 			x->done++;
-			pump(x);
+			pump(x, L2_RAMP);
 		}
 		break;
 	}
@@ -693,14 +938,15 @@ void l2_get_in(struct l2 *l2, const char *space, const unsigned char key[32], l2
 void l2_put_in(struct l2 *l2, const char *space, const unsigned char key[32],
 	       const struct l2_value *v)
 {
+	size_t id_len = strlen(l2->conf->identity), rec_len;
 	struct l2_xfer *x;
-	size_t total;
 	int probe;
 
 	if (l2->off || l2->conf->read_only)
 		return;
-	total = sealed_len(v, strlen(l2->conf->identity));
-	if (!total || (int64_t)total > l2->conf->max_value) {
+	rec_len = record_len(v, id_len);
+	if (!rec_len || v->kind < 0 || v->kind > 255 ||
+	    (int64_t)(rec_len + L2_HEAD + L2_TAG_LEN) > l2->conf->max_value) {
 		log_info("l2: not publishing a %zu-byte value: larger than l2-max-value (%lld)",
 			 v->data_len + v->log_len, (long long)l2->conf->max_value);
 		return;
@@ -711,23 +957,45 @@ void l2_put_in(struct l2 *l2, const char *space, const unsigned char key[32],
 		fail_unsent(l2, probe);
 		return;
 	}
-	if (l2_seal(key, v, l2->conf->identity, l2->conf->secret, l2->conf->secret_len,
-		    &x->data) < 0) {
-		fail(x, "cannot seal a value");
-		return;
-	}
-	if (x->data.len <= L2_INLINE) {
+	if (L2_HEAD + rec_len + L2_TAG_LEN <= L2_INLINE) {
+		/* Whole: the record sealed in place, one SET. */
+		if (buf_reserve(&x->data, L2_HEAD + rec_len + L2_TAG_LEN) < 0) {
+			fail(x, "out of memory");
+			return;
+		}
+		record_write((unsigned char *)x->data.data + L2_HEAD, v, l2->conf->identity, id_len);
+		if (seal_record(x->name, x->name_len, x->scope_len, (unsigned char *)x->data.data,
+				rec_len, x->conf->secret, x->conf->secret_len) < 0) {
+			fail(x, "cannot seal a value");
+			return;
+		}
+		x->data.len = L2_HEAD + rec_len + L2_TAG_LEN;
 		const char *argv[3] = { "SET", x->name, x->data.data };
 		size_t argvlen[3] = { 3, x->name_len, x->data.len };
 		send_op(x, OP_SET, 0, 3, argv, argvlen);
 		return;
 	}
-	/* The chunks first, the manifest last: a reader finds a manifest only
-	 * once every chunk it names was written. */
-	memcpy(x->id, x->data.data + x->data.len - L2_MAC_LEN, L2_ID_LEN);
-	x->chunk_len = L2_CHUNK;
-	x->n_chunks = (uint32_t)((x->data.len + L2_CHUNK - 1) / L2_CHUNK);
-	pump(x);
+	/* Chunked: the record (v is the caller's), a fresh id and the value's
+	 * key; each chunk is sealed when it goes. The chunks first, the
+	 * manifest last: a reader finds a manifest only once every chunk it
+	 * names was written. */
+	x->chunk_len = L2_CHUNK - L2_TAG_LEN;
+	if (buf_reserve(&x->data, rec_len) < 0 || buf_reserve(&x->scratch, L2_CHUNK) < 0) {
+		fail(x, "out of memory");
+		return;
+	}
+	record_write((unsigned char *)x->data.data, v, l2->conf->identity, id_len);
+	x->data.len = rec_len;
+	x->n_chunks = (uint32_t)((rec_len + x->chunk_len - 1) / x->chunk_len);
+	if (RAND_bytes(x->id, sizeof x->id) != 1 ||
+	    value_key(x->conf->secret, x->conf->secret_len, x->name, x->scope_len, x->id,
+		      x->vkey) < 0) {
+		fail(x, "cannot seal a value");
+		return;
+	}
+	/* One chunk now, the rest of the window as the loop turns (each
+	 * reply pumps): the caller's reply waits for one chunk's seal at most. */
+	pump(x, 1);
 }
 
 /* ---- fleet leases --------------------------------------------------- */

@@ -12,11 +12,14 @@
  * after a failover or a reshard; one breaker per node, so a dead shard
  * turns off its own keys alone).
  *
- * Nothing that comes back from Redis is trusted: a value is an envelope
- * (magic, format version, compiler identity, lengths, payload) sealed with
- * HMAC-SHA-256 under a cluster secret, over the key and all of the above.
- * A value that does not verify, or has the wrong version, identity, key or
- * length, is rejected and counted, and the caller compiles instead.
+ * Nothing that comes back from Redis is trusted, and nothing it holds is
+ * readable: a value (compiler identity, kind, status, payload, log) is
+ * sealed with AES-256-GCM under a key derived from the cluster secret for
+ * its scope and for itself, bound to its key's name (and a chunk to its
+ * place in its value), so Redis learns sizes alone. A value that does not
+ * open, or has the wrong identity or length, is rejected and counted, and
+ * the caller compiles instead; one of the earlier, HMAC-sealed format is
+ * a miss.
  */
 #ifndef PTXCACHE_L2_H
 #define PTXCACHE_L2_H
@@ -116,7 +119,9 @@ void l2_put(struct l2 *l2, const unsigned char key[32], const struct l2_value *v
 /* The same under prefix + space + hex key: a space (at most
  * L2_SPACE_MAX bytes, e.g. "artifact:u1000:") keeps a kind of entry, or one
  * scope's entries, apart in Redis where an admin can see and purge them.
- * The seal covers the key alone, so the space must be a function of it. */
+ * The seal covers the whole name (prefix, space, key), and its key is
+ * derived for the scope (prefix + space): a value never opens under
+ * another space's name. */
 #define L2_SPACE_MAX 64
 void l2_get_in(struct l2 *l2, const char *space, const unsigned char key[32], l2_get_cb cb,
 	       void *arg);
@@ -140,19 +145,20 @@ void l2_claim_in(struct l2 *l2, const char *space, const unsigned char key[32],
 
 void l2_counters(struct l2 *l2, struct l2_counters *c);
 
-/* The envelope, exposed for tests: seal v under secret into out, and open
- * a sealed value (0 and *v pointing into bytes, or -1 with the reason in
- * why: "bad magic", "wrong version", "wrong identity", "bad length",
- * "bad hmac", "bad kind"). v->log is not NUL-terminated. Checks run in
- * that order: magic and version, every length against the bytes left, the
- * HMAC (constant-time), then identity and kind. l2_seal() replaces out's
- * contents; -1 for an empty secret, an identity over 65535 bytes, a field
- * over 4 GiB or no memory. */
-int l2_seal(const unsigned char key[32], const struct l2_value *v,
-	    const char *identity, const void *secret, size_t secret_len,
-	    struct buf *out);
-int l2_open(const unsigned char key[32], const void *bytes, size_t len,
-	    const char *identity, const void *secret, size_t secret_len,
+/* A value stored whole, exposed for tests: seal v under secret for the
+ * name scope + hex(key) (scope: prefix + space, e.g. "ptxcache:") into
+ * out, and open such a value (0: its record into plain, *v pointing into
+ * plain; or -1 with the reason in why: "bad magic", "wrong version", "old
+ * version", "bad length", "does not open", "wrong identity", "bad kind").
+ * v->log is not NUL-terminated. Checks run in that order: magic and
+ * version, the seal (GCM's tag, under the name), then every length of the
+ * record against the bytes left, identity and kind. l2_seal() replaces
+ * out's contents; -1 for an empty secret, an identity over 65535 bytes, a
+ * field over 4 GiB or no memory. */
+int l2_seal(const char *scope, const unsigned char key[32], const struct l2_value *v,
+	    const char *identity, const void *secret, size_t secret_len, struct buf *out);
+int l2_open(const char *scope, const unsigned char key[32], const void *bytes, size_t len,
+	    const char *identity, const void *secret, size_t secret_len, struct buf *plain,
 	    struct l2_value *v, const char **why);
 
 #endif

@@ -95,6 +95,7 @@
 #include <event2/event.h>
 #include <event2/util.h>
 #include <openssl/crypto.h>
+#include <openssl/kdf.h>
 
 #include "daemon/log.h"
 
@@ -1198,6 +1199,10 @@ struct l2 *l2_new(struct event_base *base, const struct l2_config *cfg, struct b
 	}
 	if (!(l2->conf = conf_new(cfg, NULL, err)))
 		goto fail;
+	/* libcrypto's one-time setup (its configuration file, the default
+	 * provider that l2.c's seal fetches HKDF and AES-GCM from) here, at
+	 * start, rather than in the first lookup's turn of the loop. */
+	EVP_KDF_free(EVP_KDF_fetch(NULL, "HKDF", NULL));
 	if (!(l2->refresh_timer = evtimer_new(base, on_refresh_timer, l2)) ||
 	    use_servers(l2, l2->conf) < 0) {
 		buf_printf(err, "out of memory");

@@ -25,10 +25,9 @@
 #include "daemon/l2.h"
 #include "proto/buf.h"
 
-#define L2_MAC_LEN 32
 #define L2_SECRET_MAX 4096
 #define L2_PREFIX_MAX 256
-#define L2_ID_LEN 16                    /* of the value's HMAC: its chunks' id */
+#define L2_ID_LEN 16                    /* a value's random id: its key, its chunks' names */
 #define L2_SEEDS_MAX 64                 /* seeds in one redis-cluster:// URL */
 
 /* How a command ended. Only a connection that failed (OUT_ERROR: no
@@ -113,7 +112,7 @@ struct l2_cmd {
 
 /* One l2_get_in() or l2_put_in(): the commands it takes, the bytes it
  * moves, and its one outcome. A value of up to L2_INLINE bytes sealed is
- * one command; a larger one is chunks and a manifest (see the top). */
+ * one command; a larger one is chunks and a manifest (l2.c's top). */
 struct l2_xfer {
 	struct l2 *l2;
 	struct l2_conf *conf;           /* the settings it began under (a ref) */
@@ -124,13 +123,18 @@ struct l2_xfer {
 	unsigned char key[32];
 	char name[NAME_MAX_LEN];        /* the key's name in Redis */
 	size_t name_len;
+	size_t scope_len;               /* its prefix + space: the seal's scope */
 	char space[L2_SPACE_MAX + 1];
 	int probe;                      /* its first command: the breaker's probe */
 	int refs;                       /* 1 until finished, + 1 a command */
 	int finished;
-	struct buf data;                /* put: the sealed value; get: assembly */
+	struct buf data;                /* put: the sealed value whole, or the
+	                                   record of a chunked one; get: the
+	                                   record, opened chunk by chunk */
+	struct buf scratch;             /* put: the chunk being sealed */
 	unsigned char id[L2_ID_LEN];    /* names this write's chunks */
-	size_t chunk_len;
+	unsigned char vkey[32];         /* chunked: the value's AEAD key */
+	size_t chunk_len;               /* of the record, in each chunk */
 	uint32_t n_chunks, sent, done;  /* chunks in all, sent, answered */
 };
 

@@ -1,16 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
 """Values of any size through the shared tier (daemon/l2.c), on its default
 timeout (50 ms) and against a real redis-server: a sealed value over 1 MiB
-goes as 1 MiB chunks and a sealed manifest written last. Checked here: 1 to
-100 MB values cross exact with no timeout and no breaker opening, over a
-Unix socket and TCP; the layout in Redis is the documented one (rebuilt
-from it in Python); a tampered, missing or foreign chunk or manifest is a
-miss, never an answer; a manifest cannot make a reader fetch more than
+goes as 1 MiB chunks, each sealed on its own (AES-256-GCM), and a sealed
+manifest written last. Checked here: 1 to 100 MB values cross exact with
+no timeout and no breaker opening, over a Unix socket and TCP; the layout
+in Redis is the documented one (opened and rebuilt from it in Python); a
+tampered, missing, swapped or foreign chunk or manifest is a miss, never
+an answer; a manifest cannot make a reader fetch more than
 l2-max-value; a writer killed between chunks leaves the key's earlier value
 (or nothing) readable, never a mix. Two daemons carrying 1-100 MB
 artifacts on their defaults: tests/test_artifact.py."""
-import hashlib
-import hmac
 import os
 import signal
 import struct
@@ -18,18 +17,16 @@ import tempfile
 import time
 
 from redis_fixture import RedisServer
-from test_l2_live import KEY, KEY2, SECRET, Drive, seal
+from test_l2_live import KEY, KEY2, Drive, manifest, open_chunk, record, seal
 
 MB = 1 << 20
-CHUNK = 1 << 20
+CHUNK = (1 << 20) - 16                   # a record's bytes in a chunk
 DEFAULTS = ()                            # the daemon's l2-timeout-ms: 50 ms
 
 
-def manifest(key_hex, total, n_chunks, ident, chunk_len=CHUNK, version=1, secret=SECRET):
-    """A manifest as ARCHITECTURE.md documents it."""
-    body = (b"PXLM" + bytes([version]) + struct.pack(">IQI", chunk_len, total, n_chunks)
-            + ident)
-    return body + hmac.new(secret, bytes.fromhex(key_hex) + body, hashlib.sha256).digest()
+def fields(m):
+    """A manifest's id, chunk_len, total and n_chunks."""
+    return (m[5:21],) + struct.unpack(">IQI", m[21:37])
 
 
 def _chunks(r, key_hex):
@@ -97,18 +94,24 @@ def test_l2_chunked_layout_is_the_documented_one():
             done = _written(d)
             d.put(KEY, data)
             d.wait(done, "the write")
-            sealed = seal(KEY, data)
-            ident = hmac.new(SECRET, bytes.fromhex(KEY) + sealed[:-32],
-                             hashlib.sha256).digest()[:16]
+            name = "ptxcache:" + KEY
+            m = r.get(name)
+            vid, chunk_len, total, n = fields(m)
+            rec = record(data)
+            assert (len(m), chunk_len, total, n) == (53, CHUNK, len(rec), 3), (len(m), fields(m))
+            assert m == manifest(name, vid, total, n)
             names = _chunks(r, KEY)
-            assert names == ["ptxcache:%s:%s:%d" % (KEY, ident.hex(), i) for i in range(3)], names
-            assert b"".join(r.get(n) for n in names) == sealed
-            assert r.get("ptxcache:" + KEY) == manifest(KEY, len(sealed), 3, ident)
+            assert names == ["ptxcache:%s:%s:%d" % (KEY, vid.hex(), i) for i in range(3)], names
+            stored = [r.get(x) for x in names]
+            assert [len(x) for x in stored] == [1 << 20, 1 << 20, total - 2 * CHUNK + 16]
+            assert b"".join(open_chunk(name, vid, i, n, x) for i, x in enumerate(stored)) == rec
+            # Nothing of the value readable in any chunk.
+            assert not any(data[k:k + 32] in x for x in stored for k in (0, MB, 2 * MB))
             # A value of up to 1 MiB sealed is still one key, as before.
             done = _written(d)
             d.put(KEY2, b"x" * 1000)
             d.wait(done, "the small write")
-            assert _chunks(r, KEY2) == [] and r.get("ptxcache:" + KEY2) == seal(KEY2, b"x" * 1000)
+            assert _chunks(r, KEY2) == [] and len(r.get("ptxcache:" + KEY2)) == len(seal(KEY2, b"x" * 1000))
         finally:
             d.close()
 
@@ -134,29 +137,35 @@ def test_l2_tampered_missing_or_foreign_chunks_and_manifests_are_misses():
             flipped = bytearray(good_chunk)
             flipped[777] ^= 1
             m_total = bytearray(good_manifest)
-            m_total[16] ^= 1                        # total length
-            sealed_len = struct.unpack(">Q", good_manifest[9:17])[0]
-            ident = good_manifest[21:37]
+            m_total[28] ^= 1                        # total length
+            vid, _, total, _ = fields(good_manifest)
+            name = "ptxcache:" + KEY
+            other = _chunks(r, KEY2)
             cases = [
                 ("a chunk with a flipped byte", lambda: r.set(names[1], bytes(flipped)), "rejects"),
                 ("a chunk one byte short", lambda: r.set(names[1], good_chunk[:-1]), "rejects"),
                 ("a chunk one byte long", lambda: r.set(names[1], good_chunk + b"x"), "rejects"),
                 ("a chunk gone", lambda: r.command("DEL", names[1]), "misses"),
-                ("a manifest's total changed", lambda: r.set("ptxcache:" + KEY, bytes(m_total)),
+                ("a chunk swapped with another of the value",
+                 lambda: r.set(names[1], r.get(names[2])), "rejects"),
+                ("the same chunk of another value (the same bytes, another key)",
+                 lambda: r.set(names[1], r.get(other[1])), "rejects"),
+                ("a manifest's total changed", lambda: r.set(name, bytes(m_total)), "rejects"),
+                ("another key's manifest", lambda: r.set(name, r.get("ptxcache:" + KEY2)),
                  "rejects"),
-                ("another key's manifest", lambda: r.set("ptxcache:" + KEY,
-                                                         r.get("ptxcache:" + KEY2)), "rejects"),
-                ("a manifest cut short", lambda: r.set("ptxcache:" + KEY, good_manifest[:-1]),
-                 "rejects"),
+                ("a manifest cut short", lambda: r.set(name, good_manifest[:-1]), "rejects"),
+                ("a manifest of version 1 (HMAC-sealed)", lambda: r.set(
+                    name, b"PXLM\x01" + good_manifest[5:]), "misses"),
                 # Sealed with the secret but outside a reader's bounds: a
                 # chunk size it does not take, a count that does not add up.
                 ("a manifest of 1-byte chunks", lambda: r.set(
-                    "ptxcache:" + KEY, manifest(KEY, sealed_len, sealed_len, ident, chunk_len=1)),
-                 "rejects"),
+                    name, manifest(name, vid, total, total, chunk_len=1)), "rejects"),
                 ("a manifest with one chunk too few", lambda: r.set(
-                    "ptxcache:" + KEY, manifest(KEY, sealed_len, 3, ident)), "rejects"),
-                ("a manifest of version 2", lambda: r.set(
-                    "ptxcache:" + KEY, manifest(KEY, sealed_len, 4, ident, version=2)), "rejects"),
+                    name, manifest(name, vid, total, 3)), "rejects"),
+                ("a manifest that drops the last chunk", lambda: r.set(
+                    name, manifest(name, vid, 3 * CHUNK, 3)), "rejects"),
+                ("a manifest of version 3", lambda: r.set(
+                    name, manifest(name, vid, total, 4, version=3)), "rejects"),
             ]
             for what, spoil, counter in cases:
                 spoil()
@@ -264,26 +273,23 @@ def test_l2_chunks_spread_over_a_clusters_shards_and_stay_exact_or_miss():
     with RedisCluster() as c, tempfile.TemporaryDirectory() as t:
         a, b = Drive(c.url, t, *DEFAULTS), Drive(c.url, t, *DEFAULTS)
         try:
-            # Bytes of their own but the same every run: the chunks' names
-            # (the value's HMAC in each) and so their slots are fixed, and
-            # so is the spread (with random bytes, "every master holds
-            # some" fails in a few runs out of thousands).
+            # The chunks' names carry a random id, so their slots differ
+            # each run: 41 chunks leave a master with none about once in
+            # five million runs.
             data = random.Random(40).randbytes(40 * MB)
             done = _written(a)
             a.put(KEY, data)
             a.wait(done, "the 40 MB write", tries=3000)
             assert _got(b, KEY, t) == data
-            sealed = seal(KEY, data)
-            ident = hmac.new(SECRET, bytes.fromhex(KEY) + sealed[:-32],
-                             hashlib.sha256).digest()[:16]
-            n = (len(sealed) + CHUNK - 1) // CHUNK
-            assert n == 41, n
+            name = "ptxcache:" + KEY
+            vid, _, total, n = fields(c.owner(c.keyslot(name)).command("GET", name))
+            assert total == len(record(data)) and n == 41, (total, n)
             slots = c.slots()
             want = {p: [] for p in (m.port for m in c.masters())}
             for i in range(n):
-                name = "ptxcache:%s:%s:%d" % (KEY, ident.hex(), i)
-                s = c.keyslot(name)     # the real server's slot of the name
-                want[next(e[2][1] for e in slots if e[0] <= s <= e[1])].append(name)
+                chunk = "ptxcache:%s:%s:%d" % (KEY, vid.hex(), i)
+                s = c.keyslot(chunk)    # the real server's slot of the name
+                want[next(e[2][1] for e in slots if e[0] <= s <= e[1])].append(chunk)
             spread = _cluster_chunks(c, KEY)
             assert {p: sorted(v) for p, v in spread.items()} == \
                 {p: sorted(v) for p, v in want.items()}, (spread, want)

@@ -5,8 +5,11 @@ line; see tests/tools/l2drive.c):
 hits with identical bytes across two "nodes", misses, tampered values
 rejected, Redis stopped or slow (every request answered, the breaker opens
 and answers at once, recovery), read-only mode, prefix, SELECT and the
-documented ACL over TCP. Values are also sealed and opened here, in Python,
-from the documented envelope layout alone."""
+documented ACL over TCP. Values are also sealed and opened here, in Python
+(AES-256-GCM through libcrypto with ctypes, HKDF with hmac), from the
+layout daemon/l2.c's design comment documents alone."""
+import ctypes
+import ctypes.util
 import hashlib
 import hmac
 import os
@@ -26,24 +29,118 @@ KEY = "5a" * 32
 KEY2 = "c3" * 32
 
 
+_crypto = ctypes.CDLL(ctypes.util.find_library("crypto") or "libcrypto.so.3")
+for _f in ("EVP_CIPHER_CTX_new", "EVP_aes_256_gcm"):
+    getattr(_crypto, _f).restype = ctypes.c_void_p
+_crypto.EVP_CIPHER_CTX_free.argtypes = [ctypes.c_void_p]
+_crypto.EVP_CipherInit_ex.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                      ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
+_crypto.EVP_CipherUpdate.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
+                                     ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_int]
+_crypto.EVP_CipherFinal_ex.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
+                                       ctypes.POINTER(ctypes.c_int)]
+_crypto.EVP_CIPHER_CTX_ctrl.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                                        ctypes.c_void_p]
+_GCM_GET_TAG, _GCM_SET_TAG = 0x10, 0x11
+
+
+def gcm(seal_it, key, nonce, ad, data, tag=b""):
+    """AES-256-GCM through libcrypto: (ciphertext, tag) when sealing, the
+    plaintext when opening (AssertionError "does not open" if the tag is
+    wrong)."""
+    c = _crypto.EVP_CIPHER_CTX_new()
+    try:
+        n = ctypes.c_int()
+        out = ctypes.create_string_buffer(len(data) + 16)
+        assert _crypto.EVP_CipherInit_ex(c, _crypto.EVP_aes_256_gcm(), None, key, nonce,
+                                         int(seal_it)) == 1
+        assert _crypto.EVP_CipherUpdate(c, None, ctypes.byref(n), ad, len(ad)) == 1
+        assert _crypto.EVP_CipherUpdate(c, out, ctypes.byref(n), data, len(data)) == 1
+        if not seal_it:
+            t = ctypes.create_string_buffer(bytes(tag), 16)
+            assert _crypto.EVP_CIPHER_CTX_ctrl(c, _GCM_SET_TAG, 16, t) == 1
+        final = _crypto.EVP_CipherFinal_ex(c, ctypes.byref(out, len(data)), ctypes.byref(n))
+        if not seal_it:
+            assert final == 1, "does not open"
+            return out.raw[:len(data)]
+        t = ctypes.create_string_buffer(16)
+        assert final == 1 and _crypto.EVP_CIPHER_CTX_ctrl(c, _GCM_GET_TAG, 16, t) == 1
+        return out.raw[:len(data)], t.raw
+    finally:
+        _crypto.EVP_CIPHER_CTX_free(c)
+
+
+def value_key(scope, vid, secret=SECRET):
+    """HKDF-SHA-256 (RFC 5869, one block) as the design comment of
+    daemon/l2.c documents it: salt "ptxcache-l2 v2", info "value" |
+    u16 scope length | scope | id."""
+    prk = hmac.new(b"ptxcache-l2 v2", secret, hashlib.sha256).digest()
+    info = b"value" + struct.pack(">H", len(scope)) + scope + vid
+    return hmac.new(prk, info + b"\x01", hashlib.sha256).digest()
+
+
+def nonce(domain, index=0):
+    return bytes([domain]) + bytes(7) + struct.pack(">I", index)
+
+
+def record(data, log=b"log", kind=1, status=0, identity=IDENTITY):
+    return (bytes([kind]) + struct.pack(">iH", status, len(identity)) + identity
+            + struct.pack(">I", len(data)) + data + struct.pack(">I", len(log)) + log)
+
+
 def seal(key_hex, data, log=b"log", kind=1, status=0, identity=IDENTITY,
-         secret=SECRET, version=1):
-    """The envelope as README.md documents it."""
-    body = (b"PXL2" + bytes([version, kind]) + struct.pack(">iH", status, len(identity))
-            + identity + struct.pack(">I", len(data)) + data + struct.pack(">I", len(log)) + log)
-    return body + hmac.new(secret, bytes.fromhex(key_hex) + body, hashlib.sha256).digest()
+         secret=SECRET, version=2, scope=b"ptxcache:", vid=None):
+    """A value stored whole, as daemon/l2.c's design comment documents it
+    (version 1: the earlier, HMAC-sealed envelope)."""
+    if version == 1:
+        body = (b"PXL2" + bytes([1, kind]) + struct.pack(">iH", status, len(identity))
+                + identity + struct.pack(">I", len(data)) + data
+                + struct.pack(">I", len(log)) + log)
+        return body + hmac.new(secret, bytes.fromhex(key_hex) + body, hashlib.sha256).digest()
+    vid = vid or os.urandom(16)
+    head = b"PXL2" + bytes([version]) + vid
+    name = scope + key_hex.encode()
+    ct, tag = gcm(True, value_key(scope, vid, secret), nonce(1), head + name,
+                  record(data, log, kind, status, identity))
+    return head + ct + tag
 
 
-def unseal(key_hex, value, identity=IDENTITY, secret=SECRET):
-    body, mac = value[:-32], value[-32:]
-    assert hmac.compare_digest(mac, hmac.new(secret, bytes.fromhex(key_hex) + body,
-                                             hashlib.sha256).digest()), "bad hmac"
-    assert body[:5] == b"PXL2\x01", body[:5]
-    n = struct.unpack(">H", body[10:12])[0]
-    assert body[12:12 + n] == identity
-    off = 12 + n
-    dlen = struct.unpack(">I", body[off:off + 4])[0]
-    return body[off + 4:off + 4 + dlen]
+def unseal(name, value, identity=IDENTITY, secret=SECRET):
+    """The data of a value stored whole under name (prefix + space + hex)."""
+    if isinstance(name, str):
+        name = name.encode()
+    assert value[:5] == b"PXL2\x02", value[:5]
+    head, ct, tag = value[:21], value[21:-16], value[-16:]
+    rec = gcm(False, value_key(name[:-64], head[5:], secret), nonce(1), head + name, ct, tag)
+    n = struct.unpack(">H", rec[5:7])[0]
+    assert rec[7:7 + n] == identity
+    dlen = struct.unpack(">I", rec[7 + n:11 + n])[0]
+    return rec[11 + n:11 + n + dlen]
+
+
+def manifest(name, vid, total, n_chunks, chunk_len=(1 << 20) - 16, version=2, secret=SECRET):
+    """A chunked value's manifest under name, as documented."""
+    if isinstance(name, str):
+        name = name.encode()
+    body = b"PXLM" + bytes([version]) + vid + struct.pack(">IQI", chunk_len, total, n_chunks)
+    _, tag = gcm(True, value_key(name[:-64], vid, secret), nonce(2), body + name, b"")
+    return body + tag
+
+
+def seal_chunk(name, vid, i, n, part, secret=SECRET):
+    if isinstance(name, str):
+        name = name.encode()
+    ad = b"PXLC\x02" + vid + struct.pack(">II", i, n) + name
+    ct, tag = gcm(True, value_key(name[:-64], vid, secret), nonce(0, i), ad, part)
+    return ct + tag
+
+
+def open_chunk(name, vid, i, n, stored, secret=SECRET):
+    if isinstance(name, str):
+        name = name.encode()
+    ad = b"PXLC\x02" + vid + struct.pack(">II", i, n) + name
+    return gcm(False, value_key(name[:-64], vid, secret), nonce(0, i), ad, stored[:-16],
+               stored[-16:])
 
 
 class Drive:
@@ -148,9 +245,11 @@ def test_l2_hit_across_nodes_identical_bytes():
             assert a.get(KEY) == ("miss", False)
             _published(a, r, KEY, data)
             assert r.keys() == ["ptxcache:" + KEY]
-            # The stored value is the documented envelope, sealed with the
-            # secret without its trailing newline.
-            assert unseal(KEY, r.get("ptxcache:" + KEY)) == data
+            # The stored value is the documented layout, sealed with the
+            # secret without its trailing newline, and none of it readable.
+            stored = r.get("ptxcache:" + KEY)
+            assert unseal("ptxcache:" + KEY, stored) == data
+            assert data[:64] not in stored and IDENTITY not in stored
             out = os.path.join(r.tmp, "got")
             assert b.get(KEY, out) == ("hit", False)
             with open(out, "rb") as f:
@@ -186,20 +285,22 @@ def test_l2_tampered_values_rejected():
             data = b"// a kernel's PTX\n" * 50
             good = seal(KEY, data)
             flipped = bytearray(good)
-            flipped[60] ^= 1                         # in the payload
-            badmac = bytearray(good)
-            badmac[-5] ^= 0x10
-            idlen_at = 12 + len(IDENTITY)
-            longer = bytearray(good)
-            longer[idlen_at + 3] += 1               # data length + 1
+            flipped[60] ^= 1                         # in the record
+            badtag = bytearray(good)
+            badtag[-5] ^= 0x10
+            badid = bytearray(good)
+            badid[7] ^= 1
             cases = {
-                "flipped payload byte": bytes(flipped),
-                "wrong hmac": bytes(badmac),
+                "flipped record byte": bytes(flipped),
+                "wrong tag": bytes(badtag),
+                "another id": bytes(badid),
                 "another key's valid value": seal(KEY2, data),
-                "wrong version": seal(KEY, data, version=2),
+                "another scope's valid value": seal(KEY, data, scope=b"ptxcache:artifact:u1:"),
+                "another prefix's valid value": seal(KEY, data, scope=b"other:"),
+                "wrong version": seal(KEY, data, version=3),
                 "truncated": good[:-1],
                 "truncated to the header": good[:20],
-                "data length too long": bytes(longer),
+                "one byte longer": good + b"x",
                 "wrong identity": seal(KEY, data, identity=b"another compiler"),
                 "wrong secret": seal(KEY, data, secret=b"another secret"),
                 "not an envelope": b"plain text",
@@ -214,12 +315,18 @@ def test_l2_tampered_values_rejected():
                 assert c["rejects"] == rejects and c["hits"] == 0, (name, c)
             # Rejects are Redis working: no errors, the breaker stays shut.
             assert c["errors"] == 0 and c["breaker_open"] == 0
+            # A value of the earlier, HMAC-sealed format is a miss, not
+            # a reject: honest, merely old.
+            r.set("ptxcache:" + KEY, seal(KEY, data, version=1))
+            assert d.get(KEY) == ("miss", False)
+            c = d.counters()
+            assert c["rejects"] == rejects and c["misses"] == 1, c
             # The same value untampered is a hit.
             r.set("ptxcache:" + KEY, good)
             assert d.get(KEY) == ("hit", False)
         finally:
             err = d.close()
-        assert "rejected the value of" in err and "bad hmac" in err
+        assert "rejected the value of" in err and "does not open" in err
         assert "cluster secret" not in err and "a kernel" not in err
 
 

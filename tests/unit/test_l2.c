@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Unit tests for the tier (daemon/l2*.c) without a Redis: the envelope (its
- * documented layout, a round trip, every kind of tampering rejected with
+/* Unit tests for the tier (daemon/l2*.c) without a Redis: a value stored
+ * whole (its documented layout, nothing of it readable, a round trip,
+ * every kind of tampering, another key's or scope's name, rejected with
  * its reason), l2_new()'s checks of the URL and the secret, the write-side
  * size bound, and the circuit breaker against a socket that is not there. The same
  * module against a live redis-server: tests/test_l2_live.py. */
@@ -25,24 +26,28 @@ static void fill_key(unsigned char key[32], unsigned char seed)
 		key[i] = (unsigned char)(seed + i * 7);
 }
 
+static const char scope[] = "ptxcache:";
+
 /* A sealed sample: kind PTX, status 0, 40 bytes of data, a 5-byte log. */
-static void sample(const unsigned char key[32], struct buf *out)
+static void sample(const char *sc, const unsigned char key[32], struct buf *out)
 {
 	static const char data[] = "// PTX of a kernel, forty bytes long!!\n";
 	struct l2_value v = { 1, 0, data, 40, "warn!", 5 };
 
-	if (l2_seal(key, &v, ident, secret, strlen(secret), out) < 0)
+	if (l2_seal(sc, key, &v, ident, secret, strlen(secret), out) < 0)
 		out->len = 0;
 }
 
-static const char *open_why(const unsigned char key[32], const void *p, size_t n)
+static const char *open_why(const char *sc, const unsigned char key[32], const void *p,
+			    size_t n)
 {
+	struct buf plain = BUF_INIT;
 	struct l2_value v;
 	const char *why = "not set";
+	int rc = l2_open(sc, key, p, n, ident, secret, strlen(secret), &plain, &v, &why);
 
-	if (l2_open(key, p, n, ident, secret, strlen(secret), &v, &why) == 0)
-		return NULL;
-	return why;
+	buf_free(&plain);
+	return rc == 0 ? NULL : why;
 }
 
 static int is(const char *got, const char *want)
@@ -53,23 +58,40 @@ static int is(const char *got, const char *want)
 	return 0;
 }
 
+static int contains(const struct buf *b, const char *s)
+{
+	size_t n = strlen(s);
+
+	for (size_t i = 0; i + n <= b->len; i++)
+		if (!memcmp(b->data + i, s, n))
+			return 1;
+	return 0;
+}
+
 TEST(l2_envelope_round_trip)
 {
 	unsigned char key[32];
-	struct buf b = BUF_INIT;
+	struct buf b = BUF_INIT, again = BUF_INIT, plain = BUF_INIT;
 	struct l2_value v;
 	const char *why = NULL;
 
 	fill_key(key, 1);
-	sample(key, &b);
-	/* The documented layout: magic, version, kind, status, identity,
-	 * data, log, each length-prefixed, then the 32-byte mac. */
-	REQUIRE(b.len == 4 + 1 + 1 + 4 + 2 + strlen(ident) + 4 + 40 + 4 + 5 + 32);
-	CHECK(!memcmp(b.data, "PXL2\x01\x01\0\0\0\0", 10));
-	CHECK((unsigned char)b.data[10] == 0 && (unsigned char)b.data[11] == strlen(ident));
-	CHECK(!memcmp(b.data + 12, ident, strlen(ident)));
+	sample(scope, key, &b);
+	/* The documented layout: magic, version, a 16-byte id, the record
+	 * (kind, status, identity, data, log, each length-prefixed) under
+	 * AES-256-GCM, then its 16-byte tag. Nothing of it readable. */
+	REQUIRE(b.len == 4 + 1 + 16 + (1 + 4 + 2 + strlen(ident) + 4 + 40 + 4 + 5) + 16);
+	CHECK(!memcmp(b.data, "PXL2\x02", 5));
+	CHECK(!contains(&b, "PTX of a kernel") && !contains(&b, "warn!") && !contains(&b, ident));
+	/* Each seal draws its own id (and so its own key): the same value
+	 * twice is two unrelated ciphertexts. */
+	sample(scope, key, &again);
+	REQUIRE(again.len == b.len);
+	CHECK(memcmp(again.data + 5, b.data + 5, 16) != 0);
+	CHECK(memcmp(again.data + 21, b.data + 21, b.len - 21) != 0);
 
-	REQUIRE(l2_open(key, b.data, b.len, ident, secret, strlen(secret), &v, &why) == 0);
+	REQUIRE(l2_open(scope, key, b.data, b.len, ident, secret, strlen(secret), &plain, &v,
+			&why) == 0);
 	CHECK(why == NULL);
 	CHECK(v.kind == 1 && v.status == 0);
 	CHECK(v.data_len == 40 && !memcmp(v.data, "// PTX of a kernel", 18));
@@ -77,59 +99,53 @@ TEST(l2_envelope_round_trip)
 
 	/* A negative entry: a signed status, no data, a cubin kind. */
 	struct l2_value neg = { 2, -7, NULL, 0, "error: cannot select", 20 };
-	REQUIRE(l2_seal(key, &neg, ident, secret, strlen(secret), &b) == 0);
-	REQUIRE(l2_open(key, b.data, b.len, ident, secret, strlen(secret), &v, &why) == 0);
+	REQUIRE(l2_seal(scope, key, &neg, ident, secret, strlen(secret), &b) == 0);
+	REQUIRE(l2_open(scope, key, b.data, b.len, ident, secret, strlen(secret), &plain, &v,
+			&why) == 0);
 	CHECK(v.kind == 2 && v.status == -7 && v.data_len == 0);
 	CHECK(v.log_len == 20 && !memcmp(v.log, "error: cannot select", 20));
 	buf_free(&b);
+	buf_free(&again);
+	buf_free(&plain);
 }
 
 TEST(l2_envelope_tampering)
 {
 	unsigned char key[32], other[32];
-	struct buf b = BUF_INIT, o = BUF_INIT;
-	size_t id = strlen(ident), data_len_at = 12 + id, mac_at;
+	struct buf b = BUF_INIT, o = BUF_INIT, plain = BUF_INIT;
 	char *t;
 
 	fill_key(key, 1);
 	fill_key(other, 2);
-	sample(key, &b);
+	sample(scope, key, &b);
 	REQUIRE(b.len > 0);
-	mac_at = b.len - 32;
 	t = malloc(b.len);
 	REQUIRE(t);
 
 #define TAMPERED(edit, want) do {                                   \
 		memcpy(t, b.data, b.len);                           \
 		edit;                                               \
-		CHECK(is(open_why(key, t, b.len), want));           \
+		CHECK(is(open_why(scope, key, t, b.len), want));    \
 	} while (0)
-	TAMPERED(t[data_len_at + 4 + 10] ^= 1, "bad hmac");      /* payload */
-	TAMPERED(t[b.len - 6] ^= 0x40, "bad hmac");               /* log */
-	TAMPERED(t[mac_at] ^= 1, "bad hmac");                     /* mac */
-	TAMPERED(t[b.len - 1] ^= 0x80, "bad hmac");
-	TAMPERED(t[6] ^= 0x80, "bad hmac");                       /* status */
-	TAMPERED(t[5] = 2, "bad hmac");                           /* kind */
-	TAMPERED(t[12] ^= 1, "bad hmac");                         /* identity */
-	TAMPERED(t[data_len_at + 3]++, "bad length");             /* data len +1 */
-	TAMPERED(t[data_len_at + 3]--, "bad length");             /* data len -1 */
-	TAMPERED(t[data_len_at] = (char)0xff, "bad length");      /* 4 GB */
-	TAMPERED(t[11]++, "bad length");                          /* identity len */
-	TAMPERED(t[10] = (char)0xff, "bad length");
-	TAMPERED(t[4] = 2, "wrong version");
+	TAMPERED(t[30] ^= 1, "does not open");                    /* the record */
+	TAMPERED(t[b.len - 20] ^= 0x40, "does not open");
+	TAMPERED(t[b.len - 1] ^= 0x80, "does not open");          /* the tag */
+	TAMPERED(t[5] ^= 1, "does not open");                     /* the id */
+	TAMPERED(t[4] = 3, "wrong version");
 	TAMPERED(t[4] = 0, "wrong version");
+	TAMPERED(t[4] = 1, "old version");
 	TAMPERED(t[0] = 'X', "bad magic");
 #undef TAMPERED
 
 	/* Truncated anywhere, or longer by a byte: never accepted. */
 	for (size_t n = 0; n < b.len; n++)
-		CHECK(open_why(key, b.data, n) != NULL);
-	CHECK(is(open_why(key, b.data, b.len - 1), "bad length"));
-	CHECK(is(open_why(key, b.data, 0), "bad length"));
-	CHECK(is(open_why(key, NULL, 0), "bad length"));
-	CHECK(is(open_why(key, "PXL2", 4), "bad length"));
+		CHECK(open_why(scope, key, b.data, n) != NULL);
+	CHECK(is(open_why(scope, key, b.data, b.len - 1), "does not open"));
+	CHECK(is(open_why(scope, key, b.data, 0), "bad length"));
+	CHECK(is(open_why(scope, key, NULL, 0), "bad length"));
+	CHECK(is(open_why(scope, key, "PXL2\x02", 5), "bad length"));
 	REQUIRE(buf_append(&b, "x", 1) == 0);
-	CHECK(is(open_why(key, b.data, b.len), "bad length"));
+	CHECK(is(open_why(scope, key, b.data, b.len), "does not open"));
 	b.len--;
 
 	/* Every single bit flipped, anywhere: rejected. */
@@ -137,34 +153,42 @@ TEST(l2_envelope_tampering)
 		for (int bit = 0; bit < 8; bit++) {
 			memcpy(t, b.data, b.len);
 			t[i] ^= (char)(1 << bit);
-			if (open_why(key, t, b.len) == NULL) {
+			if (open_why(scope, key, t, b.len) == NULL) {
 				fprintf(stderr, "  accepted with byte %zu bit %d flipped\n", i, bit);
 				CHECK(0);
 			}
 		}
 
-	/* Another key's perfectly valid value, under this key. */
-	sample(other, &o);
+	/* Another key's perfectly valid value, under this key; this key's
+	 * value under another scope's name (another prefix or space). */
+	sample(scope, other, &o);
 	REQUIRE(o.len == b.len);
-	CHECK(open_why(other, o.data, o.len) == NULL);
-	CHECK(is(open_why(key, o.data, o.len), "bad hmac"));
+	CHECK(open_why(scope, other, o.data, o.len) == NULL);
+	CHECK(is(open_why(scope, key, o.data, o.len), "does not open"));
+	CHECK(is(open_why("ptxcache:artifact:u1000:", key, b.data, b.len), "does not open"));
+	CHECK(is(open_why("other:", key, b.data, b.len), "does not open"));
+	sample("ptxcache:own:-/u1000:", key, &o);
+	CHECK(open_why("ptxcache:own:-/u1000:", key, o.data, o.len) == NULL);
+	CHECK(is(open_why("ptxcache:own:-/u1001:", key, o.data, o.len), "does not open"));
 
 	/* Sealed under another secret, or for another compiler. */
 	struct l2_value v = { 1, 0, "x", 1, "", 0 }, got;
 	const char *why;
-	REQUIRE(l2_seal(key, &v, ident, "another secret", 14, &o) == 0);
-	CHECK(is(open_why(key, o.data, o.len), "bad hmac"));
-	REQUIRE(l2_seal(key, &v, "LLVM 21.1.0 test", secret, strlen(secret), &o) == 0);
-	CHECK(is(open_why(key, o.data, o.len), "wrong identity"));
-	REQUIRE(l2_seal(key, &v, ident, secret, strlen(secret), &o) == 0);
-	CHECK(l2_open(key, o.data, o.len, "", secret, strlen(secret), &got, &why) < 0);
+	REQUIRE(l2_seal(scope, key, &v, ident, "another secret", 14, &o) == 0);
+	CHECK(is(open_why(scope, key, o.data, o.len), "does not open"));
+	REQUIRE(l2_seal(scope, key, &v, "LLVM 21.1.0 test", secret, strlen(secret), &o) == 0);
+	CHECK(is(open_why(scope, key, o.data, o.len), "wrong identity"));
+	REQUIRE(l2_seal(scope, key, &v, ident, secret, strlen(secret), &o) == 0);
+	CHECK(l2_open(scope, key, o.data, o.len, "", secret, strlen(secret), &plain, &got,
+		      &why) < 0);
 	CHECK(is(why, "wrong identity"));
 	/* An empty secret seals nothing. */
-	CHECK(l2_seal(key, &v, ident, "", 0, &o) < 0);
+	CHECK(l2_seal(scope, key, &v, ident, "", 0, &o) < 0);
 
 	free(t);
 	buf_free(&b);
 	buf_free(&o);
+	buf_free(&plain);
 }
 
 static char *write_file(const char *name, const void *p, size_t n)
@@ -368,7 +392,7 @@ TEST(l2_put_size_bound)
 
 	REQUIRE(base);
 	fill_key(key, 4);
-	REQUIRE(l2_seal(key, &v, ident, secret, strlen(secret), &sealed) == 0);
+	REQUIRE(l2_seal("ptxcache:", key, &v, ident, secret, strlen(secret), &sealed) == 0);
 	overhead = sealed.len;          /* the envelope of an empty value */
 	snprintf(sock, sizeof sock, "%s/no-redis.sock", unit_tmpdir());
 	l2 = make(base, sock, write_file("secret", "s", 1), bound, &err);
