@@ -402,8 +402,10 @@ static void slot_finish(struct slot *s, const struct buf *value)
 	slot_unlink(s);
 	for (; w; w = next) {
 		next = w->next;
-		if (value)
+		if (value) {
 			a->n.wait_hits++;
+			store_note_user(a->store, s->key, conn_tenant(w->conn));
+		}
 		reply_get(w->conn, w->id, value, 0);
 		waiter_free(w);
 	}
@@ -592,6 +594,7 @@ static void artifact_get(struct conn *c, uint64_t id, const struct msg *m)
 	}
 	if (store_get(a->store, k.hash, &r) == 1 && r.kind == STORE_ARTIFACT) {
 		a->n.hits++;
+		store_note_user(a->store, k.hash, conn_tenant(c));
 		trace(c, "get", ns, &k, "hit", r.data.len);
 		reply_get(c, id, &r.data, 0);
 		store_result_free(&r);
@@ -730,6 +733,8 @@ static void artifact_put(struct conn *c, uint64_t id, const struct msg *m)
 		.producer = conn_tenant(c), .scope = scope.id, .ns = ns,
 	};
 	int stored = store_put(a->store, k.hash, &e, &err) == 0;
+	if (stored)
+		store_note_user(a->store, k.hash, conn_tenant(c));
 	a->n.puts++;
 	a->n.put_bytes += (int64_t)len;
 	struct l2 *l2 = a->l2 ? *a->l2 : NULL;

@@ -24,6 +24,7 @@
 
 struct store;
 struct hot;             /* store_hot.h: a lent hot entry */
+struct store_filter;    /* below */
 
 /* STORE_ARTIFACT: bytes a client produced itself (artifact.c), readable
  * only within the scope that stored them. */
@@ -109,8 +110,16 @@ int store_set_trust(struct store *s, const unsigned char key[32], int trust);
 int store_put(struct store *s, const unsigned char key[32],
 	      const struct store_entry *e, struct buf *err);
 
-/* Write pending hit counts and last-use times in one transaction. */
+/* Write pending hit counts, last-use times and notes in one transaction. */
 void store_flush(struct store *s);
+
+/* Note that user (an identity, conn_tenant()) stored key's entry or was
+ * answered with it, for the queries' per-identity view (store_filter's
+ * own). In memory, as hits are, until store_flush(); it applies to the
+ * row key has now, and is dropped if that row is replaced or deleted
+ * before the flush. Call it right after the store_put() or the lookup
+ * that answered user. */
+void store_note_user(struct store *s, const unsigned char key[32], int64_t user);
 
 /* Entries and the bytes they take (compressed blobs plus row overhead). */
 void store_totals(struct store *s, int64_t *entries, int64_t *bytes);
@@ -136,10 +145,11 @@ struct store_counters {
 };
 void store_counters(struct store *s, struct store_counters *c);
 
-/* Check every entry (decompress and verify checksum) and run
- * PRAGMA integrity_check. Returns the number of problems found, writing one
- * line per problem to report; -1 if the check could not run. */
-int store_verify(struct store *s, struct buf *report);
+/* Check every entry that f matches (NULL: all; decompress and verify
+ * checksum) and run PRAGMA integrity_check. Returns the number of problems
+ * found, writing one line per problem to report; -1 if the check could
+ * not run. */
+int store_verify(struct store *s, const struct store_filter *f, struct buf *report);
 
 void store_result_free(struct store_result *r);
 
@@ -160,13 +170,15 @@ void store_warm_up(struct store *s);
  *  - Times ("created", "last_used") are unix seconds in the JSON below.
  */
 
-/* Append key's metadata to json as one object: "key" (hex), "kind" ("ptx",
+/* Append key's metadata to json as one object, if f (NULL: any) matches
+ * it: "key" (hex), "kind" ("ptx",
  * "cubin" or "artifact"; an artifact adds "scope" and "namespace"), "status", "arch", "data_len" (raw bytes), "stored_bytes",
  * "hits", "created", "last_used", "compile_us", "components" (the key's
  * components, as an embedded object), and for a negative entry "log" (its
  * error text, only if its checksum verifies). Returns 1 if found, 0 if not,
  * -1 on a database error or when memory runs out. */
-int store_show(struct store *s, const unsigned char key[32], struct buf *json);
+int store_show(struct store *s, const unsigned char key[32], const struct store_filter *f,
+	       struct buf *json);
 
 /* The number of tenant name (tenant.h): given the first time a name is
  * asked for, from 1 up, and never to another name while the cache lasts.
@@ -177,8 +189,9 @@ int store_tenant_id(struct store *s, const char *name, int64_t *id);
  * it is no artifact (or absent), -1 on a database error. */
 int store_artifact_scope(struct store *s, const unsigned char key[32], int64_t *scope);
 
-/* Which entries store_list() and store_remove() take; zero fields match
- * everything, a NULL filter matches every entry. */
+/* Which entries the queries (show, list, count, nearest, verify) and
+ * store_remove() take; zero fields match everything, a NULL filter
+ * matches every entry. */
 struct store_filter {
 	enum store_kind kind;   /* 0: any */
 	const char *arch;       /* NULL or "": any */
@@ -187,6 +200,8 @@ struct store_filter {
 	const char *ns;         /* NULL or "": any; else artifacts of it */
 	int scoped;             /* 1: of the artifacts, only scope's */
 	int64_t scope;
+	int own;                /* 1: only entries noted for user */
+	int64_t user;           /* (store_note_user()) */
 };
 
 /* Append a JSON array of up to limit matching entries (limit <= 0: all),
@@ -195,11 +210,16 @@ struct store_filter {
 int store_list(struct store *s, const struct store_filter *f, int limit,
 	       struct buf *json);
 
+/* The number of matching entries and the bytes they take. 0, or -1 on a
+ * database error (both 0 then). */
+int store_count(struct store *s, const struct store_filter *f, int64_t *entries,
+		int64_t *bytes);
+
 /* Remove every matching entry (counted in evictions). Returns the number
  * removed, or -1 on a database error. */
 int store_remove(struct store *s, const struct store_filter *f);
 
-/* Find the stored entry whose components (as key_derive() writes them)
+/* Find the stored entry that f matches (NULL: any) whose components (as key_derive() writes them)
  * differ from components_json in the fewest fields, and append
  * {"key": hex, "kind": "ptx"|"cubin", "differing": [{"name", "stored",
  * "requested"}...]} to json (a field present on one side only shows null on
@@ -207,7 +227,8 @@ int store_remove(struct store *s, const struct store_filter *f);
  * nearest entry is naturally one of the same kind; ties go to the most
  * recently used. Returns 1 if an entry was found, 0 if the cache is empty or
  * components_json is not a flat JSON object, -1 on a database error. */
-int store_nearest(struct store *s, const char *components_json, struct buf *json);
+int store_nearest(struct store *s, const char *components_json, const struct store_filter *f,
+		  struct buf *json);
 
 /* Remove least recently used entries until the stored bytes are at most
  * target_bytes (0: remove everything), in one transaction. Returns the

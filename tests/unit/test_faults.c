@@ -256,7 +256,7 @@ static int check_cache(const char *dir, int upto, const char *want, int may_miss
 			(long long)c.corrupt_blobs);
 		bad = 1;
 	}
-	int problems = store_verify(s, &report);
+	int problems = store_verify(s, NULL, &report);
 	if (problems != 0) {
 		fprintf(stderr, "  %s n=%ld: verify: %d: %s\n", what, n, problems,
 			report.data ? report.data : "");
@@ -390,7 +390,7 @@ static int session_loop(enum store_fault kind, int persist, struct run_stats *rs
 			failed |= g < 0;
 		}
 		if (s) {
-			int problems = store_verify(s, &report);
+			int problems = store_verify(s, NULL, &report);
 			if (problems > 0) {
 				store_fault_inject(STORE_FAULT_NONE, 0, 0);
 				fprintf(stderr, "  %s n=%ld: verify reported %d problems that "
@@ -580,7 +580,7 @@ TEST(store_verify_out_of_memory_is_not_a_problem)
 		struct store_fault_stats st;
 		buf_reset(&report);
 		store_fault_inject(STORE_FAULT_ALLOC, n, 0);
-		int problems = store_verify(s, &report);
+		int problems = store_verify(s, NULL, &report);
 		store_fault_stats(&st);
 		store_fault_inject(STORE_FAULT_NONE, 0, 0);
 		CHECK(problems <= 0);
@@ -589,7 +589,7 @@ TEST(store_verify_out_of_memory_is_not_a_problem)
 			break;
 	}
 	CHECK(n < MAX_N && refused > 0);
-	CHECK(store_verify(s, &report) == 0);
+	CHECK(store_verify(s, NULL, &report) == 0);
 	store_close(s);
 	buf_free(&report);
 	log_threshold = LOG_WARN;
