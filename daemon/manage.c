@@ -10,8 +10,18 @@
  * cache without opening the database, which only the master does
  * (store.c). Evicting rewrites the cache for everyone: root and the
  * daemon's own user only; anyone may evict the artifacts of their own
- * scope. Artifacts of another scope do not exist for a client (ls does not
- * list them, show does not find them), but for those two users.
+ * scope that they see.
+ *
+ * What a client sees (view_of()): for anyone but root and the daemon's
+ * user on the main socket (is_admin()), only the entries its identity
+ * (conn_tenant(): tenant and uid) stored or was answered with, as
+ * store_note_user() recorded them (artifact.c and flight.c note each put
+ * and each answer), and of the artifacts only its scope's. Every query
+ * applies that filter in SQL: ls lists nothing else, show answers
+ * "no such entry" as for an absent key, explain finds neither "cached"
+ * nor a nearest entry outside it, verify checks and reports nothing
+ * else, and evict removes and counts nothing else. stats stays global
+ * (ARCHITECTURE.md's threat model says what that tells).
  */
 #include "daemon/manage.h"
 
