@@ -56,6 +56,7 @@
 #include "daemon/l2.h"
 #include "daemon/log.h"
 #include "daemon/master.h"
+#include "daemon/put_batch.h"
 #include "daemon/store.h"
 #include "daemon/tenant.h"
 #include "proto/frame.h"
@@ -123,6 +124,7 @@ struct artifacts {
 	struct scope_count *scopes;
 	uint64_t next_token;
 	struct artifact_counters n;
+	struct put_batch *puts;         /* group commit (put_batch.h) */
 };
 
 /* ---- scopes and names ------------------------------------------------- */
@@ -678,6 +680,61 @@ out:
 	free(ukey);
 }
 
+/* A put staged for the group commit: what its answer needs. */
+struct staged_put {
+	struct artifacts *a;
+	struct conn *conn;
+	uint64_t id;
+	struct scope scope;
+	struct key k;
+	char ns[NS_MAX + 1];
+	struct buf comp;
+	size_t len;
+	char value[];
+};
+
+/* The put's commit is done (put_batch.h): publish, hand the value to the
+ * slot's waiters, answer. */
+static void put_done(void *arg, int stored, const char *err)
+{
+	struct staged_put *p = arg;
+	struct artifacts *a = p->a;
+	struct conn *c = p->conn;
+
+	if (stored)
+		store_note_user(a->store, p->k.hash, conn_tenant(c));
+	a->n.puts++;
+	a->n.put_bytes += (int64_t)p->len;
+	/* The slot as it is now: still this put's to end unless another
+	 * connection took its lease meanwhile (that one's put ends it). */
+	struct slot *s = slot_find(a, p->k.hash);
+	if (s && s->holder && s->holder != c)
+		s = NULL;
+	struct l2 *l2 = a->l2 ? *a->l2 : NULL;
+	if (stored && l2) {
+		char space[L2_SPACE_MAX];
+		struct l2_value lv = { .kind = STORE_ARTIFACT, .data = p->value,
+				       .data_len = p->len };
+		l2_space(&p->scope, space, sizeof space);
+		l2_put_in(l2, space, p->k.hash, &lv);
+		if (s)
+			s->published = 1;
+	}
+	/* Waiters get the value whether or not it could be stored. */
+	if (s) {
+		struct buf value = { .data = p->value, .len = p->len };
+		slot_finish(s, &value);
+	}
+	trace(c, "put", p->ns, &p->k, stored ? "stored" : "not stored", p->len);
+	if (stored)
+		reply_simple(c, FRAME_ARTIFACT_PUT, p->id, "stored");
+	else
+		conn_send_error(c, p->id, "internal", err);
+	conn_unhold(c);
+	buf_free(&p->comp);
+	free(p);
+}
+
 static void artifact_put(struct conn *c, uint64_t id, const struct msg *m)
 {
 	struct artifacts *a = c->srv->arts;
@@ -728,34 +785,30 @@ static void artifact_put(struct conn *c, uint64_t id, const struct msg *m)
 			   "key and is producing its value");
 		goto out;
 	}
+	/* Stored with the puts of this turn of the loop, in one commit, and
+	 * answered once committed (put_done()). */
+	struct staged_put *p = malloc(sizeof *p + len);
+	if (!p) {
+		conn_send_error(c, id, "internal", "out of memory");
+		goto out;
+	}
+	*p = (struct staged_put){ .a = a, .conn = c, .id = id, .scope = scope, .k = k,
+				  .comp = comp, .len = len };
+	comp = (struct buf)BUF_INIT;
+	memcpy(p->ns, ns, sizeof p->ns);
+	memcpy(p->value, val, len);
 	struct store_entry e = {
-		.kind = STORE_ARTIFACT, .data = val, .data_len = len, .components = comp.data,
-		.producer = conn_tenant(c), .scope = scope.id, .ns = ns,
+		.kind = STORE_ARTIFACT, .data = p->value, .data_len = len,
+		.components = p->comp.data, .producer = conn_tenant(c), .scope = scope.id,
+		.ns = p->ns,
 	};
-	int stored = store_put(a->store, k.hash, &e, &err) == 0;
-	if (stored)
-		store_note_user(a->store, k.hash, conn_tenant(c));
-	a->n.puts++;
-	a->n.put_bytes += (int64_t)len;
-	struct l2 *l2 = a->l2 ? *a->l2 : NULL;
-	if (stored && l2) {
-		char space[L2_SPACE_MAX];
-		struct l2_value lv = { .kind = STORE_ARTIFACT, .data = val, .data_len = len };
-		l2_space(&scope, space, sizeof space);
-		l2_put_in(l2, space, k.hash, &lv);
-		if (s)
-			s->published = 1;
+	if (put_batch_add(a->puts, k.hash, &e, put_done, p) < 0) {
+		buf_free(&p->comp);
+		free(p);
+		conn_send_error(c, id, "internal", "out of memory");
+		goto out;
 	}
-	/* Waiters get the value whether or not it could be stored. */
-	if (s) {
-		struct buf value = { .data = (char *)val, .len = len };
-		slot_finish(s, &value);
-	}
-	trace(c, "put", ns, &k, stored ? "stored" : "not stored", len);
-	if (stored)
-		reply_simple(c, FRAME_ARTIFACT_PUT, id, "stored");
-	else
-		conn_send_error(c, id, "internal", err.data ? err.data : "cannot store the value");
+	conn_hold(c);
 out:
 	free(ukey);
 	buf_free(&comp);
@@ -834,6 +887,10 @@ struct artifacts *artifacts_new(struct event_base *base, struct store *store,
 	a->store = store;
 	a->l2 = l2;
 	a->fleet = fleet;
+	if (!(a->puts = put_batch_new(base, store))) {
+		free(a);
+		return NULL;
+	}
 	artifacts_configure(a, cfg);
 	return a;
 }
@@ -847,6 +904,7 @@ void artifacts_configure(struct artifacts *a, const struct artifact_config *cfg)
 
 void artifacts_stop(struct artifacts *a)
 {
+	put_batch_flush(a->puts);       /* committed and answered first */
 	while (a->all)
 		slot_finish(a->all, NULL);
 }
@@ -856,6 +914,7 @@ void artifacts_free(struct artifacts *a)
 	if (!a)
 		return;
 	artifacts_stop(a);
+	put_batch_free(a->puts);
 	free(a);
 }
 

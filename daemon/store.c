@@ -130,6 +130,9 @@ enum {
 	ST_BEGIN,
 	ST_COMMIT,
 	ST_ROLLBACK,
+	ST_SAVEPOINT,
+	ST_RELEASE,
+	ST_ROLLBACK_TO,
 	ST_N
 };
 
@@ -169,6 +172,10 @@ static const char *const stmt_sql[ST_N] = {
 	[ST_BEGIN] = "BEGIN IMMEDIATE",
 	[ST_COMMIT] = "COMMIT",
 	[ST_ROLLBACK] = "ROLLBACK",
+	/* A put inside a batch (store_batch_begin()). */
+	[ST_SAVEPOINT] = "SAVEPOINT put",
+	[ST_RELEASE] = "RELEASE put",
+	[ST_ROLLBACK_TO] = "ROLLBACK TO put",
 };
 
 /* A pending hit: used is 0 for an empty slot. */
@@ -210,6 +217,11 @@ struct store {
 	size_t notes_cap;
 	size_t notes_n;
 	struct hot_cache hot;   /* decoded entries of recent hits (store_hot.h) */
+	int batch;              /* in store_batch_begin()'s transaction */
+	int batch_lost;         /* ... which SQLite rolled back by itself */
+	int64_t batch_entries;  /* the totals and counters before it */
+	int64_t batch_bytes;
+	struct store_counters batch_ctr;
 };
 
 /* The checksum column: data's hash, continued over the log. */
@@ -252,11 +264,31 @@ static int run_st(struct store *s, int which)
 }
 
 /* Roll back if a transaction is open (SQLite rolls back by itself after
- * some errors, such as SQLITE_FULL). */
+ * some errors, such as SQLITE_FULL). In a batch, a put's own savepoint
+ * only, unless SQLite took the whole batch back already. */
 static void rollback(struct store *s)
 {
-	if (!sqlite3_get_autocommit(s->db))
+	if (sqlite3_get_autocommit(s->db)) {
+		s->batch_lost |= s->batch;
+	} else if (s->batch) {
+		if (run_st(s, ST_ROLLBACK_TO) != SQLITE_DONE || run_st(s, ST_RELEASE) != SQLITE_DONE)
+			s->batch_lost = 1;
+	} else {
 		run_st(s, ST_ROLLBACK);
+	}
+}
+
+/* A put's transaction: its own, or a savepoint in a batch's. */
+static int tx_begin(struct store *s)
+{
+	if (s->batch && s->batch_lost)
+		return SQLITE_ABORT;    /* to be redone alone anyway */
+	return run_st(s, s->batch ? ST_SAVEPOINT : ST_BEGIN);
+}
+
+static int tx_commit(struct store *s)
+{
+	return run_st(s, s->batch ? ST_RELEASE : ST_COMMIT);
 }
 
 static int mkdirs(const char *dir)
@@ -1055,7 +1087,7 @@ int store_put(struct store *s, const unsigned char key[32], const struct store_e
 again:
 	old_size = shared_out = shared_out_bytes = 0;
 	existed = 0;
-	rc = run_st(s, ST_BEGIN);
+	rc = tx_begin(s);
 	if (rc != SQLITE_DONE)
 		goto fail;
 	if (e->kind == STORE_ARTIFACT && s->artifact_share) {
@@ -1105,7 +1137,7 @@ again:
 	}
 	sqlite3_reset(st);
 
-	rc = run_st(s, ST_COMMIT);
+	rc = tx_commit(s);
 	if (rc != SQLITE_DONE)
 		goto fail;
 
@@ -1118,7 +1150,7 @@ again:
 	s->entries -= shared_out;
 	s->bytes -= shared_out_bytes;
 	s->ctr.share_evictions += shared_out;
-	if (s->max_bytes && s->bytes > s->max_bytes)
+	if (s->max_bytes && s->bytes > s->max_bytes && !s->batch)
 		store_evict_lru(s, s->max_bytes - s->max_bytes / 10);
 	return 0;
 
@@ -1127,7 +1159,9 @@ fail:
 		 sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
 fail_msg:
 	rollback(s);
-	if ((rc & 0xff) == SQLITE_FULL && !retried) {
+	/* In a batch: the whole batch is redone put by put, with this retry. */
+	s->batch_lost |= s->batch && (rc & 0xff) == SQLITE_FULL;
+	if ((rc & 0xff) == SQLITE_FULL && !retried && !s->batch) {
 		retried = 1;
 		make_room_on_disk(s, size);
 		goto again;
@@ -1137,6 +1171,46 @@ fail_nodb:
 	if (err)
 		buf_printf(err, "cannot store entry in '%s': %s", s->path, msg);
 	log_warn("cannot store entry in '%s': %s", s->path, msg);
+	return -1;
+}
+
+int store_batch_begin(struct store *s)
+{
+	if (s->batch)
+		return -1;
+	if (run_st(s, ST_BEGIN) != SQLITE_DONE) {
+		rollback(s);
+		return -1;
+	}
+	s->batch = 1;
+	s->batch_lost = 0;
+	s->batch_entries = s->entries;
+	s->batch_bytes = s->bytes;
+	s->batch_ctr = s->ctr;
+	return 0;
+}
+
+int store_batch_commit(struct store *s, struct buf *err)
+{
+	int rc = SQLITE_DONE;
+
+	if (!s->batch)
+		return -1;
+	s->batch = 0;
+	if (!s->batch_lost && (rc = run_st(s, ST_COMMIT)) == SQLITE_DONE) {
+		if (s->max_bytes && s->bytes > s->max_bytes)
+			store_evict_lru(s, s->max_bytes - s->max_bytes / 10);
+		return 0;
+	}
+	if (err)
+		buf_printf(err, "cannot store entries in '%s': %s", s->path,
+			   s->batch_lost ? "a put failed the transaction" :
+			   sqlite3_errcode(s->db) == rc ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+	rollback(s);
+	s->batch_lost = 0;
+	s->entries = s->batch_entries;
+	s->bytes = s->batch_bytes;
+	s->ctr = s->batch_ctr;
 	return -1;
 }
 

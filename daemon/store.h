@@ -110,6 +110,17 @@ int store_set_trust(struct store *s, const unsigned char key[32], int trust);
 int store_put(struct store *s, const unsigned char key[32],
 	      const struct store_entry *e, struct buf *err);
 
+/* Group commit: the puts between these two share one transaction (each
+ * in a savepoint of its own, so a put that fails leaves the others), and
+ * are durable once store_batch_commit() returns 0, not before: a put's 0
+ * in between means staged. store_batch_commit() -1 (the commit failed,
+ * or a put's failure, such as a full disk, took the transaction with it)
+ * means none of them is stored: redo each with store_put() alone, which
+ * has the full disk's retry. Nothing but store_put() may be called in
+ * between. store_batch_begin(): 0, or -1 (no batch; put one by one). */
+int store_batch_begin(struct store *s);
+int store_batch_commit(struct store *s, struct buf *err);
+
 /* Write pending hit counts, last-use times and notes in one transaction. */
 void store_flush(struct store *s);
 
