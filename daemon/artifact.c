@@ -921,4 +921,5 @@ void artifacts_free(struct artifacts *a)
 void artifacts_counters(struct artifacts *a, struct artifact_counters *out)
 {
 	*out = a->n;
+	out->put_commits = put_batch_commits(a->puts);
 }

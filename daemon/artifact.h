@@ -46,6 +46,8 @@ struct artifact_counters {
 	int64_t hits, misses, puts, put_bytes, leases, waits, wait_hits,
 		wait_timeouts, lease_expiries, lease_releases, lease_closes,
 		lease_handoffs, conflicts, l2_hits;
+	int64_t put_commits;            /* commits of puts (put_batch.h): fewer
+	                                   than puts where they shared one */
 	int64_t leases_held, waiting;   /* now */
 };
 

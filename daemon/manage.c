@@ -170,7 +170,7 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 			   "\"artifact_lease_closes\":%lld,\"artifact_lease_handoffs\":%lld,"
 			   "\"artifact_conflicts\":%lld,\"artifact_l2_hits\":%lld,"
 			   "\"artifact_leases_held\":%lld,\"artifact_waiting\":%lld,"
-			   "\"artifact_share_evictions\":%lld}",
+			   "\"artifact_share_evictions\":%lld,\"artifact_put_commits\":%lld}",
 			   (long long)an, (long long)ab, (long long)ac.hits, (long long)ac.misses,
 			   (long long)ac.puts, (long long)ac.put_bytes, (long long)ac.leases,
 			   (long long)ac.waits, (long long)ac.wait_hits,
@@ -178,7 +178,8 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 			   (long long)ac.lease_releases, (long long)ac.lease_closes,
 			   (long long)ac.lease_handoffs, (long long)ac.conflicts,
 			   (long long)ac.l2_hits, (long long)ac.leases_held,
-			   (long long)ac.waiting, (long long)sc.share_evictions);
+			   (long long)ac.waiting, (long long)sc.share_evictions,
+			   (long long)ac.put_commits);
 	}
 	reply_json(c, FRAME_STATS, id, &j);
 	buf_free(&j);

@@ -36,6 +36,7 @@ struct put_batch {
 	struct event *ev;
 	struct staged *v;
 	size_t n, cap;
+	int64_t commits;
 };
 
 static void on_ready(evutil_socket_t fd, short what, void *arg)
@@ -103,12 +104,15 @@ void put_batch_flush(struct put_batch *b)
 			log_warn("%s; storing %zu entries one by one", err.data ? err.data :
 				 "cannot commit a batch of puts", n);
 			together = 0;
+		} else {
+			b->commits++;
 		}
 		buf_free(&err);
 	}
 	for (size_t i = 0; !together && i < n; i++) {
 		buf_reset(&v[i].err);
 		v[i].rc = store_put(b->store, v[i].key, &v[i].e, &v[i].err);
+		b->commits += v[i].rc == 0;
 	}
 	for (size_t i = 0; i < n; i++) {
 		v[i].done(v[i].arg, v[i].rc == 0, v[i].err.data ? v[i].err.data :
@@ -116,6 +120,11 @@ void put_batch_flush(struct put_batch *b)
 		buf_free(&v[i].err);
 	}
 	free(v);
+}
+
+int64_t put_batch_commits(const struct put_batch *b)
+{
+	return b->commits;
 }
 
 void put_batch_free(struct put_batch *b)

@@ -35,6 +35,9 @@ struct put_batch *put_batch_new(struct event_base *base, struct store *store);
 int put_batch_add(struct put_batch *b, const unsigned char key[32],
 		  const struct store_entry *e, put_done_fn done, void *arg);
 
+/* Commits made (one per batch, one per put written alone). */
+int64_t put_batch_commits(const struct put_batch *b);
+
 /* Commit and answer what is staged now (at a stop). NULL ok. */
 void put_batch_flush(struct put_batch *b);
 
