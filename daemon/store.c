@@ -160,9 +160,12 @@ static const char *const stmt_sql[ST_N] = {
 	[ST_LRU] = "SELECT rowid, size FROM entries ORDER BY last_used LIMIT 256",
 	[ST_DEL_ROWID] = "DELETE FROM entries WHERE rowid = ?1",
 	/* Both walk the partial index entries_scope; ?2 is the key being
-	 * replaced, which counts as gone. */
-	[ST_SCOPE_BYTES] = "SELECT total(size) FROM entries WHERE kind = 3 AND scope = ?1 "
-			   "AND key != ?2",
+	 * replaced, which counts as gone: the total walks the index alone (it
+	 * covers scope and size; a test of key on each row would read the
+	 * row), less the one row of key, looked up by its own index. */
+	[ST_SCOPE_BYTES] = "SELECT total(size) - coalesce((SELECT size FROM entries WHERE "
+			   "key = ?2 AND kind = 3 AND scope = ?1), 0) FROM entries "
+			   "WHERE kind = 3 AND scope = ?1",
 	[ST_SCOPE_LRU] = "SELECT rowid, size FROM entries WHERE kind = 3 AND scope = ?1 "
 			 "AND key != ?2 ORDER BY last_used LIMIT 256",
 	/* A user's note, for the row it saw: not for a row stored since
@@ -988,6 +991,9 @@ static int make_room_in_scope(struct store *s, const unsigned char key[32], int6
 	int64_t have = 0;
 	int rc;
 
+	/* No scope holds more than the whole cache: nothing to count. */
+	if (s->bytes + size <= s->artifact_share)
+		return SQLITE_DONE;
 	sqlite3_bind_int64(st, 1, scope);
 	sqlite3_bind_blob(st, 2, key, 32, SQLITE_STATIC);
 	rc = sqlite3_step(st);
