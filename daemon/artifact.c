@@ -37,6 +37,11 @@
  *    locally before anyone is answered. Puts publish in the background,
  *    under a Redis key that names the scope.
  *
+ *  - Puts are staged, not written at once (put_batch.h): the puts of one
+ *    turn of the loop share one commit, and each is answered, published
+ *    and handed to its slot's waiters once committed (put_done()), with
+ *    the slot as it is then.
+ *
  *  - Bounds: a scope holds at most max_leases slots; a connection waits on
  *    at most MAX_WAITS_PER_CONN gets; values are at most max_value bytes
  *    (and the store refuses one over a scope's share of the cache).
