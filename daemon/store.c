@@ -1523,26 +1523,6 @@ int store_tenant_id(struct store *s, const char *name, int64_t *id)
 	return ret;
 }
 
-int store_artifact_scope(struct store *s, const unsigned char key[32], int64_t *scope)
-{
-	sqlite3_stmt *st;
-	int ret = -1;
-
-	if (sqlite3_prepare_v2(s->db, "SELECT scope FROM entries WHERE key = ?1 AND kind = 3",
-			       -1, &st, NULL) != SQLITE_OK)
-		return -1;
-	sqlite3_bind_blob(st, 1, key, 32, SQLITE_STATIC);
-	int rc = sqlite3_step(st);
-	if (rc == SQLITE_ROW) {
-		*scope = sqlite3_column_int64(st, 0);
-		ret = 1;
-	} else if (rc == SQLITE_DONE) {
-		ret = 0;
-	}
-	sqlite3_finalize(st);
-	return ret;
-}
-
 int store_list(struct store *s, const struct store_filter *f, int limit,
 	       struct buf *json)
 {

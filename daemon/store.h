@@ -196,10 +196,6 @@ int store_show(struct store *s, const unsigned char key[32], const struct store_
  * 0 with *id set, or -1 on a database error. */
 int store_tenant_id(struct store *s, const char *name, int64_t *id);
 
-/* Whether key is an artifact, and of which scope: 1 with *scope set, 0 if
- * it is no artifact (or absent), -1 on a database error. */
-int store_artifact_scope(struct store *s, const unsigned char key[32], int64_t *scope);
-
 /* Which entries the queries (show, list, count, nearest, verify) and
  * store_remove() take; zero fields match everything, a NULL filter
  * matches every entry. */
