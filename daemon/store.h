@@ -101,7 +101,8 @@ int store_get_lent(struct store *s, const unsigned char key[32],
 int store_peek(struct store *s, const unsigned char key[32],
 	       struct store_result *out);
 
-/* Insert or replace key's entry and commit before returning. Returns 0, or
+/* Insert or replace key's entry and commit before returning (in a batch,
+ * store_batch_begin(): staged, committed by store_batch_commit()). Returns 0, or
  * -1 on failure (disk full, I/O error) with a message in err; the caller
  * still answers its client. May evict LRU entries to stay under the cap. */
 /* Mark key's entry (enum store_trust). 0, or -1 on a database error. */
