@@ -55,3 +55,22 @@ CREATE TABLE IF NOT EXISTS tenants (
 	id   INTEGER PRIMARY KEY AUTOINCREMENT,
 	name TEXT UNIQUE NOT NULL
 );
+
+-- Who may see an entry in ls, show, explain and verify (daemon/manage.c):
+-- the identities (tenant.h's numbers, conn_tenant()) that stored it or
+-- were answered with it. Written with the hit bookkeeping (store_flush()),
+-- never on the hit path. An entry's rows go with it: deleted (eviction,
+-- purge, a corrupt row) or replaced (a put's upsert sets created anew).
+CREATE TABLE IF NOT EXISTS entry_users (
+	key      BLOB NOT NULL,
+	identity INTEGER NOT NULL,
+	PRIMARY KEY (key, identity)
+) WITHOUT ROWID;
+
+CREATE TRIGGER IF NOT EXISTS entry_users_deleted AFTER DELETE ON entries BEGIN
+	DELETE FROM entry_users WHERE key = old.key;
+END;
+
+CREATE TRIGGER IF NOT EXISTS entry_users_replaced AFTER UPDATE OF created ON entries BEGIN
+	DELETE FROM entry_users WHERE key = old.key;
+END;

@@ -37,6 +37,11 @@
  *    locally before anyone is answered. Puts publish in the background,
  *    under a Redis key that names the scope.
  *
+ *  - Puts are staged, not written at once (put_batch.h): the puts of one
+ *    turn of the loop share one commit, and each is answered, published
+ *    and handed to its slot's waiters once committed (put_done()), with
+ *    the slot as it is then.
+ *
  *  - Bounds: a scope holds at most max_leases slots; a connection waits on
  *    at most MAX_WAITS_PER_CONN gets; values are at most max_value bytes
  *    (and the store refuses one over a scope's share of the cache).
@@ -57,6 +62,7 @@
 #include "daemon/l2.h"
 #include "daemon/log.h"
 #include "daemon/master.h"
+#include "daemon/put_batch.h"
 #include "daemon/store.h"
 #include "daemon/tenant.h"
 #include "proto/frame.h"
@@ -125,6 +131,7 @@ struct artifacts {
 	struct scope_count *scopes;
 	uint64_t next_token;
 	struct artifact_counters n;
+	struct put_batch *puts;         /* group commit (put_batch.h) */
 };
 
 /* ---- scopes and names ------------------------------------------------- */
@@ -474,8 +481,10 @@ static void slot_finish_from(struct slot *s, const struct buf *value, int stored
 	slot_unlink(s);
 	for (; w; w = next) {
 		next = w->next;
-		if (value)
+		if (value) {
 			a->n.wait_hits++;
+			store_note_user(a->store, key, conn_tenant(w->conn));
+		}
 		size_t len;
 		if (!value || !stored || !reply_stored(a, w->conn, w->id, key, w->want_fd, &len))
 			reply_get(w->conn, w->id, value, 0);
@@ -673,6 +682,7 @@ static void artifact_get(struct conn *c, uint64_t id, const struct msg *m)
 	size_t len;
 	if (reply_stored(a, c, id, k.hash, want_fd, &len)) {
 		a->n.hits++;
+		store_note_user(a->store, k.hash, conn_tenant(c));
 		trace(c, "get", ns, &k, "hit", len);
 		goto out;
 	}
@@ -755,6 +765,65 @@ out:
 	free(ukey);
 }
 
+/* A put staged for the group commit: what its answer needs. */
+struct staged_put {
+	struct artifacts *a;
+	struct conn *conn;
+	uint64_t id;
+	struct scope scope;
+	struct key k;
+	char ns[NS_MAX + 1];
+	struct buf comp;
+	size_t len;
+	const char *value;      /* copy, or the request's own (a direct put) */
+	char copy[];
+};
+
+/* The put's commit is done (put_batch.h): publish, hand the value to the
+ * slot's waiters, answer. */
+static void put_done(void *arg, int stored, const char *err)
+{
+	struct staged_put *p = arg;
+	struct artifacts *a = p->a;
+	struct conn *c = p->conn;
+
+	if (stored)
+		store_note_user(a->store, p->k.hash, conn_tenant(c));
+	a->n.puts++;
+	a->n.put_bytes += (int64_t)p->len;
+	/* The slot as it is now: still this put's to end unless another
+	 * connection took its lease meanwhile (that one's put ends it). */
+	struct slot *s = slot_find(a, p->k.hash);
+	if (s && s->holder && s->holder != c)
+		s = NULL;
+	struct l2 *l2 = a->l2 ? *a->l2 : NULL;
+	/* Waiters get the value whether or not it could be stored (from its
+	 * file where it is one). */
+	if (s) {
+		struct buf value = { .data = (char *)p->value, .len = p->len };
+		s->published = stored && l2;
+		slot_finish_from(s, &value, stored);
+	}
+	trace(c, "put", p->ns, &p->k, stored ? "stored" : "not stored", p->len);
+	/* Durable here is all the producer waits for: it is answered before
+	 * the tier is given the value. */
+	if (stored)
+		reply_simple(c, FRAME_ARTIFACT_PUT, p->id, "stored");
+	else
+		conn_send_error(c, p->id, "internal", err);
+	/* Then the tier, in the background (l2.c). */
+	if (stored && l2) {
+		char space[L2_SPACE_MAX];
+		struct l2_value lv = { .kind = STORE_ARTIFACT, .data = p->value,
+				       .data_len = p->len };
+		l2_space(&p->scope, space, sizeof space);
+		l2_put_in(l2, space, p->k.hash, &lv);
+	}
+	conn_unhold(c);
+	buf_free(&p->comp);
+	free(p);
+}
+
 static void artifact_put(struct conn *c, uint64_t id, const struct msg *m)
 {
 	struct artifacts *a = c->srv->arts;
@@ -805,34 +874,39 @@ static void artifact_put(struct conn *c, uint64_t id, const struct msg *m)
 			   "key and is producing its value");
 		goto out;
 	}
-	struct store_entry e = {
-		.kind = STORE_ARTIFACT, .data = val, .data_len = len, .components = comp.data,
-		.producer = conn_tenant(c), .scope = scope.id, .ns = ns,
-	};
-	int stored = store_put(a->store, k.hash, &e, &err) == 0;
-	a->n.puts++;
-	a->n.put_bytes += (int64_t)len;
-	struct l2 *l2 = a->l2 ? *a->l2 : NULL;
-	/* Waiters get the value whether or not it could be stored (from its
-	 * file where it is one). */
-	if (s) {
-		struct buf value = { .data = (char *)val, .len = len };
-		s->published = stored && l2;
-		slot_finish_from(s, &value, stored);
+	/* A small value is stored with the puts of this turn of the loop, in
+	 * one commit, and answered once committed (put_done()). A large one
+	 * (a file of its own, whose write and fsync a shared commit would
+	 * not save) is stored now, from the request itself, never copied:
+	 * after the puts staged before it, so a connection's puts of one key
+	 * land in the order it sent them. */
+	int direct = len >= BLOB_MIN;
+	struct staged_put *p = malloc(sizeof *p + (direct ? 0 : len));
+	if (!p) {
+		conn_send_error(c, id, "internal", "out of memory");
+		goto out;
 	}
-	trace(c, "put", ns, &k, stored ? "stored" : "not stored", len);
-	/* Durable here is all the producer waits for: it is answered before
-	 * the tier is given the value. */
-	if (stored)
-		reply_simple(c, FRAME_ARTIFACT_PUT, id, "stored");
-	else
-		conn_send_error(c, id, "internal", err.data ? err.data : "cannot store the value");
-	/* Then the tier, in the background (l2.c). */
-	if (stored && l2) {
-		char space[L2_SPACE_MAX];
-		struct l2_value lv = { .kind = STORE_ARTIFACT, .data = val, .data_len = len };
-		l2_space(&scope, space, sizeof space);
-		l2_put_in(l2, space, k.hash, &lv);
+	*p = (struct staged_put){ .a = a, .conn = c, .id = id, .scope = scope, .k = k,
+				  .comp = comp, .len = len, .value = direct ? val : p->copy };
+	comp = (struct buf)BUF_INIT;
+	memcpy(p->ns, ns, sizeof p->ns);
+	if (!direct)
+		memcpy(p->copy, val, len);
+	struct store_entry e = {
+		.kind = STORE_ARTIFACT, .data = p->value, .data_len = len,
+		.components = p->comp.data, .producer = conn_tenant(c), .scope = scope.id,
+		.ns = p->ns,
+	};
+	conn_hold(c);
+	if (direct) {
+		put_batch_flush(a->puts);
+		int stored = store_put(a->store, k.hash, &e, &err) == 0;
+		put_done(p, stored, err.data ? err.data : "cannot store the value");
+	} else if (put_batch_add(a->puts, k.hash, &e, put_done, p) < 0) {
+		conn_unhold(c);
+		buf_free(&p->comp);
+		free(p);
+		conn_send_error(c, id, "internal", "out of memory");
 	}
 out:
 	free(ukey);
@@ -912,6 +986,10 @@ struct artifacts *artifacts_new(struct event_base *base, struct store *store,
 	a->store = store;
 	a->l2 = l2;
 	a->fleet = fleet;
+	if (!(a->puts = put_batch_new(base, store))) {
+		free(a);
+		return NULL;
+	}
 	artifacts_configure(a, cfg);
 	return a;
 }
@@ -925,6 +1003,7 @@ void artifacts_configure(struct artifacts *a, const struct artifact_config *cfg)
 
 void artifacts_stop(struct artifacts *a)
 {
+	put_batch_flush(a->puts);       /* committed and answered first */
 	while (a->all)
 		slot_finish(a->all, NULL);
 }
@@ -934,10 +1013,12 @@ void artifacts_free(struct artifacts *a)
 	if (!a)
 		return;
 	artifacts_stop(a);
+	put_batch_free(a->puts);
 	free(a);
 }
 
 void artifacts_counters(struct artifacts *a, struct artifact_counters *out)
 {
 	*out = a->n;
+	out->put_commits = put_batch_commits(a->puts);
 }

@@ -51,6 +51,8 @@ struct artifact_counters {
 	int64_t fd_fallbacks;   /* of those, asked for a descriptor but sent
 	                           inline (conn_send_fd(): output queued, the
 	                           socket full, CONN_MAX_FDS) */
+	int64_t put_commits;            /* commits of puts (put_batch.h): fewer
+	                                   than puts where they shared one */
 	int64_t leases_held, waiting;   /* now */
 };
 

@@ -102,8 +102,10 @@ int flight_lookup(struct conn *c, const struct key *k, struct store_result *hit)
 
 	if (store_get_lent(s->store, k->hash, hit) != 1)
 		return 0;
-	if (confirm_may_serve(s->sharing, hit, conn_tenant(c)))
+	if (confirm_may_serve(s->sharing, hit, conn_tenant(c))) {
+		store_note_user(s->store, k->hash, conn_tenant(c));
 		return 1;
+	}
 	store_result_free(hit);
 	memset(hit, 0, sizeof *hit);
 	return 0;
@@ -429,11 +431,17 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 			s->n.confirmations++;
 		else if (v == SETTLE_MISMATCH)
 			s->n.confirm_mismatches++;
-		if (v == SETTLE_STORE && !f->background &&
-		    store_put(s->store, f->key.hash, &e, &err) < 0) {
-			s->n.store_errors++;
-			log_warn("%s", err.data ? err.data : "cannot store entry");
+		int kept = v == SETTLE_CONFIRMED;
+		if (v == SETTLE_STORE && !f->background) {
+			kept = store_put(s->store, f->key.hash, &e, &err) == 0;
+			if (!kept) {
+				s->n.store_errors++;
+				log_warn("%s", err.data ? err.data : "cannot store entry");
+			}
 		}
+		/* The entry is now its waiters' too (manage.c's view). */
+		for (struct waiter *wt = f->waiters; kept && !f->background && wt; wt = wt->next)
+			store_note_user(s->store, f->key.hash, conn_tenant(wt->conn));
 		buf_free(&err);
 		/* To the Redis tier: for everyone, only what no single tenant's
 		 * worker alone vouches for (confirm.h); under sharing = confirm,
@@ -473,6 +481,10 @@ static void flight_finish(struct flight *f, const struct job_result *res,
 				if (store_put(s->store, f->dbg->loose.hash, &e, &err) < 0) {
 					s->n.store_errors++;
 					log_warn("%s", err.data ? err.data : "cannot store entry");
+				} else {
+					for (struct waiter *wt = f->waiters; wt; wt = wt->next)
+						store_note_user(s->store, f->dbg->loose.hash,
+								conn_tenant(wt->conn));
 				}
 				buf_free(&err);
 			}

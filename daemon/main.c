@@ -33,7 +33,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "ptxcached: %s\n", err.data);
 			return 1;
 		}
-		int problems = store_verify(s, &report);
+		int problems = store_verify(s, NULL, &report);
 		store_close(s);
 		fputs(report.data ? report.data : "", stdout);
 		buf_free(&report);

@@ -10,8 +10,18 @@
  * cache without opening the database, which only the master does
  * (store.c). Evicting rewrites the cache for everyone: root and the
  * daemon's own user only; anyone may evict the artifacts of their own
- * scope. Artifacts of another scope do not exist for a client (ls does not
- * list them, show does not find them), but for those two users.
+ * scope that they see.
+ *
+ * What a client sees (view_of()): for anyone but root and the daemon's
+ * user on the main socket (is_admin()), only the entries its identity
+ * (conn_tenant(): tenant and uid) stored or was answered with, as
+ * store_note_user() recorded them (artifact.c and flight.c note each put
+ * and each answer), and of the artifacts only its scope's. Every query
+ * applies that filter in SQL: ls lists nothing else, show answers
+ * "no such entry" as for an absent key, explain finds neither "cached"
+ * nor a nearest entry outside it, verify checks and reports nothing
+ * else, and evict removes and counts nothing else. stats stays global
+ * (ARCHITECTURE.md's threat model says what that tells).
  */
 #include "daemon/manage.h"
 
@@ -169,7 +179,8 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 			   "\"artifact_conflicts\":%lld,\"artifact_l2_hits\":%lld,"
 			   "\"artifact_leases_held\":%lld,\"artifact_waiting\":%lld,"
 			   "\"artifact_share_evictions\":%lld,\"artifact_fd_hits\":%lld,"
-			   "\"artifact_file_hits\":%lld,\"artifact_fd_fallbacks\":%lld}",
+			   "\"artifact_file_hits\":%lld,\"artifact_fd_fallbacks\":%lld,"
+			   "\"artifact_put_commits\":%lld}",
 			   (long long)an, (long long)ab, (long long)ac.hits, (long long)ac.misses,
 			   (long long)ac.puts, (long long)ac.put_bytes, (long long)ac.leases,
 			   (long long)ac.waits, (long long)ac.wait_hits,
@@ -179,13 +190,12 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 			   (long long)ac.l2_hits, (long long)ac.leases_held,
 			   (long long)ac.waiting, (long long)sc.share_evictions,
 			   (long long)ac.fd_hits, (long long)ac.file_hits,
-			   (long long)ac.fd_fallbacks);
+			   (long long)ac.fd_fallbacks, (long long)ac.put_commits);
 	}
 	reply_json(c, FRAME_STATS, id, &j);
 	buf_free(&j);
 }
 
-/* ls / evict filter fields: kind, arch, older_than (s), min_bytes. */
 /* Root and the daemon's user, on the main socket only: on a tenant's, root
  * is whoever runs a pod as root, and sees and evicts only its own. */
 static int is_admin(const struct conn *c)
@@ -193,9 +203,22 @@ static int is_admin(const struct conn *c)
 	return c->tenant.id == 0 && (c->uid == 0 || c->uid == geteuid());
 }
 
+/* What c may see of the cache, as a filter's fields: everything for the
+ * admin; for anyone else the entries its identity stored or was answered
+ * with (store_note_user()), and of the artifacts only its scope's. */
+static void view_of(struct conn *c, struct store_filter *f)
+{
+	if (is_admin(c))
+		return;
+	f->scoped = 1;
+	f->scope = artifact_scope(c->srv->arts, c);
+	f->own = 1;
+	f->user = conn_tenant(c);
+}
+
 /* ls / evict filter fields: kind, arch, namespace, older_than (s),
- * min_bytes. For anyone but root and the daemon's user, only the
- * artifacts of their own scope match. *arch and *ns: the caller frees. */
+ * min_bytes. For anyone but root and the daemon's user, only what they
+ * may see matches (view_of()). *arch and *ns: the caller frees. */
 static int parse_filter(struct conn *c, const struct msg *m, struct store_filter *f,
 			char **arch, char **ns, struct buf *err)
 {
@@ -219,10 +242,7 @@ static int parse_filter(struct conn *c, const struct msg *m, struct store_filter
 	    (!artifact_ns_valid(k, n) || !(*ns = strndup(k, n))))
 		why = "'namespace' must be 1 to 32 bytes of [a-z0-9._-]";
 	f->ns = *ns;
-	if (!is_admin(c)) {
-		f->scoped = 1;
-		f->scope = artifact_scope(c->srv->arts, c);
-	}
+	view_of(c, f);
 	if (!why && (request_text_field(m, "arch", 64, arch, &why) < 0 ||
 		     msg_int(m, "older_than", &f->older_than_s) < 0 ||
 		     msg_int(m, "min_bytes", &f->min_bytes) < 0))
@@ -261,14 +281,13 @@ static void handle_show(struct conn *c, uint64_t id, const struct msg *m)
 	char *hex = NULL;
 	struct buf j = BUF_INIT;
 
-	int64_t scope;
+	struct store_filter view = { 0 };
+	view_of(c, &view);
 	if (msg_strdup(m, "key", &hex) != 1 || key_from_hex(hex, hash) < 0) {
 		conn_send_error(c, id, "invalid", "'key' must be 64 hex digits");
-	} else if (!is_admin(c) && store_artifact_scope(c->srv->store, hash, &scope) == 1 &&
-		   scope != artifact_scope(c->srv->arts, c)) {
-		conn_send_error(c, id, "not_found", "no such entry");
 	} else {
-		int r = store_show(c->srv->store, hash, &j);
+		/* What c may not see is no entry, as one that is absent. */
+		int r = store_show(c->srv->store, hash, &view, &j);
 		if (r == 1)
 			reply_json(c, FRAME_SHOW, id, &j);
 		else
@@ -287,7 +306,9 @@ static void handle_explain(struct conn *c, uint64_t id, const struct msg *m)
 	struct compile_req r;
 	struct buf err = BUF_INIT, comp = BUF_INIT, j = BUF_INIT, shown = BUF_INIT;
 	struct key k;
+	struct store_filter view = { 0 };
 
+	view_of(c, &view);
 	if (compile_parse(m, (uint32_t)s->cfg->max_frame, &r, &err) < 0) {
 		conn_send_error(c, id, "invalid", err.data ? err.data : "out of memory");
 		goto out;
@@ -309,10 +330,12 @@ static void handle_explain(struct conn *c, uint64_t id, const struct msg *m)
 		conn_send_error(c, id, "internal", "out of memory");
 		goto out;
 	}
-	int cached = store_show(s->store, k.hash, &shown) == 1;
+	/* Both within what c may see: an entry of another identity's is
+	 * neither "cached" nor the nearest. */
+	int cached = store_show(s->store, k.hash, &view, &shown) == 1;
 	buf_printf(&j, "{\"key\":\"%s\",\"cached\":%s,\"components\":%s,\"nearest\":",
 		   k.hex, cached ? "true" : "false", comp.data);
-	if (cached || store_nearest(s->store, comp.data, &j) != 1)
+	if (cached || store_nearest(s->store, comp.data, &view, &j) != 1)
 		buf_puts(&j, "null");
 	buf_puts(&j, "}");
 	reply_json(c, FRAME_EXPLAIN, id, &j);
@@ -327,7 +350,12 @@ out:
 static void handle_verify(struct conn *c, uint64_t id, const struct msg *m)
 {
 	struct buf report = BUF_INIT, j = BUF_INIT;
-	int problems = store_verify(c->srv->store, &report);
+	struct store_filter view = { 0 };
+
+	/* Anyone's entries: the admin's; else those c may see (the database's
+	 * own check names pages, not entries). */
+	view_of(c, &view);
+	int problems = store_verify(c->srv->store, &view, &report);
 
 	if (problems < 0) {
 		conn_send_error(c, id, "internal", "cannot verify the cache");
@@ -386,8 +414,15 @@ static void handle_evict(struct conn *c, uint64_t id, const struct msg *m)
 		conn_send_error(c, id, "internal", "cannot evict from the cache");
 		goto out;
 	}
+	/* The cache's totals for the admin; for anyone else those of what
+	 * they may see. */
 	int64_t entries, bytes;
-	store_totals(c->srv->store, &entries, &bytes);
+	struct store_filter view = { 0 };
+	view_of(c, &view);
+	if (is_admin(c))
+		store_totals(c->srv->store, &entries, &bytes);
+	else
+		store_count(c->srv->store, &view, &entries, &bytes);
 	buf_printf(&j, "{\"removed\":%d,\"entries\":%lld,\"bytes\":%lld}", removed,
 		   (long long)entries, (long long)bytes);
 	reply_json(c, FRAME_EVICT, id, &j);

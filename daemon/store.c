@@ -44,7 +44,12 @@
  *
  *  - Hits write nothing: a small open-addressing table in memory holds
  *    key -> (hits, last use) until store_flush() writes it in one
- *    transaction. Times are unix microseconds from a per-store clock that
+ *    transaction. Who saw an entry (store_note_user(), for the queries'
+ *    per-identity view) waits beside it, (key, identity) -> time, and
+ *    goes into entry_users in the same transaction, for the row it saw
+ *    only: a note older than the row's created (a row replaced since) is
+ *    dropped. Triggers (schema.sql) delete an entry's users with it, in
+ *    every path that deletes or replaces a row. Times are unix microseconds from a per-store clock that
  *    never repeats, so LRU order is exact even within one second.
  *
  *  - Size cap: the total of the rows' size column is kept in memory (one
@@ -130,9 +135,6 @@
 #define MAX_RAW_LEN ((int64_t)1 << 30)
 /* Rows read per eviction query; the LIMIT in stmt_sql[ST_LRU]. */
 #define EVICT_BATCH 256
-/* Values of at least this many bytes live in blob files (blobs.h), not in
- * the row: see the design comment for the measurement. */
-#define BLOB_MIN ((size_t)256 << 10)
 /* The data column of a row whose value is in its blob file: these bytes
  * exactly (never a zstd frame, which is at least 9 bytes and starts with
  * its magic number; an empty value is an empty blob). */
@@ -150,9 +152,13 @@ enum {
 	ST_DEL_ROWID,
 	ST_SCOPE_BYTES,
 	ST_SCOPE_LRU,
+	ST_NOTE,
 	ST_BEGIN,
 	ST_COMMIT,
 	ST_ROLLBACK,
+	ST_SAVEPOINT,
+	ST_RELEASE,
+	ST_ROLLBACK_TO,
 	ST_N
 };
 
@@ -185,14 +191,25 @@ static const char *const stmt_sql[ST_N] = {
 		   "ORDER BY last_used LIMIT 256",
 	[ST_DEL_ROWID] = "DELETE FROM entries WHERE rowid = ?1",
 	/* Both walk the partial index entries_scope; ?2 is the key being
-	 * replaced, which counts as gone. */
-	[ST_SCOPE_BYTES] = "SELECT total(size) FROM entries WHERE kind = 3 AND scope = ?1 "
-			   "AND key != ?2",
+	 * replaced, which counts as gone: the total walks the index alone (it
+	 * covers scope and size; a test of key on each row would read the
+	 * row), less the one row of key, looked up by its own index. */
+	[ST_SCOPE_BYTES] = "SELECT total(size) - coalesce((SELECT size FROM entries WHERE "
+			   "key = ?2 AND kind = 3 AND scope = ?1), 0) FROM entries "
+			   "WHERE kind = 3 AND scope = ?1",
 	[ST_SCOPE_LRU] = "SELECT rowid, size, key, checksum, length(data) FROM entries "
 			 "WHERE kind = 3 AND scope = ?1 AND key != ?2 ORDER BY last_used LIMIT 256",
+	/* A user's note, for the row it saw: not for a row stored since
+	 * (created is from the same clock as the note's time). */
+	[ST_NOTE] = "INSERT OR IGNORE INTO entry_users (key, identity) SELECT ?1, ?2 "
+		    "FROM entries WHERE key = ?1 AND created <= ?3",
 	[ST_BEGIN] = "BEGIN IMMEDIATE",
 	[ST_COMMIT] = "COMMIT",
 	[ST_ROLLBACK] = "ROLLBACK",
+	/* A put inside a batch (store_batch_begin()). */
+	[ST_SAVEPOINT] = "SAVEPOINT put",
+	[ST_RELEASE] = "RELEASE put",
+	[ST_ROLLBACK_TO] = "ROLLBACK TO put",
 };
 
 /* A pending hit: used is 0 for an empty slot. */
@@ -208,6 +225,15 @@ struct hit {
 struct doomed {
 	unsigned char key[32];
 	int64_t sum;
+};
+
+/* A pending note that user stored or was answered with key's row as it
+ * was at time at (store_note_user()); used is 0 for an empty slot. */
+struct note {
+	unsigned char key[32];
+	int64_t user;
+	int64_t at;
+	uint32_t used;
 };
 
 struct store {
@@ -231,7 +257,15 @@ struct store {
 	struct hit *hits;       /* pending hits, open addressing, cap a power of 2 */
 	size_t hits_cap;
 	size_t hits_n;
+	struct note *notes;     /* pending notes, the same way */
+	size_t notes_cap;
+	size_t notes_n;
 	struct hot_cache hot;   /* decoded entries of recent hits (store_hot.h) */
+	int batch;              /* in store_batch_begin()'s transaction */
+	int batch_lost;         /* ... which SQLite rolled back by itself */
+	int64_t batch_entries;  /* the totals and counters before it */
+	int64_t batch_bytes;
+	struct store_counters batch_ctr;
 };
 
 /* The checksum column: data's hash, continued over the log. */
@@ -274,11 +308,31 @@ static int run_st(struct store *s, int which)
 }
 
 /* Roll back if a transaction is open (SQLite rolls back by itself after
- * some errors, such as SQLITE_FULL). */
+ * some errors, such as SQLITE_FULL). In a batch, a put's own savepoint
+ * only, unless SQLite took the whole batch back already. */
 static void rollback(struct store *s)
 {
-	if (!sqlite3_get_autocommit(s->db))
+	if (sqlite3_get_autocommit(s->db)) {
+		s->batch_lost |= s->batch;
+	} else if (s->batch) {
+		if (run_st(s, ST_ROLLBACK_TO) != SQLITE_DONE || run_st(s, ST_RELEASE) != SQLITE_DONE)
+			s->batch_lost = 1;
+	} else {
 		run_st(s, ST_ROLLBACK);
+	}
+}
+
+/* A put's transaction: its own, or a savepoint in a batch's. */
+static int tx_begin(struct store *s)
+{
+	if (s->batch && s->batch_lost)
+		return SQLITE_ABORT;    /* to be redone alone anyway */
+	return run_st(s, s->batch ? ST_SAVEPOINT : ST_BEGIN);
+}
+
+static int tx_commit(struct store *s)
+{
+	return run_st(s, s->batch ? ST_RELEASE : ST_COMMIT);
 }
 
 static int mkdirs(const char *dir)
@@ -541,6 +595,53 @@ static void hit_record(struct store *s, const unsigned char key[32])
 	}
 	h->hits++;
 	h->last_used = now;
+}
+
+/* ---- pending notes of who saw an entry ---- */
+
+static size_t note_slot(const struct note *tab, size_t cap, const unsigned char key[32],
+			int64_t user)
+{
+	uint64_t h;
+	memcpy(&h, key, sizeof h);
+	h ^= (uint64_t)user * 0x9e3779b97f4a7c15ull;
+	size_t i = (size_t)h & (cap - 1);
+	while (tab[i].used && (tab[i].user != user || memcmp(tab[i].key, key, 32)))
+		i = (i + 1) & (cap - 1);
+	return i;
+}
+
+static int notes_grow(struct store *s)
+{
+	size_t cap = s->notes_cap ? s->notes_cap * 2 : 256;
+	struct note *tab = calloc(cap, sizeof *tab);
+	if (!tab)
+		return -1;
+	for (size_t i = 0; i < s->notes_cap; i++)
+		if (s->notes[i].used)
+			tab[note_slot(tab, cap, s->notes[i].key, s->notes[i].user)] = s->notes[i];
+	free(s->notes);
+	s->notes = tab;
+	s->notes_cap = cap;
+	return 0;
+}
+
+void store_note_user(struct store *s, const unsigned char key[32], int64_t user)
+{
+	/* Out of memory: the note is lost, which hides the entry from user
+	 * (until it asks again), never shows it to anyone else. */
+	if ((s->notes_n + 1) * 2 > s->notes_cap && notes_grow(s) < 0)
+		return;
+	struct note *n = &s->notes[note_slot(s->notes, s->notes_cap, key, user)];
+	if (!n->used) {
+		memcpy(n->key, key, 32);
+		n->user = user;
+		n->used = 1;
+		s->notes_n++;
+	}
+	/* The clock's last value: at or after the row's created, which the
+	 * same clock gave, and before any put that replaces it. */
+	n->at = s->clock_us;
 }
 
 /* ---- open and close ---- */
@@ -851,6 +952,7 @@ void store_close(struct store *s)
 	buf_free(&s->zdata);
 	buf_free(&s->zlog);
 	free(s->hits);
+	free(s->notes);
 	hot_free(&s->hot);
 	blobs_close(s->blobs);
 	free(s->doomed);
@@ -1078,6 +1180,9 @@ static int make_room_in_scope(struct store *s, const unsigned char key[32], int6
 	int64_t have = 0;
 	int rc;
 
+	/* No scope holds more than the whole cache: nothing to count. */
+	if (s->bytes + size <= s->artifact_share)
+		return SQLITE_DONE;
 	sqlite3_bind_int64(st, 1, scope);
 	sqlite3_bind_blob(st, 2, key, 32, SQLITE_STATIC);
 	rc = sqlite3_step(st);
@@ -1148,6 +1253,7 @@ int store_put(struct store *s, const unsigned char key[32], const struct store_e
 	      struct buf *err)
 {
 	int retried = 0, file = 0, wrote = 0;
+	size_t doomed_mark = s->ndoomed;
 	int64_t sum = 0;
 	const char *components = e->components ? e->components : "{}";
 	const char *arch = e->arch ? e->arch : "";
@@ -1202,7 +1308,10 @@ again:
 			if (full && statvfs(s->dir, &v) == 0 &&
 			    (int64_t)v.f_bavail * (int64_t)v.f_frsize + s->bytes < size)
 				full = 0;
-			if (full && !retried) {
+			/* In a batch: the whole batch is redone put by put,
+			 * with this retry. */
+			s->batch_lost |= s->batch && full;
+			if (full && !retried && !s->batch) {
 				retried = 1;
 				make_room_on_disk(s, size);
 				goto again;
@@ -1211,7 +1320,8 @@ again:
 		}
 		wrote = 1;
 	}
-	rc = run_st(s, ST_BEGIN);
+	doomed_mark = s->ndoomed;
+	rc = tx_begin(s);
 	if (rc != SQLITE_DONE)
 		goto fail;
 	if (e->kind == STORE_ARTIFACT && s->artifact_share) {
@@ -1266,7 +1376,7 @@ again:
 	}
 	sqlite3_reset(st);
 
-	rc = run_st(s, ST_COMMIT);
+	rc = tx_commit(s);
 	if (rc != SQLITE_DONE)
 		goto fail;
 
@@ -1276,7 +1386,8 @@ again:
 		memcpy(d.key, key, 32);
 		doomed_add(s, &d);
 	}
-	doomed_commit(s);
+	if (!s->batch)          /* else at the batch's commit */
+		doomed_commit(s);
 	buf_free(&ferr);
 	if (existed) {
 		s->bytes += size - old_size;
@@ -1287,7 +1398,7 @@ again:
 	s->entries -= shared_out;
 	s->bytes -= shared_out_bytes;
 	s->ctr.share_evictions += shared_out;
-	if (s->max_bytes && s->bytes > s->max_bytes)
+	if (s->max_bytes && s->bytes > s->max_bytes && !s->batch)
 		store_evict_lru(s, s->max_bytes - s->max_bytes / 10);
 	return 0;
 
@@ -1296,8 +1407,10 @@ fail:
 		 sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
 fail_msg:
 	rollback(s);
-	doomed_forget(s);
-	if ((rc & 0xff) == SQLITE_FULL && !retried) {
+	s->ndoomed = doomed_mark;       /* its removals are undone; a batch's earlier puts' stay */
+	/* In a batch: the whole batch is redone put by put, with this retry. */
+	s->batch_lost |= s->batch && (rc & 0xff) == SQLITE_FULL;
+	if ((rc & 0xff) == SQLITE_FULL && !retried && !s->batch) {
 		retried = 1;
 		make_room_on_disk(s, size);
 		/* The eviction may have taken the key's old row, and with it a
@@ -1319,9 +1432,51 @@ fail_nodb:
 	return -1;
 }
 
+int store_batch_begin(struct store *s)
+{
+	if (s->batch)
+		return -1;
+	if (run_st(s, ST_BEGIN) != SQLITE_DONE) {
+		rollback(s);
+		return -1;
+	}
+	s->batch = 1;
+	s->batch_lost = 0;
+	s->batch_entries = s->entries;
+	s->batch_bytes = s->bytes;
+	s->batch_ctr = s->ctr;
+	return 0;
+}
+
+int store_batch_commit(struct store *s, struct buf *err)
+{
+	int rc = SQLITE_DONE;
+
+	if (!s->batch)
+		return -1;
+	s->batch = 0;
+	if (!s->batch_lost && (rc = run_st(s, ST_COMMIT)) == SQLITE_DONE) {
+		doomed_commit(s);
+		if (s->max_bytes && s->bytes > s->max_bytes)
+			store_evict_lru(s, s->max_bytes - s->max_bytes / 10);
+		return 0;
+	}
+	if (err)
+		buf_printf(err, "cannot store entries in '%s': %s", s->path,
+			   s->batch_lost ? "a put failed the transaction" :
+			   sqlite3_errcode(s->db) == rc ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+	rollback(s);
+	doomed_forget(s);
+	s->batch_lost = 0;
+	s->entries = s->batch_entries;
+	s->bytes = s->batch_bytes;
+	s->ctr = s->batch_ctr;
+	return -1;
+}
+
 void store_flush(struct store *s)
 {
-	if (!s || !s->hits_n)
+	if (!s || (!s->hits_n && !s->notes_n))
 		return;
 	sqlite3_stmt *st = s->st[ST_HIT];
 	int rc = run_st(s, ST_BEGIN);
@@ -1335,17 +1490,32 @@ void store_flush(struct store *s)
 		rc = sqlite3_step(st);
 		sqlite3_reset(st);
 	}
+	st = s->st[ST_NOTE];
+	for (size_t i = 0; rc == SQLITE_DONE && i < s->notes_cap; i++) {
+		struct note *n = &s->notes[i];
+		if (!n->used)
+			continue;
+		sqlite3_bind_blob(st, 1, n->key, 32, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 2, n->user);
+		sqlite3_bind_int64(st, 3, n->at);
+		rc = sqlite3_step(st);
+		sqlite3_reset(st);
+	}
 	if (rc == SQLITE_DONE)
 		rc = run_st(s, ST_COMMIT);
 	if (rc != SQLITE_DONE) {
-		/* Keep the pending hits; the next flush tries again. */
+		/* Keep the pending hits and notes; the next flush tries again. */
 		log_warn("cannot record cache hits in '%s': %s", s->path,
 			 sqlite3_errmsg(s->db));
 		rollback(s);
 		return;
 	}
-	memset(s->hits, 0, s->hits_cap * sizeof *s->hits);
+	if (s->hits_n)
+		memset(s->hits, 0, s->hits_cap * sizeof *s->hits);
 	s->hits_n = 0;
+	if (s->notes_n)
+		memset(s->notes, 0, s->notes_cap * sizeof *s->notes);
+	s->notes_n = 0;
 }
 
 void store_totals(struct store *s, int64_t *entries, int64_t *bytes)
@@ -1502,7 +1672,45 @@ static int row_json(sqlite3_stmt *st, struct buf *j)
 	return buf_json_str(j, comp, strlen(comp));
 }
 
-int store_show(struct store *s, const unsigned char key[32], struct buf *json)
+/* The WHERE clause of a filter, with ?1..?4 and ?6..?8 bound by
+ * bind_filter() (?5 and ?9 are left to the query). */
+#define FILTER_WHERE " WHERE (?1 = 0 OR kind = ?1) AND (?2 IS NULL OR arch = ?2)" \
+		     " AND (?3 = 0 OR last_used < ?3) AND (?4 = 0 OR data_len >= ?4)" \
+		     " AND (?6 IS NULL OR (kind = 3 AND ns = ?6))" \
+		     " AND (?7 IS NULL OR kind != 3 OR scope = ?7)" \
+		     " AND (?8 IS NULL OR EXISTS (SELECT 1 FROM entry_users u" \
+		     " WHERE u.key = entries.key AND u.identity = ?8))"
+
+static void bind_filter(struct store *s, sqlite3_stmt *st, const struct store_filter *f)
+{
+	static const struct store_filter all = { 0 };
+
+	if (!f)
+		f = &all;
+	sqlite3_bind_int(st, 1, (int)f->kind);
+	if (f->arch && *f->arch)
+		sqlite3_bind_text(st, 2, f->arch, -1, SQLITE_TRANSIENT);
+	else
+		sqlite3_bind_null(st, 2);
+	sqlite3_bind_int64(st, 3, f->older_than_s > 0 ?
+			   store_clock(s) - f->older_than_s * 1000000 : 0);
+	sqlite3_bind_int64(st, 4, f->min_bytes);
+	if (f->ns && *f->ns)
+		sqlite3_bind_text(st, 6, f->ns, -1, SQLITE_TRANSIENT);
+	else
+		sqlite3_bind_null(st, 6);
+	if (f->scoped)
+		sqlite3_bind_int64(st, 7, f->scope);
+	else
+		sqlite3_bind_null(st, 7);
+	if (f->own)
+		sqlite3_bind_int64(st, 8, f->user);
+	else
+		sqlite3_bind_null(st, 8);
+}
+
+int store_show(struct store *s, const unsigned char key[32], const struct store_filter *f,
+	       struct buf *json)
 {
 	sqlite3_stmt *st;
 	struct buf data = BUF_INIT, log = BUF_INIT;
@@ -1511,9 +1719,11 @@ int store_show(struct store *s, const unsigned char key[32], struct buf *json)
 
 	store_flush(s);
 	if (sqlite3_prepare_v2(s->db, "SELECT " ROW_COLS ", log_len, checksum, data, log "
-			       "FROM entries WHERE key = ?1", -1, &st, NULL) != SQLITE_OK)
+			       "FROM entries" FILTER_WHERE " AND key = ?9", -1, &st,
+			       NULL) != SQLITE_OK)
 		return -1;
-	sqlite3_bind_blob(st, 1, key, 32, SQLITE_STATIC);
+	bind_filter(s, st, f);
+	sqlite3_bind_blob(st, 9, key, 32, SQLITE_STATIC);
 	int rc = sqlite3_step(st);
 	if (rc == SQLITE_DONE) {
 		ret = 0;
@@ -1567,56 +1777,6 @@ int store_tenant_id(struct store *s, const char *name, int64_t *id)
 	}
 	sqlite3_finalize(st);
 	return ret;
-}
-
-int store_artifact_scope(struct store *s, const unsigned char key[32], int64_t *scope)
-{
-	sqlite3_stmt *st;
-	int ret = -1;
-
-	if (sqlite3_prepare_v2(s->db, "SELECT scope FROM entries WHERE key = ?1 AND kind = 3",
-			       -1, &st, NULL) != SQLITE_OK)
-		return -1;
-	sqlite3_bind_blob(st, 1, key, 32, SQLITE_STATIC);
-	int rc = sqlite3_step(st);
-	if (rc == SQLITE_ROW) {
-		*scope = sqlite3_column_int64(st, 0);
-		ret = 1;
-	} else if (rc == SQLITE_DONE) {
-		ret = 0;
-	}
-	sqlite3_finalize(st);
-	return ret;
-}
-
-/* The WHERE clause of a filter, with ?1..?4 bound by bind_filter(). */
-#define FILTER_WHERE " WHERE (?1 = 0 OR kind = ?1) AND (?2 IS NULL OR arch = ?2)" \
-		     " AND (?3 = 0 OR last_used < ?3) AND (?4 = 0 OR data_len >= ?4)" \
-		     " AND (?6 IS NULL OR (kind = 3 AND ns = ?6))" \
-		     " AND (?7 IS NULL OR kind != 3 OR scope = ?7)"
-
-static void bind_filter(struct store *s, sqlite3_stmt *st, const struct store_filter *f)
-{
-	static const struct store_filter all = { 0 };
-
-	if (!f)
-		f = &all;
-	sqlite3_bind_int(st, 1, (int)f->kind);
-	if (f->arch && *f->arch)
-		sqlite3_bind_text(st, 2, f->arch, -1, SQLITE_TRANSIENT);
-	else
-		sqlite3_bind_null(st, 2);
-	sqlite3_bind_int64(st, 3, f->older_than_s > 0 ?
-			   store_clock(s) - f->older_than_s * 1000000 : 0);
-	sqlite3_bind_int64(st, 4, f->min_bytes);
-	if (f->ns && *f->ns)
-		sqlite3_bind_text(st, 6, f->ns, -1, SQLITE_TRANSIENT);
-	else
-		sqlite3_bind_null(st, 6);
-	if (f->scoped)
-		sqlite3_bind_int64(st, 7, f->scope);
-	else
-		sqlite3_bind_null(st, 7);
 }
 
 int store_list(struct store *s, const struct store_filter *f, int limit,
@@ -1702,7 +1862,29 @@ int store_remove(struct store *s, const struct store_filter *f)
 	return removed;
 }
 
-int store_nearest(struct store *s, const char *components_json, struct buf *json)
+int store_count(struct store *s, const struct store_filter *f, int64_t *entries,
+		int64_t *bytes)
+{
+	sqlite3_stmt *st;
+	int ret = -1;
+
+	*entries = *bytes = 0;
+	store_flush(s);
+	if (sqlite3_prepare_v2(s->db, "SELECT count(*), total(size) FROM entries" FILTER_WHERE,
+			       -1, &st, NULL) != SQLITE_OK)
+		return -1;
+	bind_filter(s, st, f);
+	if (sqlite3_step(st) == SQLITE_ROW) {
+		*entries = sqlite3_column_int64(st, 0);
+		*bytes = (int64_t)sqlite3_column_double(st, 1);
+		ret = 0;
+	}
+	sqlite3_finalize(st);
+	return ret;
+}
+
+int store_nearest(struct store *s, const char *components_json, const struct store_filter *f,
+		  struct buf *json)
 {
 	struct flat_field want[FLAT_MAX_FIELDS], have[FLAT_MAX_FIELDS];
 	struct buf best = BUF_INIT;
@@ -1715,9 +1897,10 @@ int store_nearest(struct store *s, const char *components_json, struct buf *json
 	if (nw < 0)
 		return 0;
 	store_flush(s);
-	if (sqlite3_prepare_v2(s->db, "SELECT key, kind, components FROM entries "
-			       "ORDER BY last_used DESC", -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(s->db, "SELECT key, kind, components FROM entries" FILTER_WHERE
+			       " ORDER BY last_used DESC", -1, &st, NULL) != SQLITE_OK)
 		return -1;
+	bind_filter(s, st, f);
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		const char *comp = (const char *)sqlite3_column_text(st, 2);
 		const void *k = sqlite3_column_blob(st, 0);
@@ -1787,7 +1970,7 @@ out:
 	return ret;
 }
 
-int store_verify(struct store *s, struct buf *report)
+int store_verify(struct store *s, const struct store_filter *f, struct buf *report)
 {
 	sqlite3_stmt *st;
 	struct buf data = BUF_INIT, log = BUF_INIT;
@@ -1795,10 +1978,11 @@ int store_verify(struct store *s, struct buf *report)
 
 	store_flush(s);
 	if (sqlite3_prepare_v2(s->db, "SELECT key, kind, data_len, log_len, checksum, "
-			       "data, log FROM entries", -1, &st, NULL) != SQLITE_OK) {
+			       "data, log FROM entries" FILTER_WHERE, -1, &st, NULL) != SQLITE_OK) {
 		buf_printf(report, "cannot read entries: %s\n", sqlite3_errmsg(s->db));
 		return -1;
 	}
+	bind_filter(s, st, f);
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		const char *why = NULL;
 		char hex[65] = "(bad key)";

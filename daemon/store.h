@@ -27,8 +27,13 @@
 
 #include "proto/buf.h"
 
+/* Values of at least this many bytes live in blob files (blobs.h), not in
+ * rows: store.c's design comment has the measurement. */
+#define BLOB_MIN ((size_t)256 << 10)
+
 struct store;
 struct hot;             /* store_hot.h: a lent hot entry */
+struct store_filter;    /* below */
 
 /* STORE_ARTIFACT: bytes a client produced itself (artifact.c), readable
  * only within the scope that stored them. */
@@ -117,7 +122,8 @@ int store_get_file(struct store *s, const unsigned char key[32],
 int store_peek(struct store *s, const unsigned char key[32],
 	       struct store_result *out);
 
-/* Insert or replace key's entry and commit before returning. Returns 0, or
+/* Insert or replace key's entry and commit before returning (in a batch,
+ * store_batch_begin(): staged, committed by store_batch_commit()). Returns 0, or
  * -1 on failure (disk full, I/O error) with a message in err; the caller
  * still answers its client. May evict LRU entries to stay under the cap. */
 /* Mark key's entry (enum store_trust). 0, or -1 on a database error. */
@@ -126,8 +132,27 @@ int store_set_trust(struct store *s, const unsigned char key[32], int trust);
 int store_put(struct store *s, const unsigned char key[32],
 	      const struct store_entry *e, struct buf *err);
 
-/* Write pending hit counts and last-use times in one transaction. */
+/* Group commit: the puts between these two share one transaction (each
+ * in a savepoint of its own, so a put that fails leaves the others), and
+ * are durable once store_batch_commit() returns 0, not before: a put's 0
+ * in between means staged. store_batch_commit() -1 (the commit failed,
+ * or a put's failure, such as a full disk, took the transaction with it)
+ * means none of them is stored: redo each with store_put() alone, which
+ * has the full disk's retry. Nothing but store_put() may be called in
+ * between. store_batch_begin(): 0, or -1 (no batch; put one by one). */
+int store_batch_begin(struct store *s);
+int store_batch_commit(struct store *s, struct buf *err);
+
+/* Write pending hit counts, last-use times and notes in one transaction. */
 void store_flush(struct store *s);
+
+/* Note that user (an identity, conn_tenant()) stored key's entry or was
+ * answered with it, for the queries' per-identity view (store_filter's
+ * own). In memory, as hits are, until store_flush(); it applies to the
+ * row key has now, and is dropped if that row is replaced or deleted
+ * before the flush. Call it right after the store_put() or the lookup
+ * that answered user. */
+void store_note_user(struct store *s, const unsigned char key[32], int64_t user);
 
 /* Entries and the bytes they take (compressed blobs plus row overhead). */
 void store_totals(struct store *s, int64_t *entries, int64_t *bytes);
@@ -153,10 +178,11 @@ struct store_counters {
 };
 void store_counters(struct store *s, struct store_counters *c);
 
-/* Check every entry (decompress and verify checksum) and run
- * PRAGMA integrity_check. Returns the number of problems found, writing one
- * line per problem to report; -1 if the check could not run. */
-int store_verify(struct store *s, struct buf *report);
+/* Check every entry that f matches (NULL: all; decompress and verify
+ * checksum) and run PRAGMA integrity_check. Returns the number of problems
+ * found, writing one line per problem to report; -1 if the check could
+ * not run. */
+int store_verify(struct store *s, const struct store_filter *f, struct buf *report);
 
 void store_result_free(struct store_result *r);
 
@@ -177,25 +203,24 @@ void store_warm_up(struct store *s);
  *  - Times ("created", "last_used") are unix seconds in the JSON below.
  */
 
-/* Append key's metadata to json as one object: "key" (hex), "kind" ("ptx",
+/* Append key's metadata to json as one object, if f (NULL: any) matches
+ * it: "key" (hex), "kind" ("ptx",
  * "cubin" or "artifact"; an artifact adds "scope" and "namespace"), "status", "arch", "data_len" (raw bytes), "stored_bytes",
  * "hits", "created", "last_used", "compile_us", "components" (the key's
  * components, as an embedded object), and for a negative entry "log" (its
  * error text, only if its checksum verifies). Returns 1 if found, 0 if not,
  * -1 on a database error or when memory runs out. */
-int store_show(struct store *s, const unsigned char key[32], struct buf *json);
+int store_show(struct store *s, const unsigned char key[32], const struct store_filter *f,
+	       struct buf *json);
 
 /* The number of tenant name (tenant.h): given the first time a name is
  * asked for, from 1 up, and never to another name while the cache lasts.
  * 0 with *id set, or -1 on a database error. */
 int store_tenant_id(struct store *s, const char *name, int64_t *id);
 
-/* Whether key is an artifact, and of which scope: 1 with *scope set, 0 if
- * it is no artifact (or absent), -1 on a database error. */
-int store_artifact_scope(struct store *s, const unsigned char key[32], int64_t *scope);
-
-/* Which entries store_list() and store_remove() take; zero fields match
- * everything, a NULL filter matches every entry. */
+/* Which entries the queries (show, list, count, nearest, verify) and
+ * store_remove() take; zero fields match everything, a NULL filter
+ * matches every entry. */
 struct store_filter {
 	enum store_kind kind;   /* 0: any */
 	const char *arch;       /* NULL or "": any */
@@ -204,6 +229,8 @@ struct store_filter {
 	const char *ns;         /* NULL or "": any; else artifacts of it */
 	int scoped;             /* 1: of the artifacts, only scope's */
 	int64_t scope;
+	int own;                /* 1: only entries noted for user */
+	int64_t user;           /* (store_note_user()) */
 };
 
 /* Append a JSON array of up to limit matching entries (limit <= 0: all),
@@ -212,11 +239,16 @@ struct store_filter {
 int store_list(struct store *s, const struct store_filter *f, int limit,
 	       struct buf *json);
 
+/* The number of matching entries and the bytes they take. 0, or -1 on a
+ * database error (both 0 then). */
+int store_count(struct store *s, const struct store_filter *f, int64_t *entries,
+		int64_t *bytes);
+
 /* Remove every matching entry (counted in evictions). Returns the number
  * removed, or -1 on a database error. */
 int store_remove(struct store *s, const struct store_filter *f);
 
-/* Find the stored entry whose components (as key_derive() writes them)
+/* Find the stored entry that f matches (NULL: any) whose components (as key_derive() writes them)
  * differ from components_json in the fewest fields, and append
  * {"key": hex, "kind": "ptx"|"cubin", "differing": [{"name", "stored",
  * "requested"}...]} to json (a field present on one side only shows null on
@@ -224,7 +256,8 @@ int store_remove(struct store *s, const struct store_filter *f);
  * nearest entry is naturally one of the same kind; ties go to the most
  * recently used. Returns 1 if an entry was found, 0 if the cache is empty or
  * components_json is not a flat JSON object, -1 on a database error. */
-int store_nearest(struct store *s, const char *components_json, struct buf *json);
+int store_nearest(struct store *s, const char *components_json, const struct store_filter *f,
+		  struct buf *json);
 
 /* Remove least recently used entries until the stored bytes are at most
  * target_bytes (0: remove everything), in one transaction. Returns the

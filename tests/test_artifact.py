@@ -559,3 +559,85 @@ def test_artifact_ls_table_shows_namespace_and_scope():
         out = cli(d, "ls").stdout.decode()
         cells = [r.split()[2] for r in out.splitlines()[1:]]
         assert sorted(cells) == sorted(["inductor-fx/" + scope, "triton/" + scope, "sm_80"]), out
+
+
+def test_concurrent_puts_share_a_commit_and_each_is_durable_before_its_reply():
+    """Eight connections put at once, each several requests in one write:
+    they share commits (fewer commits than puts), and every put answered
+    "stored" is in the cache after a kill -9 that lands while others are
+    still arriving."""
+    import threading
+    d = Daemon(workers=1)
+    try:
+        acked, lock, stop = {}, threading.Lock(), threading.Event()
+
+        def writer(n):
+            c = Client(d.socket, timeout=10)
+            i = 0
+            try:
+                while not stop.is_set():
+                    batch = {}
+                    for _ in range(4):
+                        key = "w%d-%d" % (n, i)
+                        i += 1
+                        batch[c.send(PUT, ns="triton", key=key, value=key.encode() * 64)] = key
+                    for rid, key in batch.items():
+                        ftype, body = c.reply(rid)
+                        if ftype == PUT | 0x80 and body.get("stored"):
+                            with lock:
+                                acked[key] = key.encode() * 64
+            except (AssertionError, OSError, ConnectionError):
+                pass            # the daemon was killed mid-request
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        deadline = time.time() + 60
+        while len(acked) < 2000:
+            assert time.time() < deadline and all(t.is_alive() for t in threads), len(acked)
+            time.sleep(0.01)
+        s = d.stats()
+        assert 0 < s["artifact_put_commits"] < s["artifact_puts"], s
+        d.proc.kill()           # SIGKILL: nothing flushed on the way out
+        stop.set()
+        for t in threads:
+            t.join()
+        d.proc.wait()
+        with lock:
+            acked = dict(acked)
+        d.start()
+        c = Client(d.socket)
+        missing = [k for k, v in acked.items() if c.get("triton", k).get("value") != v]
+        assert missing == [], (len(missing), len(acked), missing[:5])
+        c.close()
+    finally:
+        d.cleanup()
+
+
+def test_a_failing_put_in_a_batch_loses_and_acknowledges_no_other():
+    """Three puts in one write, so in one batch (one commit): the middle
+    one, over the scope's share, is refused saying why; the other two are
+    stored and durable (they survive a kill -9), the refused one is not."""
+    with Daemon(workers=1, extra=["--max-size", "100K", "--artifact-share", "1"]) as d:
+        c = Client(d.socket)
+        commits = d.stats()["artifact_put_commits"]
+        puts = [("small-a", b"a" * 10), ("big", os.urandom(2000)), ("small-b", b"b" * 10)]
+        c.raw.s.sendall(b"".join(frame(PUT, mp_pack(dict(id=i + 1, ns="triton", key=key,
+                                                         value=value)))
+                                 for i, (key, value) in enumerate(puts)))
+        answers = {}
+        while len(answers) < 3:
+            ftype, body = c.reply()
+            answers[body["id"]] = (ftype, body)
+        assert answers[1][0] == PUT | 0x80 and answers[1][1]["stored"], answers
+        assert answers[3][0] == PUT | 0x80 and answers[3][1]["stored"], answers
+        assert answers[2][0] == ERROR and "artifact-share" in answers[2][1]["message"], answers
+        assert d.stats()["artifact_put_commits"] == commits + 1
+        d.proc.kill()
+        d.proc.wait()
+        d.start()
+        c = Client(d.socket)
+        assert c.get("triton", "small-a")["value"] == b"a" * 10
+        assert c.get("triton", "small-b")["value"] == b"b" * 10
+        assert not c.get("triton", "big")["found"]
+        c.close()

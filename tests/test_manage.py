@@ -7,7 +7,8 @@ import re
 import sqlite3
 import tempfile
 
-from harness import Daemon, triton_kernels
+from harness import Daemon, Skip, small_ir, triton_kernels
+from sysutil import cli_as, make_reachable
 
 BAD_IR = b"define void @f() {\n  ret i32\n}\n"
 
@@ -138,3 +139,78 @@ def test_namespace_per_uid_separates_entries():
     assert "namespace" not in e1["components"], e1
     assert e2["components"]["namespace"] == "uid:%d" % os.getuid(), e2
     assert e1["key"] != e2["key"]
+
+
+def test_a_uid_sees_only_its_own_entries_on_the_main_socket():
+    """Two uids on the main socket: what one compiled or stored, ls (of
+    every kind), show, explain, verify and evict never name for the other;
+    the first sees its own; root (the admin) sees both."""
+    if os.geteuid() != 0:
+        raise Skip("needs root to run clients as other users")
+    a, b = 65534, 54321
+    ir = small_ir("uid_view")
+    flags = ["--arch", "sm_90a", "--ptx-isa", "90"]
+    with Daemon(extra=["--allow-users", "%d,%d" % (a, b)]) as d:
+        make_reachable(d.socket)
+
+        def as_(uid, *args, input=None):
+            r = cli_as(d.socket, uid, uid, *args, input=input)
+            assert r.returncode in (0, 1), (args, r.stderr)
+            return r
+
+        ptx = json.loads(as_(a, "compile", *flags, "--json", "-", input=ir).stdout)["key"]
+        assert as_(a, "artifact", "put", "a-secret-ns", "a-secret-key", "-",
+                   input=b"a's").returncode == 0
+        mine = json.loads(as_(a, "ls", "--json").stdout)
+        assert sorted(e["kind"] for e in mine) == ["artifact", "ptx"], mine
+        art = [e["key"] for e in mine if e["kind"] == "artifact"][0]
+        secrets = [ptx, art, "a-secret-ns", "a-secret-key"]
+
+        assert json.loads(as_(b, "ls", "--json").stdout) == []
+        for kind in ("ptx", "cubin", "artifact"):
+            assert json.loads(as_(b, "ls", "--kind", kind, "--json").stdout) == [], kind
+        for key in (ptx, art):
+            r = as_(b, "show", key)
+            assert r.returncode != 0 and b"no such entry" in r.stderr, r
+        r = as_(b, "explain", *flags, "-O2", "--json", "-", input=ir)
+        e = json.loads(r.stdout)
+        assert e["cached"] is False and e["nearest"] is None, e
+        r2 = as_(b, "verify", "--json")
+        r3 = as_(b, "evict", "--kind", "artifact", "--json")
+        assert json.loads(r3.stdout)["removed"] == 0 and json.loads(r3.stdout)["entries"] == 0
+        for out in (r.stdout, r2.stdout, r3.stdout, as_(b, "ls").stdout):
+            assert [s for s in secrets if s in out.decode()] == [], out
+        assert as_(a, "artifact", "get", "a-secret-ns", "a-secret-key").stdout == b"a's"
+
+        e = json.loads(as_(a, "explain", *flags, "-O2", "--json", "-", input=ir).stdout)
+        assert e["nearest"]["key"] == ptx, e
+        every = {e["key"] for e in json.loads(d.cli("ls", "--json").stdout)}
+        assert {ptx, art} <= every, every
+        assert json.loads(d.cli("show", art, "--json").stdout)["key"] == art
+
+
+def test_an_entry_a_uid_is_answered_with_is_its_own_too():
+    """Under sharing = trust a uid's compile of another's kernel is a hit:
+    from then on that entry is in its ls and show, and explain finds it
+    cached; what it never asked for stays out of sight."""
+    if os.geteuid() != 0:
+        raise Skip("needs root to run clients as other users")
+    b = 65534
+    flags = ["--arch", "sm_90a", "--ptx-isa", "90"]
+    ir, other = small_ir("hit_view"), small_ir("hit_view_other")
+    with Daemon(extra=["--allow-users", str(b), "--sharing", "trust"]) as d:
+        make_reachable(d.socket)
+        key = json.loads(d.cli("compile", *flags, "--json", "-", input=ir).stdout)["key"]
+        d.cli("compile", *flags, "-", input=other)
+        r = cli_as(d.socket, b, b, "explain", *flags, "--json", "-", input=ir)
+        assert json.loads(r.stdout)["cached"] is False, r.stdout
+        hits = d.stats()["hits"]
+        r = cli_as(d.socket, b, b, "compile", *flags, "--json", "-", input=ir)
+        assert r.returncode == 0 and json.loads(r.stdout)["key"] == key, r
+        assert d.stats()["hits"] == hits + 1
+        seen = json.loads(cli_as(d.socket, b, b, "ls", "--json").stdout)
+        assert [e["key"] for e in seen] == [key], seen
+        assert cli_as(d.socket, b, b, "show", key).returncode == 0
+        r = cli_as(d.socket, b, b, "explain", *flags, "--json", "-", input=ir)
+        assert json.loads(r.stdout)["cached"] is True, r.stdout
+        assert len(json.loads(d.cli("ls", "--json").stdout)) == 2

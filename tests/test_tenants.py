@@ -557,3 +557,79 @@ def test_python_status_names_the_tenant():
             r = subprocess.run([sys.executable, "-m", "ptxcache", "status", "--no-import"], env=e,
                                capture_output=True, text=True, timeout=60)
             assert ("tenant pod-a" in r.stdout) == (tenant == "pod-a"), r.stdout
+
+
+def test_a_tenant_learns_nothing_of_anothers_entries():
+    """Hostile beta, after alpha compiled a kernel and stored an artifact:
+    ls (of every kind), show of alpha's keys, explain of a kernel one flag
+    from alpha's, verify and evict name no key, component or namespace of
+    alpha's. Alpha sees its own; the same kernel is beta's too once beta
+    compiled it itself; root on the main socket sees everything."""
+    ir = small_ir("tenant_view")
+    flags = ["--arch", "sm_90a", "--ptx-isa", "90"]
+    with tenant_daemon("alpha,beta") as d:
+        alpha, beta, main = d.sock("alpha"), d.sock("beta"), d.sock("-")
+        ptx = json.loads(cli(alpha, "compile", *flags, "--json", "-", input=ir,
+                             check=True).stdout)["key"]
+        put(alpha, "alpha-secret-ns", "alpha-secret-key", b"alpha's value")
+        mine = json.loads(cli(alpha, "ls", "--json", check=True).stdout)
+        kinds = sorted(e["kind"] for e in mine)
+        assert kinds == ["artifact", "ptx"], mine
+        art = [e["key"] for e in mine if e["kind"] == "artifact"][0]
+        # What beta must never learn: alpha's keys and names. (The IR's own
+        # hash is beta's to know: beta sends the same IR below.)
+        secrets = [ptx, art, "alpha-secret-ns", "alpha-secret-key"]
+
+        def reveals(out):
+            text = out if isinstance(out, str) else out.decode()
+            return [s for s in secrets if s in text]
+
+        assert json.loads(cli(beta, "ls", "--json", check=True).stdout) == []
+        for kind in ("ptx", "cubin", "artifact"):
+            r = cli(beta, "ls", "--kind", kind, "--json", check=True)
+            assert json.loads(r.stdout) == [], (kind, r.stdout)
+        assert reveals(cli(beta, "ls", check=True).stdout) == []
+        for key in (ptx, art):
+            r = cli(beta, "show", key)
+            assert r.returncode != 0 and b"no such entry" in r.stderr, r
+            assert reveals(r.stdout + r.stderr) == []
+        # One flag away from alpha's: alpha's entry is no nearest for beta.
+        r = cli(beta, "explain", *flags, "-O2", "--json", "-", input=ir, check=True)
+        e = json.loads(r.stdout)
+        assert e["cached"] is False and e["nearest"] is None, e
+        assert reveals(r.stdout) == [], r.stdout
+        text = cli(beta, "explain", *flags, "-O2", "-", input=ir, check=True).stdout
+        assert reveals(text) == [], text
+        # Alpha's very kernel: beta's own request has alpha's key (beta
+        # derives it), but it is not "cached" for beta.
+        e = json.loads(cli(beta, "explain", *flags, "--json", "-", input=ir,
+                           check=True).stdout)
+        assert e["key"] == ptx and e["cached"] is False and e["nearest"] is None, e
+        r = cli(beta, "verify", "--json", check=True)
+        assert reveals(r.stdout) == [], r.stdout
+        r = cli(beta, "evict", "--kind", "artifact", "--json", check=True)
+        assert json.loads(r.stdout) == {"removed": 0, "entries": 0, "bytes": 0}, r.stdout
+
+        # Alpha sees its own, and explain names it as the nearest.
+        e = json.loads(cli(alpha, "explain", *flags, "-O2", "--json", "-", input=ir,
+                           check=True).stdout)
+        assert e["nearest"]["key"] == ptx, e
+        assert cli(alpha, "show", art, check=True).returncode == 0
+        # Root on the main socket: everything.
+        every = {e["key"] for e in json.loads(cli(main, "ls", "--json", check=True).stdout)}
+        assert {ptx, art} <= every, every
+        assert json.loads(cli(main, "explain", *flags, "-O2", "--json", "-", input=ir,
+                              check=True).stdout)["nearest"]["key"] == ptx
+
+        # Beta compiles the same kernel itself: that entry is beta's too,
+        # alpha's artifact still is not.
+        cli(beta, "compile", *flags, "-", input=ir, check=True)
+        seen = json.loads(cli(beta, "ls", "--json", check=True).stdout)
+        assert [e["key"] for e in seen] == [ptx], seen
+        assert cli(beta, "show", art).returncode != 0
+        # After a restart, the same.
+        d.stop()
+        d.start()
+        assert [e["key"] for e in json.loads(cli(beta, "ls", "--json", check=True).stdout)] \
+            == [ptx]
+        assert len(json.loads(cli(alpha, "ls", "--json", check=True).stdout)) == 2

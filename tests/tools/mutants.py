@@ -120,6 +120,20 @@ MUTANTS: List[Mutant] = [
     Mutant("scope-no-groups", "scope check: artifact-groups ignored", "daemon/*.c",
            "if ((i < 0 ? c->gid : c->groups[i]) == a->groups[g])", "if (0)",
            ("test_artifact.test_a_group_shares_one_scope",)),
+    # Whose entries ls, show and explain describe (daemon/store.c, manage.c).
+    Mutant("view-everyone", "per-identity view: every entry shown to everyone", "daemon/*.c",
+           '" AND (?8 IS NULL OR EXISTS (SELECT 1 FROM entry_users u"',
+           '" AND (?8 IS NULL OR 1 OR EXISTS (SELECT 1 FROM entry_users u"',
+           ("test_tenants.test_a_tenant_learns_nothing_of_anothers_entries",
+            "test_manage.test_a_uid_sees_only_its_own_entries_on_the_main_socket")),
+    Mutant("view-no-hits", "per-identity view: a hit not noted", "daemon/*.c",
+           "store_note_user(s->store, k->hash, conn_tenant(c));", "(void)0;",
+           ("test_manage.test_an_entry_a_uid_is_answered_with_is_its_own_too",)),
+    # Group commit of artifact puts (daemon/put_batch.c).
+    Mutant("put-batch-off", "group commit: each put its own commit", "daemon/*.c",
+           "int together = n > 1 && store_batch_begin(b->store) == 0;", "int together = 0;",
+           ("test_artifact.test_concurrent_puts_share_a_commit",
+            "test_artifact.test_a_failing_put_in_a_batch")),
     # The lease hand-off (daemon/artifact.c, fleet.c, flight.c).
     Mutant("handoff-artifact", "lease hand-off: a node's lease ends, no waiter takes it",
            "daemon/*.c", "for (pp = &s->waiters; *pp && !(*pp)->want_lease; pp = &(*pp)->next)",

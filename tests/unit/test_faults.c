@@ -256,7 +256,7 @@ static int check_cache(const char *dir, int upto, const char *want, int may_miss
 			(long long)c.corrupt_blobs);
 		bad = 1;
 	}
-	int problems = store_verify(s, &report);
+	int problems = store_verify(s, NULL, &report);
 	if (problems != 0) {
 		fprintf(stderr, "  %s n=%ld: verify: %d: %s\n", what, n, problems,
 			report.data ? report.data : "");
@@ -390,7 +390,7 @@ static int session_loop(enum store_fault kind, int persist, struct run_stats *rs
 			failed |= g < 0;
 		}
 		if (s) {
-			int problems = store_verify(s, &report);
+			int problems = store_verify(s, NULL, &report);
 			if (problems > 0) {
 				store_fault_inject(STORE_FAULT_NONE, 0, 0);
 				fprintf(stderr, "  %s n=%ld: verify reported %d problems that "
@@ -472,6 +472,83 @@ TEST(fault_put_with_eviction_fails_cleanly)
 		CHECK(put_loop(kinds[k], 1, 60000, &rs) == 0);
 		printf("     put+evict, %s: %ld runs, %ld failed cleanly\n",
 		       kind_names[kinds[k]], rs.runs, rs.failed);
+	}
+	log_threshold = LOG_WARN;
+}
+
+/* A batch of three puts (store_batch_begin()) under a fault at every
+ * point: a commit that returns 0 stored all three, one that fails stored
+ * none (and the totals are as before it), never some. */
+static int batch_loop(enum store_fault kind, int persist, struct run_stats *rs)
+{
+	char base[512], dir[512], what[64], want[BASE_ENTRIES + 4];
+	const int id = BASE_ENTRIES;
+
+	snprintf(what, sizeof what, "batch %s%s", kind_names[kind], persist ? " persistent" : "");
+	work_dir("base", base, sizeof base);
+	work_dir("run", dir, sizeof dir);
+	if (access(base, F_OK) != 0 && make_base(base) < 0)
+		return -1;
+	memset(want, 1, sizeof want);
+	for (long n = 1; n < MAX_N; n++) {
+		struct store_fault_stats st;
+		struct buf err = BUF_INIT;
+		if (copy_cache(base, dir) < 0)
+			return -1;
+		struct store *s = store_open(dir, 0, &err);
+		buf_free(&err);
+		if (!s)
+			return -1;
+		int64_t e0, b0, entries, bytes;
+		store_totals(s, &e0, &b0);
+		store_fault_inject(kind, n, persist);
+		int r = store_batch_begin(s);
+		int staged = 0, ok[3] = { 0 };
+		for (int i = 0; r == 0 && i < 3; i++)
+			staged += ok[i] = put(s, id + i) == 0;
+		if (r == 0)
+			r = store_batch_commit(s, NULL);
+		store_fault_stats(&st);
+		store_fault_inject(STORE_FAULT_NONE, 0, 0);
+		store_totals(s, &entries, &bytes);
+		int found = 0, wrong = 0;
+		for (int i = 0; i < 3; i++) {
+			int g = get(s, id + i) == 1;
+			found += g;
+			wrong += g != (r == 0 && ok[i]);
+		}
+		if (wrong || (r == 0 && found != staged) || (r < 0 && found != 0) ||
+		    (r < 0 && (entries != e0 || bytes != b0))) {
+			fprintf(stderr, "  %s n=%ld: commit %d, %d staged, %d found\n", what, n, r,
+				staged, found);
+			store_close(s);
+			return -1;
+		}
+		store_close(s);
+		rs->runs++;
+		if (r < 0)
+			rs->failed++;
+		for (int i = 0; i < 3; i++)
+			want[id + i] = r == 0 && ok[i];
+		if (check_cache(dir, id + 3, want, kind == STORE_FAULT_FULL, entries, bytes,
+				what, n) < 0)
+			return -1;
+		if (!st.fired)
+			return r == 0 && staged == 3 ? 0 : -1;
+	}
+	fprintf(stderr, "  %s: still failing after %d runs\n", what, MAX_N);
+	return -1;
+}
+
+TEST(fault_batch_stores_all_or_none)
+{
+	REQUIRE(store_fault_inject(STORE_FAULT_NONE, 0, 0) == 0);
+	log_threshold = getenv("FAULT_VERBOSE") ? LOG_WARN : LOG_ERR;
+	for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+		struct run_stats rs = { 0 };
+		CHECK(batch_loop(kinds[k], 0, &rs) == 0);
+		printf("     batch, %s: %ld runs, %ld failed cleanly\n", kind_names[kinds[k]],
+		       rs.runs, rs.failed);
 	}
 	log_threshold = LOG_WARN;
 }
@@ -580,7 +657,7 @@ TEST(store_verify_out_of_memory_is_not_a_problem)
 		struct store_fault_stats st;
 		buf_reset(&report);
 		store_fault_inject(STORE_FAULT_ALLOC, n, 0);
-		int problems = store_verify(s, &report);
+		int problems = store_verify(s, NULL, &report);
 		store_fault_stats(&st);
 		store_fault_inject(STORE_FAULT_NONE, 0, 0);
 		CHECK(problems <= 0);
@@ -589,7 +666,7 @@ TEST(store_verify_out_of_memory_is_not_a_problem)
 			break;
 	}
 	CHECK(n < MAX_N && refused > 0);
-	CHECK(store_verify(s, &report) == 0);
+	CHECK(store_verify(s, NULL, &report) == 0);
 	store_close(s);
 	buf_free(&report);
 	log_threshold = LOG_WARN;

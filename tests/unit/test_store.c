@@ -443,12 +443,12 @@ TEST(store_verify_reports_corruption)
 	char *ptx = fake_ptx(30000, 4);
 	for (int i = 0; i < 5; i++)
 		REQUIRE(put(s, i, ptx, 30000, 0, NULL) == 0);
-	CHECK(store_verify(s, &rep) == 0);
+	CHECK(store_verify(s, NULL, &rep) == 0);
 	CHECK(rep.len == 0);
 
 	REQUIRE(flip_data_byte(3));
 	buf_reset(&rep);
-	CHECK(store_verify(s, &rep) == 1);
+	CHECK(store_verify(s, NULL, &rep) == 1);
 	unsigned char k[32];
 	char hex[65];
 	mkkey(3, k);
@@ -598,7 +598,7 @@ TEST(store_hits_are_flushed_not_written_per_hit)
 	struct buf j = BUF_INIT;
 	unsigned char k[32];
 	mkkey(1, k);
-	REQUIRE(store_show(s, k, &j) == 1);
+	REQUIRE(store_show(s, k, NULL, &j) == 1);
 	CHECK(strstr(j.data, "\"hits\":4,") != NULL);
 	buf_free(&j);
 	store_close(s);
@@ -665,7 +665,7 @@ TEST(store_put_failure_is_reported_and_harmless)
 	CHECK(r.data.len == 1 << 20 && !memcmp(r.data.data, big, 1 << 20));
 	store_result_free(&r);
 	struct buf rep = BUF_INIT;
-	CHECK(store_verify(s, &rep) == 0);
+	CHECK(store_verify(s, NULL, &rep) == 0);
 	buf_free(&rep);
 	buf_free(&err);
 	free(big);
@@ -707,7 +707,7 @@ TEST(store_show_list_nearest)
 	mkkey(1, k);
 	for (int i = 0; i < 32; i++)
 		snprintf(hex + 2 * i, 3, "%02x", k[i]);
-	REQUIRE(store_show(s, k, &j) == 1);
+	REQUIRE(store_show(s, k, NULL, &j) == 1);
 	CHECK(!strncmp(j.data, "{\"key\":\"", 8) && !strncmp(j.data + 8, hex, 64));
 	CHECK(strstr(j.data, "\"kind\":\"ptx\",\"status\":0,\"arch\":\"sm_90a\",\"data_len\":1,"));
 	CHECK(strstr(j.data, "\"compile_us\":77,\"components\":{\"key_schema\":\"1\","
@@ -716,11 +716,11 @@ TEST(store_show_list_nearest)
 	buf_reset(&j);
 
 	mkkey(3, k);
-	REQUIRE(store_show(s, k, &j) == 1);
+	REQUIRE(store_show(s, k, NULL, &j) == 1);
 	CHECK(strstr(j.data, ",\"log\":\"LLVM ERROR: \\\"Cannot select\\\"\\n\"}"));
 	buf_reset(&j);
 	mkkey(4, k);
-	CHECK(store_show(s, k, &j) == 0);
+	CHECK(store_show(s, k, NULL, &j) == 0);
 
 	buf_reset(&j);
 	CHECK(store_list(s, NULL, 0, &j) == 3);
@@ -740,7 +740,7 @@ TEST(store_show_list_nearest)
 	struct buf comp = BUF_INIT;
 	REQUIRE(key_derive(q, 3, &kq, &comp) == 0);
 	buf_reset(&j);
-	REQUIRE(store_nearest(s, comp.data, &j) == 1);
+	REQUIRE(store_nearest(s, comp.data, NULL, &j) == 1);
 	mkkey(1, k);
 	for (int i = 0; i < 32; i++)
 		snprintf(hex + 2 * i, 3, "%02x", k[i]);
@@ -755,9 +755,9 @@ TEST(store_show_list_nearest)
 	buf_reset(&comp);
 	REQUIRE(key_derive(q2, 4, &kq, &comp) == 0);
 	buf_reset(&j);
-	REQUIRE(store_nearest(s, comp.data, &j) == 1);
+	REQUIRE(store_nearest(s, comp.data, NULL, &j) == 1);
 	CHECK(strstr(j.data, "[{\"name\":\"fast_math\",\"stored\":null,\"requested\":\"1\"}]"));
-	CHECK(store_nearest(s, "not json", &j) == 0);
+	CHECK(store_nearest(s, "not json", NULL, &j) == 0);
 	buf_free(&comp);
 	buf_free(&j);
 	store_close(s);
@@ -768,10 +768,69 @@ TEST(store_show_list_nearest)
 	struct buf err = BUF_INIT;
 	s = store_open(dir, 0, &err);
 	REQUIRE(s);
-	CHECK(store_nearest(s, "{\"key_schema\":\"1\"}", &j) == 0);
+	CHECK(store_nearest(s, "{\"key_schema\":\"1\"}", NULL, &j) == 0);
 	CHECK(store_list(s, NULL, 10, &j) == 0 && !strcmp(j.data, "[]"));
 	buf_free(&j);
 	buf_free(&err);
+	store_close(s);
+}
+
+/* The per-identity view: an entry is a user's once noted for it, stops
+ * being so when replaced or deleted, and a note older than the row it
+ * would apply to is dropped. */
+TEST(store_view_per_identity)
+{
+	struct store *s = open_store(0);
+	struct buf j = BUF_INIT;
+	unsigned char k1[32], k2[32];
+	struct store_filter mine = { .own = 1, .user = 1000 };
+	struct store_filter theirs = { .own = 1, .user = 2000 };
+	struct store_result r;
+	int64_t n, b;
+	REQUIRE(s);
+	mkkey(1, k1);
+	mkkey(2, k2);
+	REQUIRE(put(s, 1, "one", 3, 0, NULL) == 0);
+	store_note_user(s, k1, 1000);
+	REQUIRE(put(s, 2, "two", 3, 0, NULL) == 0);
+	store_note_user(s, k2, 2000);
+
+	CHECK(store_list(s, &mine, 0, &j) == 1);
+	CHECK(store_list(s, NULL, 0, &j) == 2);
+	CHECK(store_show(s, k1, &mine, &j) == 1);
+	CHECK(store_show(s, k2, &mine, &j) == 0);
+	CHECK(store_show(s, k2, &theirs, &j) == 1);
+	CHECK(store_count(s, &mine, &n, &b) == 0 && n == 1 && b > 0);
+	buf_reset(&j);
+	CHECK(store_nearest(s, "{\"key_schema\":\"1\"}", &theirs, &j) == 1);
+	char hex2[65];
+	for (int i = 0; i < 32; i++)
+		snprintf(hex2 + 2 * i, 3, "%02x", k2[i]);
+	CHECK(strstr(j.data, hex2) != NULL);
+	struct store_filter nobody = { .own = 1, .user = 3000 };
+	CHECK(store_nearest(s, "{\"key_schema\":\"1\"}", &nobody, &j) == 0);
+
+	/* A hit noted for 3000, then the entry replaced before the flush:
+	 * the note was for the old row and is dropped. */
+	REQUIRE(get(s, 1, &r) == 1);
+	store_result_free(&r);
+	store_note_user(s, k1, 3000);
+	REQUIRE(put(s, 1, "uno", 3, 0, NULL) == 0);
+	CHECK(store_show(s, k1, &nobody, &j) == 0);
+	/* The replace took 1000's row with it too. */
+	CHECK(store_show(s, k1, &mine, &j) == 0);
+	store_note_user(s, k1, 1000);
+	CHECK(store_show(s, k1, &mine, &j) == 1);
+
+	/* Deleted: the rows go with it (a put again is no one's). */
+	struct store_filter ptx = { .kind = STORE_PTX };
+	CHECK(store_remove(s, &ptx) == 2);
+	REQUIRE(put(s, 1, "one", 3, 0, NULL) == 0);
+	CHECK(store_show(s, k1, &mine, &j) == 0);
+	sqlite3 *db = raw_open();
+	CHECK(raw_int(db, "SELECT count(*) FROM entry_users", 0) == 0);
+	sqlite3_close(db);
+	buf_free(&j);
 	store_close(s);
 }
 
