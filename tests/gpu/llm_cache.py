@@ -427,7 +427,8 @@ def main():
         merged = {}
         for p in args.report:
             with open(p if p.endswith(".json") else os.path.join(p, "results.json")) as f:
-                merged.update(json.load(f))
+                for k, v in json.load(f).items():
+                    merged[k if k not in merged else "%s (%s)" % (k, p)] = v
         sys.stdout.write(table(merged))
         return 0
     t_begin = time.time()
