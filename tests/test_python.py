@@ -365,7 +365,7 @@ def test_python_inductor_backends_serve_every_remote_cache():
     try:
         with Daemon(workers=1) as d:
             need_artifacts(d)
-            env = clean_env(tmp, d.socket, TORCHINDUCTOR_BUNDLED_AUTOTUNE_REMOTE_CACHE="0")
+            env = clean_env(tmp, d.socket, TORCH_DYNAMO_AUTOMATIC_DYNAMIC_REMOTE_PGO="0")
             r = subprocess.run([sys.executable, "-c", _EVERY_CACHE], env=env, capture_output=True,
                                text=True, timeout=120)
             assert r.returncode == 0, r.stderr
@@ -373,9 +373,12 @@ def test_python_inductor_backends_serve_every_remote_cache():
             # Config modules imported before enable() got the switches; the
             # one set to 0 stayed off; the autotune cache, which compile
             # workers read too, stays off where they would not run the hook
-            # (no ptxcache.pth installed).
-            assert out["config"] == [True, None, False, True, True], out
-            assert out["kept"] == {"TORCHINDUCTOR_BUNDLED_AUTOTUNE_REMOTE_CACHE": "0"}, out
+            # (no ptxcache.pth installed); the bundled autotune cache is
+            # left alone (inductor.NOT_SWITCHED_ON: PyTorch 2.11's bundle
+            # fails a training graph's compile under dynamic shapes).
+            assert out["config"] == [True, None, None, True, False], out
+            assert out["kept"] == {"TORCH_DYNAMO_AUTOMATIC_DYNAMIC_REMOTE_PGO": "0"}, out
+            assert "TORCHINDUCTOR_BUNDLED_AUTOTUNE_REMOTE_CACHE" not in out["set"], out
             assert "TRITON_CACHE_MANAGER" in out["set"] and "TRITON_PTXAS_PATH" in out["set"], out
             for cls in ("RemoteFxGraphCache", "RemoteAOTAutogradCache", "RemoteAutotuneCache",
                         "RemoteBundledAutotuneCache", "RemoteDynamoPGOCache"):
@@ -589,6 +592,101 @@ def test_python_two_uids_never_see_each_others_artifacts():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+
+def test_python_dynamic_shapes_profile_has_a_job_id_per_program():
+    """Without TORCH_COMPILE_JOB_ID, PyTorch keeps no profile of dynamic
+    shapes: every fresh process compiles a frame static, then again
+    dynamic. The package gives each program its own job id (its script's
+    path and content, its arguments): a second process of the same program
+    compiles dynamic at once; another program, other arguments, an edited
+    script, PTXCACHE_PGO_JOB_ID=0 or another uid do not share it; the
+    user's own id wins."""
+    tmp = tempfile.mkdtemp(prefix="ptxcache-py-")
+    try:
+        os.chmod(tmp, 0o755)
+        pkg, stubs = _copy_for_others(tmp)
+        script = os.path.join(stubs, "jobs.py")
+        with Daemon(workers=1, extra=["--allow-users", str(NOBODY)]) as d:
+            need_artifacts(d)
+            env = clean_env(tmp, d.socket, PTXCACHE_TORCH="1", PYTHONUSERBASE=pth_site(tmp),
+                            PYTHONPATH=pkg + os.pathsep + stubs)
+
+            def run(*args, as_user=None, script=script, **extra):
+                cmd = [sys.executable, script, "pgo", "128,256,384"] + list(args)
+                if as_user is not None:
+                    cmd = setpriv(as_user, as_user) + cmd
+                p = subprocess.Popen(cmd, env=dict(env, **extra), stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+                r, err = result(p)
+                assert not warnings_in(err), err
+                return r
+
+            first = run()
+            assert first["job_id"].startswith("ptxcache-") and first["pgo"]["source"] == "ptxcache", first
+            assert first["compiles"] == ["static 128", "dynamic"] and first["profile_hits"] == 0, first
+            second = run()
+            assert second["job_id"] == first["job_id"], (first, second)
+            assert second["compiles"] == ["dynamic"] and second["profile_hits"] == 1, second
+            # Other arguments: another job id, its own profile.
+            other = run("variant-b")
+            assert other["job_id"] not in (None, first["job_id"]), other
+            assert other["compiles"] == ["static 128", "dynamic"], other
+            # Switched off: PyTorch's behaviour, no job id.
+            off = run(PTXCACHE_PGO_JOB_ID="0")
+            assert off["job_id"] is None and off["pgo"]["source"] == "off", off
+            assert off["compiles"] == ["static 128", "dynamic"], off
+            # The user's job id wins, and is the one used.
+            mine = run(TORCH_COMPILE_JOB_ID="my-job")
+            assert mine["job_id"] == "my-job" and mine["pgo"]["source"] == "TORCH_COMPILE_JOB_ID", mine
+            assert mine["compiles"] == ["static 128", "dynamic"], mine
+            # An edited script is another program.
+            edited = os.path.join(stubs, "jobs_edited.py")
+            with open(script) as f, open(edited, "w") as g:
+                g.write(f.read() + "\n# edited\n")
+            os.chmod(edited, 0o644)
+            ed = run(script=edited)
+            assert ed["job_id"] not in (None, first["job_id"]) and ed["profile_hits"] == 0, ed
+            # Another uid, the same program: the same job id, but the
+            # daemon keeps its profile apart.
+            if os.geteuid() == 0:
+                make_reachable(d.socket)
+                nobody = run(as_user=NOBODY, HOME="/", XDG_CACHE_HOME=os.path.join(tmp, "xdg-nobody"))
+                assert nobody["job_id"] == first["job_id"], nobody
+                assert nobody["compiles"] == ["static 128", "dynamic"], nobody
+                assert nobody["profile_hits"] == 0, nobody
+            assert run()["compiles"] == ["dynamic"]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_python_pgo_identity_of_a_program():
+    """ptxcache.pgo.identity(): the script's real path, its content and
+    the arguments; python -c by its code; none without a program."""
+    from ptxcache import pgo
+    tmp = tempfile.mkdtemp(prefix="ptxcache-py-")
+    try:
+        a = os.path.join(tmp, "train.py")
+        with open(a, "w") as f:
+            f.write("print(1)\n")
+        link = os.path.join(tmp, "link.py")
+        os.symlink(a, link)
+        base, why = pgo.identity([a, "--lr", "1"], [])
+        assert base.startswith(pgo.PREFIX) and a in why, (base, why)
+        assert pgo.identity([link, "--lr", "1"], [])[0] == base       # the real path
+        assert pgo.identity([a, "--lr", "2"], [])[0] != base
+        assert pgo.identity([a, "--lr1"], [])[0] != base              # arguments kept apart
+        with open(a, "a") as f:
+            f.write("print(2)\n")
+        assert pgo.identity([a, "--lr", "1"], [])[0] != base
+        c1 = pgo.identity(["-c", "x"], ["python3", "-c", "import torch", "x"])[0]
+        c2 = pgo.identity(["-c", "x"], ["python3", "-c", "import torch; 1", "x"])[0]
+        assert c1 and c2 and c1 != c2
+        assert pgo.identity([""], ["python3"]) [0] is None
+        assert pgo.identity(["-"], ["python3", "-"])[0] is None
+        assert pgo.identity([os.path.join(tmp, "gone.py")], [])[0] is None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
 # ---- a daemon that is down, slow or refusing ---------------------------------------------
 
 def test_python_daemon_stopped_midway_is_a_miss_with_one_warning():
@@ -677,10 +775,20 @@ def test_python_status_says_what_is_wired():
             assert s["daemon"]["reachable"] and s["daemon"]["artifacts"], s["daemon"]
             assert s["package"]["pth_installed"] and s["triton"]["wired"], s
             assert s["ptxas"]["wired"] and os.readlink(s["ptxas"]["front"]) == env["PTXCACHE_BIN"], s["ptxas"]
-            assert all(c["wired"] for c in s["inductor"]["caches"].values()), s["inductor"]
+            caches = s["inductor"]["caches"]
+            assert all(c["wired"] for n, c in caches.items() if n != "RemoteBundledAutotuneCache"), caches
+            assert not caches["RemoteBundledAutotuneCache"]["wired"], caches
+            assert "left off" in caches["RemoteBundledAutotuneCache"]["note"], caches
+            assert caches["RemoteDynamoPGOCache"]["job_id_from"] == "ptxcache", caches
             r = subprocess.run([sys.executable, "-m", "ptxcache", "status"], env=env,
                                capture_output=True, text=True, timeout=60)
             assert "RemoteFxGraphCache           wired" in r.stdout, r.stdout
+            assert "PGO job id: each program its own" in r.stdout, r.stdout
+            r = subprocess.run([sys.executable, "-m", "ptxcache", "status", "--json"],
+                               env=dict(env, TORCH_COMPILE_JOB_ID="j1"), capture_output=True,
+                               text=True, timeout=60)
+            pgo = json.loads(r.stdout)["inductor"]["caches"]["RemoteDynamoPGOCache"]
+            assert pgo["job_id_from"] == "TORCH_COMPILE_JOB_ID" and "j1" in pgo["note"], pgo
             # Switched off: says so.
             off = clean_env(tmp, d.socket)
             r = subprocess.run([sys.executable, "-m", "ptxcache", "status", "--json"], env=off,
@@ -688,6 +796,7 @@ def test_python_status_says_what_is_wired():
             s = json.loads(r.stdout)
             assert not s["triton"]["wired"] and not s["ptxas"]["wired"], s
             assert not any(c["wired"] for c in s["inductor"]["caches"].values()), s["inductor"]
+            assert s["inductor"]["caches"]["RemoteDynamoPGOCache"]["job_id_from"] is None, s["inductor"]
             d.stop(signal.SIGKILL)
             r = subprocess.run([sys.executable, "-m", "ptxcache", "status"], env=off,
                                capture_output=True, text=True, timeout=60)

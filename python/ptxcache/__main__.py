@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-from . import __version__, autostart, front, inductor, torch as ptorch, triton as ptriton, wire
+from . import __version__, autostart, front, inductor, pgo, torch as ptorch, triton as ptriton, wire
 from .client import Client, socket_and_source, version_of
 from .errors import PtxcacheError, Unsupported
 
@@ -145,6 +145,25 @@ def _next_steps(out: dict[str, Any]) -> list[str]:
     return steps
 
 
+def _pgo_job() -> dict[str, Any]:
+    """Which job id a program started in this environment gives PyTorch's
+    profile of dynamic shapes (ptxcache.pgo), as {job_id_from, note}."""
+    env = os.environ
+    user = next((v for v in pgo.USER_VARS if env.get(v) is not None), None)
+    if user:
+        return {"job_id_from": user, "note": "PGO job id: yours, %s=%s" % (user, env[user])}
+    if env.get(ptorch.ENV_SWITCH, "0") in ("", "0"):
+        return {"job_id_from": None,
+                "note": "no PGO job id: PyTorch keeps no profile without one (TORCH_COMPILE_JOB_ID), "
+                        "and the package gives one only where %s=1" % ptorch.ENV_SWITCH}
+    if env.get(pgo.ENV) == "0":
+        return {"job_id_from": None,
+                "note": "no PGO job id: %s=0 (PyTorch keeps no profile without one)" % pgo.ENV}
+    return {"job_id_from": "ptxcache",
+            "note": "PGO job id: each program its own, from its script's path, content and "
+                    "arguments (%s=0: none)" % pgo.ENV}
+
+
 def status(do_import: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"package": {"version": __version__, "file": os.path.dirname(__file__),
                                        "msgpack": wire.codec_name(),
@@ -185,9 +204,12 @@ def status(do_import: bool) -> dict[str, Any]:
         for cache, (var, mod, attr) in inductor.SWITCHES.items():
             e = ind["caches"][cache]
             e["wired"] = None if ind["version"] else False
-    pgo = ind["caches"]["RemoteDynamoPGOCache"]
-    if not (os.environ.get("TORCH_COMPILE_JOB_ID") or os.environ.get("TORCH_COMPILE_STICKY_PGO_KEY")):
-        pgo["note"] = "PyTorch keeps no PGO profile without a job id (TORCH_COMPILE_JOB_ID)"
+    for cache, why in inductor.NOT_SWITCHED_ON.items():
+        e = ind["caches"].get(cache)
+        if e is not None and not e.get("wired"):
+            e["note"] = "left off: %s; %s=1 turns it on" % (why,
+                                                           inductor.SWITCHES[cache][0])
+    ind["caches"]["RemoteDynamoPGOCache"].update(_pgo_job())
     out["inductor"] = ind
     out["jax"] = {"version": _version("jax"), "wired": False,
                   "note": "JAX's persistent cache takes no backend without patching its private "

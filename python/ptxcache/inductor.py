@@ -7,7 +7,7 @@ unless its class attribute ``backend_override_cls`` names a callable that
 returns the backend to use instead. install() sets that attribute on each
 to a backend of this module; PyTorch then needs no ``redis`` module. Each
 cache is switched on by its own setting (switches(); enable() in
-ptxcache.torch sets them).
+ptxcache.torch sets them, but those of NOT_SWITCHED_ON).
 
 | PyTorch's cache class        | what it holds                          | namespace                 | leases |
 |------------------------------|----------------------------------------|---------------------------|--------|
@@ -44,13 +44,17 @@ assumed):
   environment variables do it): torch._inductor.config.fx_graph_remote_cache,
   .autotune_remote_cache, .bundled_autotune_remote_cache,
   torch._functorch.config.enable_remote_autograd_cache,
-  torch._dynamo.config.automatic_dynamic_remote_pgo; torch.__version__.
+  torch._dynamo.config.automatic_dynamic_remote_pgo; torch.__version__;
+- torch.compiler.config.job_id (ptxcache.pgo: set where it is None and
+  the user's variables are unset).
 
 The same import hook installs ptxcache.autotune (a warm process believes
 the coordinate-descent results it finds) right after PyTorch imports
-torch._inductor.runtime.triton_heuristics, and ptxcache.triton_key
+torch._inductor.runtime.triton_heuristics, ptxcache.triton_key
 (Triton's installation hash kept on the daemon) right after it imports
-torch._inductor.runtime.triton_compat.
+torch._inductor.runtime.triton_compat, and ptxcache.pgo (a job id for
+Dynamo's profile of dynamic shapes, where the user set none) right after
+it imports torch.compiler.config.
 
 ``InductorArtifacts`` is the logic as a plain class; the classes handed to
 PyTorch add its ``RemoteCacheBackend`` as a base (for its cache_stats) and
@@ -65,11 +69,11 @@ import sys
 import threading
 from typing import Any
 
-from . import autotune, triton_key
+from . import autotune, pgo, triton_key
 from .artifacts import ArtifactStore, store
 
 __all__ = ["InductorArtifacts", "CACHES", "install", "installed", "install_on_import",
-           "switches", "TESTED_TORCH", "MODULE"]
+           "switches", "TESTED_TORCH", "MODULE", "NOT_SWITCHED_ON"]
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +103,24 @@ SWITCHES: dict[str, tuple[str, str, str]] = {
                                    "torch._inductor.config", "bundled_autotune_remote_cache"),
     "RemoteDynamoPGOCache": ("TORCH_DYNAMO_AUTOMATIC_DYNAMIC_REMOTE_PGO", "torch._dynamo.config",
                              "automatic_dynamic_remote_pgo"),
+}
+
+
+# The caches whose switch enable() leaves alone (the backend is installed:
+# a user who sets the switch gets it), and why.
+NOT_SWITCHED_ON: dict[str, str] = {
+    # PyTorch 2.11's AutotuneCacheBundler holds one bundle from a graph's
+    # compile (begin_compile, where the bundle misses) to that graph's
+    # first call (end_compile in CompiledFxGraph.__call__) and asserts that
+    # none is held at the next begin_compile. AOTAutograd compiles a
+    # training graph's backward right after its forward, before the
+    # forward runs, where the backward saves symbolic sizes (dynamic
+    # shapes): the backward's compile fails (InductorError: AssertionError,
+    # runtime/autotune_cache.py begin_compile), on an H200 a 16-layer
+    # Llama's cold training step with the switch on (tests/gpu/README.md,
+    # the LLM section). RemoteAutotuneCache keeps every kernel's result.
+    "RemoteBundledAutotuneCache": "PyTorch 2.11's bundle asserts when a training graph's "
+                                  "backward compiles before its forward runs (dynamic shapes)",
 }
 
 
@@ -253,11 +275,16 @@ def _install_triton_key(module: Any) -> None:
     triton_key.install(module)
 
 
+def _install_pgo(module: Any) -> None:
+    pgo.install(module)
+
+
 # The modules of PyTorch's whose import this package waits for, and what it
 # does right after each is imported.
 _AFTER_IMPORT: dict[str, Any] = {MODULE: lambda m: install(m),
                                  autotune.MODULE: _install_autotune,
-                                 triton_key.MODULE: _install_triton_key}
+                                 triton_key.MODULE: _install_triton_key,
+                                 pgo.MODULE: _install_pgo}
 
 
 class _ImportHook(importlib.abc.MetaPathFinder):

@@ -20,14 +20,17 @@ them), each of these that is not set already (a value you set wins, so
     TRITON_CACHE_MANAGER=triton.runtime.cache:RemoteCacheManager
     TRITON_REMOTE_CACHE_BACKEND=ptxcache.triton:Backend
     TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE=1          and the other switches
+                                                   (not the bundled autotune
+                                                   cache: inductor.NOT_SWITCHED_ON)
     TRITON_PTXAS_PATH=<the ptxas front>            when one is found
     PTXCACHE_PTXAS=<Triton's own ptxas>            the front's fallback
 
 sets the same switches in PyTorch's config modules if they are imported
 already, and installs the Inductor backends (ptxcache.inductor) now or the
 moment PyTorch imports its remote_cache module (and ptxcache.autotune, the
-moment it imports triton_heuristics). It never imports PyTorch
-or Triton itself.
+moment it imports triton_heuristics; ptxcache.pgo, a job id for Dynamo's
+profile of dynamic shapes where the user set none, the moment it imports
+torch.compiler.config). It never imports PyTorch or Triton itself.
 """
 from __future__ import annotations
 
@@ -37,7 +40,7 @@ import site
 import sys
 from typing import Any
 
-from . import front, inductor
+from . import front, inductor, pgo
 from . import triton as triton_adapter
 
 __all__ = ["enable", "planned_environment", "ENV_SWITCH", "pth_installed"]
@@ -94,6 +97,8 @@ def planned_environment(ptxas: bool = True) -> dict[str, tuple[str, str]]:
     }
     workers = pth_installed()
     for cache, (var, _mod, _attr) in inductor.SWITCHES.items():
+        if cache in inductor.NOT_SWITCHED_ON:
+            continue
         if cache == "RemoteAutotuneCache" and not workers:
             # Autotune results are also read in Inductor's compile workers,
             # which run the hook only when ptxcache.pth is installed;
@@ -148,5 +153,7 @@ def enable(ptxas: bool = True) -> dict[str, Any]:
 
 
 def state() -> dict[str, Any]:
-    """What enable() did in this process ({} if it was not called)."""
-    return dict(_state)
+    """What enable() did in this process ({} if it was not called), and
+    under "pgo" the job id given to PyTorch's PGO profile (ptxcache.pgo;
+    {} until PyTorch imports torch.compiler.config)."""
+    return dict(_state, pgo=pgo.state()) if _state else {}

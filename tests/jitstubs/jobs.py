@@ -10,6 +10,8 @@ Inductor's FX graph cache do with their remote caches, step by step.
                                      Inductor's autotuner on a graph's kernels: cold
                                      compiles and tunes them; warm is an FX graph hit
     jobs.py tkey                     PyTorch asking for Triton's installation hash
+    jobs.py pgo SIZES [ARG...]       Dynamo's automatic dynamic over a frame called with
+                                     these sizes, its profile read and written as 2.11 does
 
 Each prints one JSON line: what it got and how long it took.
 """
@@ -144,6 +146,33 @@ def tkey(a):
     return {"key": k1, "same": k1 == k2, "counts": counts, "layers": store().layers()}
 
 
+def pgo(a):
+    # Dynamo's automatic dynamic for one frame: a size first seen compiles
+    # static, a second size marks the input dynamic and compiles once more
+    # (the dynamic graph then serves every size); the profile, loaded at
+    # the first compile, may say it is dynamic from the start. After each
+    # compile the profile is written.
+    import torch._dynamo.pgo as p
+    import torch.compiler.config as cc
+    compiles, graphs = [], set()
+    for n in [int(x) for x in a.sizes.split(",")]:
+        seen = p.get_code_state().setdefault("forward", {}).setdefault("L['x']", [])
+        dynamic = len(set(seen + [n])) > 1
+        graph = "dynamic" if dynamic else "static %d" % n
+        if n not in seen:
+            seen.append(n)
+        if graph not in graphs:
+            graphs.add(graph)
+            compiles.append(graph)
+            p.put_code_state()
+    try:
+        import ptxcache.torch as pt
+        state = pt.state().get("pgo")
+    except ImportError:
+        state = None
+    return {"compiles": compiles, "job_id": cc.job_id, "profile_hits": len(p.hits), "pgo": state}
+
+
 def main():
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     ap = argparse.ArgumentParser()
@@ -172,9 +201,13 @@ def main():
     u.add_argument("kernels")
     u.add_argument("--backend-hash", default="gpu-a:triton-3.6")
     sub.add_parser("tkey")
+    o = sub.add_parser("pgo")
+    o.add_argument("sizes")
+    o.add_argument("rest", nargs="*")
     a = ap.parse_args()
     try:
-        r = {"triton": triton, "fx": fx, "gets": gets, "autotune": autotune, "tkey": tkey}[a.cmd](a)
+        r = {"triton": triton, "fx": fx, "gets": gets, "autotune": autotune, "tkey": tkey,
+             "pgo": pgo}[a.cmd](a)
     except RuntimeError as e:
         r = {"result": "failed", "error": str(e)}
         if getattr(a, "hold", 0):
