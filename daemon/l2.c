@@ -96,6 +96,15 @@
  *    window fills. The window itself is 4 MiB, not more: Redis holds a
  *    reply for each chunk in flight, and with 8 MiB of them a loaded host
  *    left 256 MB transfers silent past the bound (bench/large.py).
+ *  - A reader's record is faulted in at once (prefault()) before its
+ *    chunks are opened into it, AES-GCM is warmed at start (l2_new()), and
+ *    the connection layer reads up to 1 MiB an event and keeps hiredis's
+ *    buffer between replies: on a virtualised host a page fault costs
+ *    about 10 us (2.5 ms a MiB), more than opening the MiB, and a fresh
+ *    node's first get paid each of these (bench/large.py: 8 MB 54 -> 34
+ *    ms, 64 MB 346 -> 187 ms on a single Redis). A 1 MiB value still pays
+ *    a manifest's round trip and a fresh process's first faults; a larger
+ *    inline threshold or a chunk named before its manifest was not tried.
  *  - Every length is checked against the bytes that remain before it is
  *    read, and no byte of a record is used before every chunk of it has
  *    opened.
