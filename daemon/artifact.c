@@ -33,8 +33,9 @@
  *
  *  - With the Redis tier on, a local miss first asks Redis (the slot then
  *    has no producer yet; gets of the same key wait on it as on a lease).
- *    A value from Redis is sealed like every other (l2.c) and stored
- *    locally before anyone is answered. Puts publish in the background,
+ *    A value from Redis is sealed like every other (l2.c), and opened and
+ *    verified whole before it is seen here; its waiters are answered first
+ *    (on_fleet()), then it is stored locally. Puts publish in the background,
  *    under a Redis key that names the scope.
  *
  *  - Puts are staged, not written at once (put_batch.h): the puts of one
@@ -48,9 +49,12 @@
  */
 #include "daemon/artifact.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <event2/bufferevent.h>
@@ -73,6 +77,9 @@
 #define SLOT_BUCKETS 1024
 #define MAX_WAITS_PER_CONN 256
 #define MAX_GROUPS 64
+/* A value from the tier this large (a blob file's, BLOB_MIN) goes to its
+ * waiters from a sealed memfd; a smaller one from memory. */
+#define ANSWER_FD_MIN BLOB_MIN
 
 struct waiter {
 	struct artifacts *a;
@@ -588,9 +595,75 @@ void artifacts_progress(struct artifacts *a)
 
 /* ---- the Redis tier --------------------------------------------------- */
 
+/*
+ * A value from the tier, opened (every chunk verified: l2.c), in a sealed
+ * memfd (F_SEAL_WRITE, _SHRINK, _GROW, _SEAL): what its waiters are sent,
+ * as a descriptor or from the file, before the value is stored. The
+ * kernel copies it in without a page fault a page; the holder of the
+ * descriptor can read that value alone, never change it. -1 if not.
+ */
+static int sealed_copy(const void *data, size_t len)
+{
+	int fd = memfd_create("ptxcache-l2-value", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	size_t off = 0;
+
+	if (fd < 0)
+		return -1;
+	while (off < len) {
+		ssize_t w = write(fd, (const char *)data + off, len - off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			close(fd);
+			return -1;
+		}
+		off += (size_t)w;
+	}
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Answer every waiter of s with a value from the tier and drop the slot:
+ * from fd (sealed_copy()) where there is one, else from memory. Their
+ * identities into users (up to n_users), for store_note_user() once the
+ * value is stored; how many were answered. */
+static size_t slot_answer(struct slot *s, const struct l2_value *v, int fd, int64_t *users,
+			  size_t n_users)
+{
+	struct artifacts *a = s->a;
+	struct waiter *w = s->waiters, *next;
+	struct buf view = { .data = (char *)v->data, .len = v->data_len };
+	size_t n = 0;
+
+	s->waiters = NULL;              /* off the tables first: slot_finish_from() */
+	slot_unlink(s);
+	for (; w; w = next) {
+		int wfd = fd >= 0 ? dup(fd) : -1;
+		next = w->next;
+		a->n.wait_hits++;
+		if (n < n_users)
+			users[n++] = conn_tenant(w->conn);
+		if (wfd >= 0)
+			reply_file(a, w->conn, w->id, wfd, v->data_len, w->want_fd);
+		else
+			reply_get(w->conn, w->id, &view, 0);
+		waiter_free(w);
+	}
+	return n;
+}
+
 /* The tier answered for s: its value (from any node of the fleet), or
  * that this node is to produce it (a lease of the fleet's, or none to be
- * had), or a miss. */
+ * had), or a miss. A value is answered first, then stored: it is a copy
+ * of what the tier holds, opened and verified whole (l2.c answers
+ * nothing else), so no waiter waits for the blob file's write, fsyncs and
+ * commit (about 10-20 ms for a MiB); the next get of the key is a local
+ * hit. A large one goes to its waiters from a sealed memfd (a descriptor
+ * where asked for, else from the file as the socket drains); a small one,
+ * or where no memfd can be had, from memory. */
 static void on_fleet(void *arg, enum fleet_answer answer, const struct l2_value *v)
 {
 	struct slot *s = arg;
@@ -598,22 +671,34 @@ static void on_fleet(void *arg, enum fleet_answer answer, const struct l2_value 
 
 	s->fetching = 0;
 	if (answer == FLEET_VALUE && v->kind == STORE_ARTIFACT && v->status == 0) {
-		struct buf value = BUF_INIT, comp = BUF_INIT;
+		struct buf comp = BUF_INIT;
 		struct store_entry e = {
 			.kind = STORE_ARTIFACT, .data = v->data, .data_len = v->data_len,
 			.producer = -1, .scope = s->scope.id, .ns = s->ns,
 		};
+		unsigned char key[32];
+		size_t n_waiters = 0;
+		for (struct waiter *w = s->waiters; w; w = w->next)
+			n_waiters++;
+		/* Out of memory: the notes are lost, which hides the entry
+		 * from those waiters (until they ask again), never shows it. */
+		int64_t *users = calloc(n_waiters ? n_waiters : 1, sizeof *users);
+		int fd = v->data_len >= ANSWER_FD_MIN ? sealed_copy(v->data, v->data_len) : -1;
+
 		a->n.l2_hits++;
+		memcpy(key, s->key, 32);        /* s is gone once answered */
+		size_t n = slot_answer(s, v, fd, users, users ? n_waiters : 0);
+		if (fd >= 0)
+			close(fd);
 		/* Its components are not in the envelope: say where it came from. */
 		buf_puts(&comp, "{\"kind\":\"artifact\",\"from\":\"l2\"}");
 		e.components = comp.data;
-		int stored = store_put(a->store, s->key, &e, NULL) == 0;
-		if (buf_append(&value, v->data, v->data_len) == 0) {
-			slot_finish_from(s, &value, stored);
-		} else {
-			slot_finish(s, NULL);
-		}
-		buf_free(&value);
+		/* Who was answered is noted once the row is there (a note's
+		 * time is at or after its row's creation: store.h). */
+		if (store_put(a->store, key, &e, NULL) == 0)
+			for (size_t i = 0; i < n; i++)
+				store_note_user(a->store, key, users[i]);
+		free(users);
 		buf_free(&comp);
 		return;
 	}

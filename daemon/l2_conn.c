@@ -95,6 +95,7 @@
 #include <event2/event.h>
 #include <event2/util.h>
 #include <openssl/crypto.h>
+#include <openssl/evp.h>
 #include <openssl/kdf.h>
 
 #include "daemon/log.h"
@@ -449,12 +450,30 @@ struct l2_ev {
 	int *alive;                     /* cleared when hiredis frees ac */
 };
 
+/* hiredis reads 16 KiB a call: while more has arrived, read on, up to
+ * L2_READ_TURN bytes an event, so a large reply takes a few turns of the
+ * loop rather than one per 16 KiB (and the other lookups on the loop
+ * still get their turn between). */
+#define L2_READ_TURN (1 << 20)
+#define L2_HIREDIS_READ (16 << 10)
+
 static void ev_read(evutil_socket_t fd, short what, void *arg)
 {
 	struct l2_ev *e = arg;
+	redisAsyncContext *ac = e->ac;
+	int alive = 1, avail;
 
 	e->progress++;                  /* before: the read may free e */
-	redisAsyncHandleRead(e->ac);
+	e->alive = &alive;
+	for (size_t n = 0; n < L2_READ_TURN; n += L2_HIREDIS_READ) {
+		redisAsyncHandleRead(ac);       /* may free ac, and e */
+		if (!alive)
+			return;
+		if ((ac->c.flags & (REDIS_DISCONNECTING | REDIS_FREEING)) ||
+		    ioctl(fd, FIONREAD, &avail) < 0 || avail <= 0)
+			break;
+	}
+	e->alive = NULL;
 }
 
 static void ev_write(evutil_socket_t fd, short what, void *arg)
@@ -496,7 +515,7 @@ static int ev_attach(redisAsyncContext *ac, struct event_base *base)
 	if (!e || ac->ev.data)
 		goto fail;
 	e->ac = ac;
-	e->rev = event_new(base, ac->c.fd, EV_READ, ev_read, e);
+	e->rev = event_new(base, ac->c.fd, EV_READ | EV_PERSIST, ev_read, e);
 	e->wev = event_new(base, ac->c.fd, EV_WRITE, ev_write, e);
 	if (!e->rev || !e->wev)
 		goto fail;
@@ -620,6 +639,12 @@ static int node_connect(struct l2_node *nd)
 		return -1;
 	}
 	ac->data = nd;
+	/* The reader keeps its buffer between replies (hiredis frees one
+	 * over 16 KiB each time it empties): a value's chunks, a MiB each,
+	 * then reuse the pages the first one faulted in, at the cost of about
+	 * 2 MiB held per connection that has carried a chunk. */
+	if (ac->c.reader)
+		ac->c.reader->maxbuf = 0;
 	if (ev_attach(ac, l2->base) < 0) {
 		note_error(l2, "cannot attach to the event loop");
 		redisAsyncFree(ac);
@@ -1183,6 +1208,25 @@ static int use_servers(struct l2 *l2, const struct l2_conf *c)
 	return 0;
 }
 
+/* AES-256-GCM's first use in a process costs milliseconds (the provider
+ * builds its table of ciphers; the first key schedule): one seal of a
+ * block here, at start, so a fresh node's first value does not pay it. */
+static void crypto_warm_up(void)
+{
+	static const unsigned char key[32], nonce[12];
+	unsigned char in[16] = { 0 }, out[16], tag[16];
+	EVP_CIPHER *gcm = EVP_CIPHER_fetch(NULL, "AES-256-GCM", NULL);
+	EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+	int n;
+
+	if (gcm && c && EVP_EncryptInit_ex(c, EVP_aes_256_gcm(), NULL, key, nonce) == 1 &&
+	    EVP_EncryptUpdate(c, out, &n, in, sizeof in) == 1 &&
+	    EVP_EncryptFinal_ex(c, out, &n) == 1)
+		EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, sizeof tag, tag);
+	EVP_CIPHER_CTX_free(c);
+	EVP_CIPHER_free(gcm);
+}
+
 struct l2 *l2_new(struct event_base *base, const struct l2_config *cfg, struct buf *err)
 {
 	struct l2 *l2 = calloc(1, sizeof *l2);
@@ -1203,6 +1247,7 @@ struct l2 *l2_new(struct event_base *base, const struct l2_config *cfg, struct b
 	 * provider that l2.c's seal fetches HKDF and AES-GCM from) here, at
 	 * start, rather than in the first lookup's turn of the loop. */
 	EVP_KDF_free(EVP_KDF_fetch(NULL, "HKDF", NULL));
+	crypto_warm_up();
 	if (!(l2->refresh_timer = evtimer_new(base, on_refresh_timer, l2)) ||
 	    use_servers(l2, l2->conf) < 0) {
 		buf_printf(err, "out of memory");

@@ -505,6 +505,82 @@ def test_artifacts_of_1_to_100_mb_cross_nodes_on_the_defaults():
             r.cleanup()
 
 
+def _published(a, r, key, value):
+    """Put value under triton/key on node a and wait for its publish."""
+    writes = a.stats()["l2_writes"]
+    assert cli(a, "artifact", "put", "triton", key, "-", input=value).returncode == 0
+    a.wait_stats(lambda s: s["l2_writes"] > writes, "the publish")
+
+
+def test_a_tier_value_that_does_not_verify_reaches_no_waiter():
+    """Waiters are answered before the value is stored, but only ever with
+    a value whose every chunk opened: a chunk changed in Redis makes the
+    get a miss on the other node, and nothing of it is stored there."""
+    if os.geteuid() != 0:
+        raise Skip("needs root to make the socket reachable")
+    r = RedisServer()
+    tmp = tempfile.mkdtemp()
+    try:
+        with _node(r, tmp, "a") as a, _node(r, tmp, "b") as b:
+            for size in (100 << 10, 3 << 20):       # from memory; from a memfd
+                key = "bad-%d" % size
+                _published(a, r, key, os.urandom(size))
+                names = [k.decode() if isinstance(k, bytes) else k
+                         for k in r.keys("ptxcache:artifact:*")]
+                if size > 1 << 20:      # chunked: change chunk 1 (of 4)
+                    target = [n for n in names if n.endswith(":1") and "lease" not in n]
+                else:                   # whole: change the value under the key
+                    target = [n for n in names if n.count(":") == 3 and "lease" not in n]
+                assert len(target) == 1, names
+                stored = bytearray(r.get(target[0]))
+                stored[len(stored) // 2] ^= 1
+                r.set(target[0], bytes(stored))
+                rejects = b.stats()["l2_rejects"]
+                got = cli(b, "artifact", "get", "triton", key)
+                assert got.returncode == 1 and got.stdout == b"", (got.returncode, got.stdout[:64])
+                assert b.stats()["l2_rejects"] == rejects + 1
+                assert b.stats()["artifact_l2_hits"] == 0
+                r.flushall()
+                # Nothing was stored on b: with the tier empty, still a miss.
+                assert cli(b, "artifact", "get", "triton", key).returncode == 1
+    finally:
+        r.cleanup()
+
+
+def test_a_tier_value_is_stored_after_its_answer_and_the_next_get_is_local():
+    """The first get on a node that lacks the value is answered from the
+    tier (then stored); the second is a local hit: the tier is not asked,
+    even once it is empty."""
+    if os.geteuid() != 0:
+        raise Skip("needs root to make the socket reachable")
+    r = RedisServer()
+    tmp = tempfile.mkdtemp()
+    try:
+        with _node(r, tmp, "a") as a, _node(r, tmp, "b") as b:
+            sizes = (1000, 100 << 10, 1 << 20, 5 << 20)
+            values = {}
+            for size in sizes:
+                values[size] = os.urandom(size)
+                _published(a, r, "v%d" % size, values[size])
+            for size in sizes:
+                got = cli(b, "artifact", "get", "triton", "v%d" % size)
+                assert got.returncode == 0 and got.stdout == values[size], size
+            s = b.stats()
+            assert s["artifact_l2_hits"] == len(sizes), s
+            asked = s["l2_hits"] + s["l2_misses"]
+            r.flushall()
+            for size in sizes:
+                got = cli(b, "artifact", "get", "triton", "v%d" % size)
+                assert got.returncode == 0 and got.stdout == values[size], size
+            s = b.stats()
+            assert s["l2_hits"] + s["l2_misses"] == asked, s
+            assert s["artifact_l2_hits"] == len(sizes), s
+            # The ones a descriptor answers are files of b's own cache now.
+            assert any(os.scandir(os.path.join(b.cache_dir, "blobs"))), "no blob file"
+    finally:
+        r.cleanup()
+
+
 def test_redis_carries_artifacts_within_their_scope():
     if os.geteuid() != 0:
         raise Skip("needs root to run clients as other users")
