@@ -24,7 +24,8 @@
  *    unlinked after it.
  *
  *  - Durable before its row: written to a temporary name in blobs/ (its
- *    own open file, 0400 from its creation), fsync'd, renamed into
+ *    own open file, 0400 from its creation: whole by blobs_write(), or in
+ *    pieces as a put's value arrives, blobs_tmp_*()), fsync'd, renamed into
  *    blobs/<kk>/, and that directory fsync'd; only then does store.c
  *    commit the row. A kill -9 at any point leaves either no file, a
  *    temporary file, or a file no row names; blobs_sweep() at open

@@ -95,7 +95,15 @@
  *    The full disk's path below covers them: a file that finds no room
  *    makes room (make_room_on_disk()) and is written once more; a value
  *    larger than the free space and the whole cache together is refused
- *    without evicting anything.
+ *    without evicting anything. A value that arrives in pieces (a spool,
+ *    store_spool_open(): an artifact put's value taken from the socket)
+ *    is written to its temporary file as it comes and hashed on the way;
+ *    a full disk makes room once and the write goes on where it stopped;
+ *    store_put_spool() then places that file as put_entry() places a
+ *    written one. Its bytes are nowhere else, so a retry after SQLITE_FULL
+ *    keeps the placed file rather than writing it again: should the
+ *    retry's eviction take the row of the same value put before (the same
+ *    name), doomed_commit() spares the file (struct store's placed).
  *
  *  - A database that SQLite rejects as not a database or corrupt, or that
  *    fails PRAGMA quick_check, or whose schema version is not ours, is moved
