@@ -24,12 +24,14 @@
  *   artifact a JIT cache artifact's hit (ptxcache_artifact_get) of 4 KiB
  *            and of 4 MiB, against the floor for the same frame sizes;
  *   large    values of 1, 8, 64 and 256 MiB (half text, half random
- *            bytes): a put against a write+fsync of the same bytes, a warm
+ *            bytes): a put through libptxcache and through the Python
+ *            client against a write+fsync of the same bytes, a warm
  *            get through libptxcache (the value mapped, every page read)
  *            and through the Python client, each against reading the same
  *            bytes from a page-cached file into the process, and the
- *            daemon's peak RSS over its idle RSS for a get inline and by
- *            descriptor (--large runs this section alone). A second
+ *            daemon's peak RSS over its idle RSS for a get inline, by
+ *            descriptor, and for the puts (--large runs this section
+ *            alone). A second
  *            node's get of them through Redis belongs to bench/tier.py.
  *
  * Results go to OUT/results.json (the key names are the contract of
@@ -1026,8 +1028,8 @@ static void artifact_runs(struct figures *f, const struct daemon *d)
 static const size_t large_mb[NLARGE] = { 1, 8, 64, 256 };
 
 struct large_fig {
-	double put_ms, fsync_ms, cget_ms, cread_ms, pyget_ms, pyread_ms;
-	long long idle_kb, peak_inline_kb, peak_fd_kb;
+	double put_ms, fsync_ms, cget_ms, cread_ms, pyget_ms, pyread_ms, pyput_ms;
+	long long idle_kb, peak_inline_kb, peak_fd_kb, peak_put_kb;
 };
 
 static long long proc_kb(pid_t pid, const char *field)
@@ -1089,8 +1091,9 @@ static void inline_get(const char *sock, const char *key, size_t len)
 	close(fd);
 }
 
-/* The Python client's warm gets and a Python read of the same file: one
- * line "MB get_ms read_ms" per size (medians). */
+/* The Python client's warm gets, a Python read of the same file, and the
+ * Python client's puts (of another key): one line "MB get_ms read_ms
+ * put_ms" per size (medians). */
 static void python_runs(const char *sock, const char *dir, struct large_fig *lf)
 {
 	char script[2048], out[512];
@@ -1108,9 +1111,16 @@ static void python_runs(const char *sock, const char *dir, struct large_fig *lf)
 		 "        t = time.perf_counter(); fd = os.open('%s/file-%%d' %% mb, os.O_RDONLY)\n"
 		 "        v = os.pread(fd, n, 0); os.close(fd)\n"
 		 "        r.append(time.perf_counter() - t); assert len(v) == n; del v\n"
-		 "    g.sort(); r.sort()\n"
-		 "    print(mb, g[len(g) // 2] * 1e3, r[len(r) // 2] * 1e3, flush=True)\n",
-		 "'", sock, "'", g.quick ? 5 : 9, dir);
+		 "    v = (b'def forward(self, x):\\n' * (n // 44 + 1))[:n // 2] + os.urandom(n - n // 2)\n"
+		 "    p = []\n"
+		 "    for i in range(%d):\n"
+		 "        t = time.perf_counter(); c.artifact_put('large', 'p%%d' %% mb, v)\n"
+		 "        p.append(time.perf_counter() - t)\n"
+		 "    del v\n"
+		 "    g.sort(); r.sort(); p.sort()\n"
+		 "    print(mb, g[len(g) // 2] * 1e3, r[len(r) // 2] * 1e3, p[len(p) // 2] * 1e3,\n"
+		 "          flush=True)\n",
+		 "'", sock, "'", g.quick ? 5 : 9, dir, g.quick ? 3 : 5);
 	char *argv[] = { "python3", "-c", script, NULL };
 	int pfd[2];
 	if (pipe(pfd) < 0)
@@ -1126,13 +1136,14 @@ static void python_runs(const char *sock, const char *dir, struct large_fig *lf)
 	FILE *f = fdopen(pfd[0], "r");
 	while (f && fgets(out, sizeof out, f)) {
 		int mb;
-		double gm, rm;
-		if (sscanf(out, "%d %lf %lf", &mb, &gm, &rm) != 3)
+		double gm, rm, pm;
+		if (sscanf(out, "%d %lf %lf %lf", &mb, &gm, &rm, &pm) != 4)
 			continue;
 		for (int z = 0; z < NLARGE; z++)
 			if ((size_t)mb == large_mb[z]) {
 				lf[z].pyget_ms = gm;
 				lf[z].pyread_ms = rm;
+				lf[z].pyput_ms = pm;
 			}
 	}
 	if (f)
@@ -1147,7 +1158,7 @@ static void large_runs(struct large_fig *lf)
 	int reps = g.quick ? 3 : 5;
 
 	for (int z = 0; z < NLARGE; z++)
-		lf[z] = (struct large_fig){ NAN, NAN, NAN, NAN, NAN, NAN, -1, -1, -1 };
+		lf[z] = (struct large_fig){ NAN, NAN, NAN, NAN, NAN, NAN, NAN, -1, -1, -1, -1 };
 	daemon_start(&d, "large");
 	/* The baseline's files on the cache's own filesystem. */
 	snprintf(dir, sizeof dir, "%s/large-files", g.tmp);
@@ -1170,6 +1181,10 @@ static void large_runs(struct large_fig *lf)
 		}
 		snprintf(key, sizeof key, "v%zu", large_mb[z]);
 		snprintf(path, sizeof path, "%s/file-%zu", dir, large_mb[z]);
+		/* The daemon's peak over its RSS before the puts: what holding
+		 * the value costs it while it arrives. */
+		long long put_idle_kb = proc_kb(d.pid, "VmRSS");
+		reset_peak(d.pid);
 		for (int r = 0; r < reps; r++) {
 			/* A put (durable here when it returns), then write+fsync of
 			 * the same bytes, alternating. */
@@ -1184,6 +1199,7 @@ static void large_runs(struct large_fig *lf)
 			close(fd);
 			fs[r] = now_ms() - t0;
 		}
+		lf[z].peak_put_kb = proc_kb(d.pid, "VmHWM") - put_idle_kb;
 		/* Warm gets (the value mapped, every page read), and reads of
 		 * the page-cached file into the process's memory. */
 		sleep(2);       /* the blob file's hash is remembered once settled */
@@ -1236,18 +1252,21 @@ static void large_runs(struct large_fig *lf)
 static void large_table(const struct large_fig *lf)
 {
 	printf("\nlarge values (put: durable on this node; get: warm, the bytes in the process)\n");
-	printf("  %6s %9s %9s %6s | %9s %9s %6s %7s | %9s %9s %6s | %10s %10s %10s\n",
-	       "MiB", "put ms", "w+fsync", "ratio", "C get ms", "read ms", "ratio", "MB/s",
-	       "py get ms", "py read", "ratio", "idle KiB", "+inline", "+fd");
+	printf("  %6s %9s %9s %6s %9s %6s | %9s %9s %6s %7s | %9s %9s %6s | %10s %10s %10s"
+	       " %10s\n",
+	       "MiB", "put ms", "w+fsync", "ratio", "py put ms", "ratio", "C get ms", "read ms",
+	       "ratio", "MB/s", "py get ms", "py read", "ratio", "idle KiB", "+inline", "+fd",
+	       "+put");
 	for (int z = 0; z < NLARGE; z++) {
 		const struct large_fig *l = &lf[z];
-		printf("  %6zu %9.1f %9.1f %6.2f | %9.2f %9.2f %6.2f %7.0f | %9.2f %9.2f %6.2f |"
-		       " %10lld %10lld %10lld\n",
-		       large_mb[z], l->put_ms, l->fsync_ms, l->put_ms / l->fsync_ms, l->cget_ms,
+		printf("  %6zu %9.1f %9.1f %6.2f %9.1f %6.2f | %9.2f %9.2f %6.2f %7.0f | %9.2f %9.2f"
+		       " %6.2f | %10lld %10lld %10lld %10lld\n",
+		       large_mb[z], l->put_ms, l->fsync_ms, l->put_ms / l->fsync_ms, l->pyput_ms,
+		       l->pyput_ms / l->fsync_ms, l->cget_ms,
 		       l->cread_ms, l->cget_ms / l->cread_ms,
 		       (double)large_mb[z] * 1.048576 / (l->cget_ms / 1e3),
 		       l->pyget_ms, l->pyread_ms, l->pyget_ms / l->pyread_ms, l->idle_kb,
-		       l->peak_inline_kb, l->peak_fd_kb);
+		       l->peak_inline_kb, l->peak_fd_kb, l->peak_put_kb);
 	}
 	printf("  (a second node's get through Redis: bench/tier.py)\n");
 }
@@ -1262,10 +1281,12 @@ static void large_json(const struct large_fig *lf, const char *path)
 		const struct large_fig *l = &lf[z];
 		fprintf(f, "  {\"mib\": %zu, \"put_ms\": %.3f, \"write_fsync_ms\": %.3f, "
 			"\"c_get_ms\": %.3f, \"c_read_ms\": %.3f, \"py_get_ms\": %.3f, "
-			"\"py_read_ms\": %.3f, \"daemon_idle_kb\": %lld, "
-			"\"daemon_peak_inline_kb\": %lld, \"daemon_peak_fd_kb\": %lld}%s\n",
+			"\"py_read_ms\": %.3f, \"py_put_ms\": %.3f, \"daemon_idle_kb\": %lld, "
+			"\"daemon_peak_inline_kb\": %lld, \"daemon_peak_fd_kb\": %lld, "
+			"\"daemon_peak_put_kb\": %lld}%s\n",
 			large_mb[z], l->put_ms, l->fsync_ms, l->cget_ms, l->cread_ms, l->pyget_ms,
-			l->pyread_ms, l->idle_kb, l->peak_inline_kb, l->peak_fd_kb,
+			l->pyread_ms, l->pyput_ms, l->idle_kb, l->peak_inline_kb, l->peak_fd_kb,
+			l->peak_put_kb,
 			z + 1 < NLARGE ? "," : "");
 	}
 	fprintf(f, "]\n");

@@ -473,7 +473,8 @@ static void waiter_unlink(struct waiter *w)
 
 /* Answer every waiter of s with value (NULL: a miss) and drop the slot.
  * stored: the value was stored under s's key, and waiters are answered
- * as hits are (a large value from its file), value where that fails. */
+ * as hits are (a large value from its file), value where that fails (a
+ * miss if there is none: a spooled put's value is in its file alone). */
 static void slot_finish_from(struct slot *s, const struct buf *value, int stored)
 {
 	struct artifacts *a = s->a;
@@ -488,13 +489,14 @@ static void slot_finish_from(struct slot *s, const struct buf *value, int stored
 	slot_unlink(s);
 	for (; w; w = next) {
 		next = w->next;
-		if (value) {
+		size_t len;
+		int hit = stored && reply_stored(a, w->conn, w->id, key, w->want_fd, &len);
+		if (!hit)
+			reply_get(w->conn, w->id, value, 0);
+		if (hit || value) {
 			a->n.wait_hits++;
 			store_note_user(a->store, key, conn_tenant(w->conn));
 		}
-		size_t len;
-		if (!value || !stored || !reply_stored(a, w->conn, w->id, key, w->want_fd, &len))
-			reply_get(w->conn, w->id, value, 0);
 		waiter_free(w);
 	}
 }
@@ -850,86 +852,61 @@ out:
 	free(ukey);
 }
 
-/* A put staged for the group commit: what its answer needs. */
-struct staged_put {
-	struct artifacts *a;
-	struct conn *conn;
-	uint64_t id;
+/* A put's request, checked (put_check()): what storing and answering it
+ * needs besides its value. */
+struct put_req {
 	struct scope scope;
 	struct key k;
 	char ns[NS_MAX + 1];
-	struct buf comp;
-	size_t len;
-	const char *value;      /* copy, or the request's own (a direct put) */
-	char copy[];
+	struct buf comp;        /* the key's components */
+	int64_t token;          /* its lease, or 0 */
 };
 
-/* The put's commit is done (put_batch.h): publish, hand the value to the
- * slot's waiters, answer. */
-static void put_done(void *arg, int stored, const char *err)
+/* The put's lease, as things are now: 0 if it may store key, else -1
+ * with c answered. A lease names one key and one connection, and lives
+ * until its put, release or end: a token that is not that is refused. */
+static int put_lease_check(struct artifacts *a, struct conn *c, uint64_t id,
+			   const unsigned char key[32], int64_t token)
 {
-	struct staged_put *p = arg;
-	struct artifacts *a = p->a;
-	struct conn *c = p->conn;
+	struct slot *s = slot_find(a, key);
 
-	if (stored)
-		store_note_user(a->store, p->k.hash, conn_tenant(c));
-	a->n.puts++;
-	a->n.put_bytes += (int64_t)p->len;
-	/* The slot as it is now: still this put's to end unless another
-	 * connection took its lease meanwhile (that one's put ends it). */
-	struct slot *s = slot_find(a, p->k.hash);
-	if (s && s->holder && s->holder != c)
-		s = NULL;
-	struct l2 *l2 = a->l2 ? *a->l2 : NULL;
-	/* Waiters get the value whether or not it could be stored (from its
-	 * file where it is one). */
-	if (s) {
-		struct buf value = { .data = (char *)p->value, .len = p->len };
-		s->published = stored && l2;
-		slot_finish_from(s, &value, stored);
+	if (token && (!s || s->holder != c || s->token != (uint64_t)token)) {
+		conn_send_error(c, id, "denied", s && s->holder && s->holder != c ?
+				"that lease is held by another connection" :
+				"this connection holds no such lease on this key (it may have "
+				"ended: put without it)");
+		return -1;
 	}
-	trace(c, "put", p->ns, &p->k, stored ? "stored" : "not stored", p->len);
-	/* Durable here is all the producer waits for: it is answered before
-	 * the tier is given the value. */
-	if (stored)
-		reply_simple(c, FRAME_ARTIFACT_PUT, p->id, "stored");
-	else
-		conn_send_error(c, p->id, "internal", err);
-	/* Then the tier, in the background (l2.c). */
-	if (stored && l2) {
-		char space[L2_SPACE_MAX];
-		struct l2_value lv = { .kind = STORE_ARTIFACT, .data = p->value,
-				       .data_len = p->len };
-		l2_space(&p->scope, space, sizeof space);
-		l2_put_in(l2, space, p->k.hash, &lv);
+	if (s && s->holder && s->holder != c) {
+		a->n.conflicts++;
+		conn_send_error(c, id, "conflict", "another client holds the lease on this "
+			   "key and is producing its value");
+		return -1;
 	}
-	conn_unhold(c);
-	buf_free(&p->comp);
-	free(p);
+	return 0;
 }
 
-static void artifact_put(struct conn *c, uint64_t id, const struct msg *m)
+/* What a put must pass before its value is taken, whether the value is
+ * in the request (value_ok: a bin) or still to arrive (spooled): its names,
+ * its lease field, the value's length len, its scope and key, the lease.
+ * 0 with *r filled (r->comp to free), or -1 with c answered. */
+static int put_check(struct artifacts *a, struct conn *c, uint64_t id, const struct msg *m,
+		     int value_ok, size_t len, struct put_req *r)
 {
-	struct artifacts *a = c->srv->arts;
-	char ns[NS_MAX + 1], *ukey = NULL;
-	const char *why = NULL, *val;
-	size_t len;
-	int64_t token = 0;
-	struct key k;
-	struct buf comp = BUF_INIT, err = BUF_INIT;
+	char *ukey = NULL;
+	const char *why = NULL;
+	int rc = -1;
 
-	if (parse_name(m, ns, &ukey, &why) < 0) {
+	memset(r, 0, sizeof *r);
+	r->comp = (struct buf)BUF_INIT;
+	if (parse_name(m, r->ns, &ukey, &why) < 0) {
 		conn_send_error(c, id, "invalid", why);
 		goto out;
 	}
-	const msgpack_object *v = msg_get(m, "value");
-	if (!v || v->type != MSGPACK_OBJECT_BIN || msg_int(m, "lease", &token) < 0) {
+	if (!value_ok || msg_int(m, "lease", &r->token) < 0) {
 		conn_send_error(c, id, "invalid", "'value' must be bin and 'lease' an integer");
 		goto out;
 	}
-	val = v->via.bin.ptr;
-	len = v->via.bin.size;
 	if ((int64_t)len > a->cfg.max_value) {
 		char msg[160];
 		snprintf(msg, sizeof msg, "value of %zu bytes is over the limit of %lld "
@@ -937,66 +914,247 @@ static void artifact_put(struct conn *c, uint64_t id, const struct msg *m)
 		conn_send_error(c, id, "invalid", msg);
 		goto out;
 	}
-	struct scope scope;
-	scope_of(a, c, &scope);
-	if (derive(&scope, ns, ukey, &k, &comp) < 0) {
+	scope_of(a, c, &r->scope);
+	if (derive(&r->scope, r->ns, ukey, &r->k, &r->comp) < 0) {
 		conn_send_error(c, id, "internal", "out of memory");
 		goto out;
 	}
-	struct slot *s = slot_find(a, k.hash);
-	if (token && (!s || s->holder != c || s->token != (uint64_t)token)) {
-		/* A lease names one key and one connection, and lives until its
-		 * put, release or end: a token that is not that is refused. */
-		conn_send_error(c, id, "denied", s && s->holder && s->holder != c ?
-				"that lease is held by another connection" :
-				"this connection holds no such lease on this key (it may have "
-				"ended: put without it)");
-		goto out;
+	rc = put_lease_check(a, c, id, r->k.hash, r->token);
+out:
+	if (rc < 0)
+		buf_free(&r->comp);
+	free(ukey);
+	return rc;
+}
+
+/* The stored value of key, mapped read-only, checked against its row as
+ * a hit's file is (store_peek_file()): for the tier, which takes a value's
+ * bytes. NULL if it cannot be. */
+static void *map_stored(struct artifacts *a, const unsigned char key[32], size_t len)
+{
+	struct store_result r;
+	int fd = -1;
+	void *p = NULL;
+
+	if (store_peek_file(a->store, key, &r, &fd) == 1 && fd >= 0 && r.data_len == len) {
+		p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+		if (p == MAP_FAILED)
+			p = NULL;
 	}
-	if (s && s->holder && s->holder != c) {
-		a->n.conflicts++;
-		conn_send_error(c, id, "conflict", "another client holds the lease on this "
-			   "key and is producing its value");
-		goto out;
+	if (fd >= 0)
+		close(fd);
+	store_result_free(&r);
+	return p;
+}
+
+/* A put's commit is done (stored, or err): publish, hand the value to the
+ * slot's waiters, answer. value: its len bytes, or NULL where they are
+ * in the stored file alone (a spooled put). */
+static void put_answer(struct artifacts *a, struct conn *c, uint64_t id, const struct put_req *r,
+		       size_t len, const char *value, int stored, const char *err)
+{
+	if (stored)
+		store_note_user(a->store, r->k.hash, conn_tenant(c));
+	a->n.puts++;
+	a->n.put_bytes += (int64_t)len;
+	/* The slot as it is now: still this put's to end unless another
+	 * connection took its lease meanwhile (that one's put ends it). */
+	struct slot *s = slot_find(a, r->k.hash);
+	if (s && s->holder && s->holder != c)
+		s = NULL;
+	struct l2 *l2 = a->l2 ? *a->l2 : NULL;
+	/* The tier takes bytes: a value in its file alone is mapped. */
+	void *map = NULL;
+	if (!value && stored && l2)
+		value = map = map_stored(a, r->k.hash, len);
+	/* Waiters get the value whether or not it could be stored (from its
+	 * file where it is one). */
+	if (s) {
+		struct buf v = { .data = (char *)value, .len = len };
+		s->published = stored && l2 && value;
+		slot_finish_from(s, value ? &v : NULL, stored);
 	}
+	trace(c, "put", r->ns, &r->k, stored ? "stored" : "not stored", len);
+	/* Durable here is all the producer waits for: it is answered before
+	 * the tier is given the value. */
+	if (stored)
+		reply_simple(c, FRAME_ARTIFACT_PUT, id, "stored");
+	else
+		conn_send_error(c, id, "internal", err);
+	/* Then the tier, in the background (l2.c). */
+	if (stored && l2 && value) {
+		char space[L2_SPACE_MAX];
+		struct l2_value lv = { .kind = STORE_ARTIFACT, .data = value, .data_len = len };
+		l2_space(&r->scope, space, sizeof space);
+		l2_put_in(l2, space, r->k.hash, &lv);
+	}
+	/* l2_put_in() copies the value into its record before it returns. */
+	if (map)
+		munmap(map, len);
+}
+
+/* A put staged for the group commit: what its answer needs. */
+struct staged_put {
+	struct artifacts *a;
+	struct conn *conn;
+	uint64_t id;
+	struct put_req r;
+	size_t len;
+	const char *value;      /* copy, or the request's own (a direct put) */
+	char copy[];
+};
+
+/* The put's commit is done (put_batch.h). */
+static void put_done(void *arg, int stored, const char *err)
+{
+	struct staged_put *p = arg;
+	struct conn *c = p->conn;
+
+	put_answer(p->a, c, p->id, &p->r, p->len, p->value, stored, err);
+	conn_unhold(c);
+	buf_free(&p->r.comp);
+	free(p);
+}
+
+static void artifact_put(struct conn *c, uint64_t id, const struct msg *m)
+{
+	struct artifacts *a = c->srv->arts;
+	struct put_req r;
+	struct buf err = BUF_INIT;
+
+	const msgpack_object *v = msg_get(m, "value");
+	int value_ok = v && v->type == MSGPACK_OBJECT_BIN;
+	size_t len = value_ok ? v->via.bin.size : 0;
+	if (put_check(a, c, id, m, value_ok, len, &r) < 0)
+		return;
+	const char *val = v->via.bin.ptr;
 	/* A small value is stored with the puts of this turn of the loop, in
 	 * one commit, and answered once committed (put_done()). A large one
 	 * (a file of its own, whose write and fsync a shared commit would
 	 * not save) is stored now, from the request itself, never copied:
 	 * after the puts staged before it, so a connection's puts of one key
-	 * land in the order it sent them. */
+	 * land in the order it sent them. (A large value sent last does not
+	 * come here: it is spooled, artifact_put_head().) */
 	int direct = len >= BLOB_MIN;
 	struct staged_put *p = malloc(sizeof *p + (direct ? 0 : len));
 	if (!p) {
+		buf_free(&r.comp);
 		conn_send_error(c, id, "internal", "out of memory");
-		goto out;
+		return;
 	}
-	*p = (struct staged_put){ .a = a, .conn = c, .id = id, .scope = scope, .k = k,
-				  .comp = comp, .len = len, .value = direct ? val : p->copy };
-	comp = (struct buf)BUF_INIT;
-	memcpy(p->ns, ns, sizeof p->ns);
+	*p = (struct staged_put){ .a = a, .conn = c, .id = id, .r = r, .len = len,
+				  .value = direct ? val : p->copy };
 	if (!direct)
 		memcpy(p->copy, val, len);
 	struct store_entry e = {
 		.kind = STORE_ARTIFACT, .data = p->value, .data_len = len,
-		.components = p->comp.data, .producer = conn_tenant(c), .scope = scope.id,
-		.ns = p->ns,
+		.components = p->r.comp.data, .producer = conn_tenant(c),
+		.scope = p->r.scope.id, .ns = p->r.ns,
 	};
 	conn_hold(c);
 	if (direct) {
 		put_batch_flush(a->puts);
-		int stored = store_put(a->store, k.hash, &e, &err) == 0;
+		int stored = store_put(a->store, p->r.k.hash, &e, &err) == 0;
 		put_done(p, stored, err.data ? err.data : "cannot store the value");
-	} else if (put_batch_add(a->puts, k.hash, &e, put_done, p) < 0) {
+	} else if (put_batch_add(a->puts, p->r.k.hash, &e, put_done, p) < 0) {
 		conn_unhold(c);
-		buf_free(&p->comp);
+		buf_free(&p->r.comp);
 		free(p);
 		conn_send_error(c, id, "internal", "out of memory");
 	}
-out:
-	free(ukey);
-	buf_free(&comp);
 	buf_free(&err);
+}
+
+/*
+ * A large put whose value comes last (both clients send it so) is
+ * spooled: conn.c hands its other fields here first (artifact_put_head(),
+ * the table's head), which makes every check a put makes before the
+ * value is taken, and then feeds the value's bytes, as they arrive, to
+ * a temporary blob file (store_spool_*()), never whole in memory. At the
+ * last byte the lease is checked again (it may have ended meanwhile), the
+ * file is placed and its row committed after what is staged
+ * (store_put_spool(), as a direct put), and the put is answered as any
+ * other (put_answer(): waiters from the file, the tier from a mapping).
+ */
+struct spooled_put {
+	struct frame_sink sink;         /* first: what conn.c holds */
+	struct artifacts *a;
+	uint64_t id;
+	struct put_req r;
+	size_t len;
+	struct store_spool *sp;
+	struct buf err;                 /* why the value could not be written */
+};
+
+static void spool_write(struct frame_sink *k, const void *p, size_t n)
+{
+	struct spooled_put *sp = (struct spooled_put *)k;
+
+	/* A failure is kept; the bytes after it are dropped as they come. */
+	if (!sp->err.len)
+		store_spool_write(sp->sp, p, n, &sp->err);
+}
+
+static void spool_end(struct frame_sink *k, struct conn *c, int arrived)
+{
+	struct spooled_put *p = (struct spooled_put *)k;
+	struct artifacts *a = p->a;
+
+	if (arrived && p->err.len) {
+		a->n.puts++;
+		conn_send_error(c, p->id, "internal", p->err.data);
+	} else if (arrived && put_lease_check(a, c, p->id, p->r.k.hash, p->r.token) == 0) {
+		struct buf err = BUF_INIT;
+		struct store_entry e = {
+			.kind = STORE_ARTIFACT, .data_len = p->len, .components = p->r.comp.data,
+			.producer = conn_tenant(c), .scope = p->r.scope.id, .ns = p->r.ns,
+		};
+		put_batch_flush(a->puts);
+		int stored = store_put_spool(a->store, p->r.k.hash, &e, p->sp, &err) == 0;
+		p->sp = NULL;
+		a->n.spooled_puts++;
+		put_answer(a, c, p->id, &p->r, p->len, NULL, stored,
+			   err.data ? err.data : "cannot store the value");
+		buf_free(&err);
+	}
+	store_spool_abort(p->sp);
+	buf_free(&p->r.comp);
+	buf_free(&p->err);
+	free(p);
+}
+
+/* The head of a put whose value (len bytes) is still to come (master.h's
+ * request_kind head): 1 with *sink once the put may go on, or with none
+ * once it is answered; 0 for a value too small for a file of its own,
+ * read whole. */
+static int artifact_put_head(struct conn *c, uint64_t id, const struct msg *m, uint32_t len,
+			     struct frame_sink **sink)
+{
+	struct artifacts *a = c->srv->arts;
+	struct spooled_put *p;
+	struct buf err = BUF_INIT;
+
+	if (len < BLOB_MIN || !(p = calloc(1, sizeof *p)))
+		return 0;
+	if (put_check(a, c, id, m, 1, len, &p->r) < 0) {
+		free(p);
+		return 1;
+	}
+	if (!(p->sp = store_spool_open(a->store, STORE_ARTIFACT, len, &err))) {
+		a->n.puts++;
+		conn_send_error(c, id, "internal", err.data ? err.data : "cannot store the value");
+		buf_free(&err);
+		buf_free(&p->r.comp);
+		free(p);
+		return 1;
+	}
+	p->sink = (struct frame_sink){ .write = spool_write, .end = spool_end };
+	p->a = a;
+	p->id = id;
+	p->len = len;
+	p->err = (struct buf)BUF_INIT;
+	*sink = &p->sink;
+	return 1;
 }
 
 static void artifact_release(struct conn *c, uint64_t id, const struct msg *m)
@@ -1023,7 +1181,8 @@ static void artifact_release(struct conn *c, uint64_t id, const struct msg *m)
 
 static const struct request_kind artifact_kinds[] = {
 	{ .type = FRAME_ARTIFACT_GET, .handler = artifact_get },
-	{ .type = FRAME_ARTIFACT_PUT, .handler = artifact_put },
+	{ .type = FRAME_ARTIFACT_PUT, .handler = artifact_put, .tail = "value",
+	  .head = artifact_put_head },
 	{ .type = FRAME_ARTIFACT_RELEASE, .handler = artifact_release },
 };
 

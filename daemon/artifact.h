@@ -53,6 +53,8 @@ struct artifact_counters {
 	                           socket full, CONN_MAX_FDS) */
 	int64_t put_commits;            /* commits of puts (put_batch.h): fewer
 	                                   than puts where they shared one */
+	int64_t spooled_puts;           /* puts whose value went from the
+	                                   socket to its file as it arrived */
 	int64_t leases_held, waiting;   /* now */
 };
 

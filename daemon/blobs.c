@@ -24,7 +24,8 @@
  *    unlinked after it.
  *
  *  - Durable before its row: written to a temporary name in blobs/ (its
- *    own open file, 0400 from its creation), fsync'd, renamed into
+ *    own open file, 0400 from its creation: whole by blobs_write(), or in
+ *    pieces as a put's value arrives, blobs_tmp_*()), fsync'd, renamed into
  *    blobs/<kk>/, and that directory fsync'd; only then does store.c
  *    commit the row. A kill -9 at any point leaves either no file, a
  *    temporary file, or a file no row names; blobs_sweep() at open
@@ -181,42 +182,84 @@ static int fsync_dir(int dfd, const char *sub)
 	return rc;
 }
 
-int blobs_write(struct blobs *b, const unsigned char key[32], int64_t sum,
-		const void *data, size_t len, struct buf *err)
+struct blob_tmp {
+	struct blobs *b;
+	int fd;
+	char name[128];         /* under blobs/, TMP_PREFIX first */
+};
+
+struct blob_tmp *blobs_tmp_new(struct blobs *b, const char *tag, struct buf *err)
 {
-	char sub[3], name[90], tmp[128];
-	const char *p = data;
-	size_t off = 0;
+	struct blob_tmp *t = calloc(1, sizeof *t);
 	int e;
 
-	name_of(key, sum, sub, name);
-	snprintf(tmp, sizeof tmp, TMP_PREFIX "%.16s-%d-%llu", name + 3, (int)getpid(),
-		 (unsigned long long)++b->tmp_serial);
-	int fd = openat(b->dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0400);
-	if (fd < 0) {
-		e = errno;
-		buf_printf(err, "cannot create '%s/%s': %s", b->dir, tmp, strerror(e));
-		errno = e;
-		return -1;
+	if (!t) {
+		buf_printf(err, "cannot create a file in '%s': out of memory", b->dir);
+		errno = ENOMEM;
+		return NULL;
 	}
+	t->b = b;
+	snprintf(t->name, sizeof t->name, TMP_PREFIX "%.16s-%d-%llu", tag, (int)getpid(),
+		 (unsigned long long)++b->tmp_serial);
+	t->fd = openat(b->dfd, t->name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0400);
+	if (t->fd < 0) {
+		e = errno;
+		buf_printf(err, "cannot create '%s/%s': %s", b->dir, t->name, strerror(e));
+		free(t);
+		errno = e;
+		return NULL;
+	}
+	return t;
+}
+
+int blobs_tmp_write(struct blob_tmp *t, const void *data, size_t len, size_t *done,
+		    struct buf *err)
+{
+	const char *p = data;
+	size_t off = 0;
+
 	while (off < len) {
-		ssize_t w = write(fd, p + off, len - off > (1u << 30) ? 1u << 30 : len - off);
+		ssize_t w = write(t->fd, p + off, len - off > (1u << 30) ? 1u << 30 : len - off);
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0) {
-			e = w < 0 ? errno : EIO;
-			buf_printf(err, "cannot write '%s/%s': %s", b->dir, tmp, strerror(e));
-			goto fail;
+			int e = w < 0 ? errno : EIO;
+			buf_printf(err, "cannot write '%s/%s': %s", t->b->dir, t->name, strerror(e));
+			*done = off;
+			errno = e;
+			return -1;
 		}
 		off += (size_t)w;
 	}
-	if (fsync(fd) < 0) {
+	*done = off;
+	return 0;
+}
+
+void blobs_tmp_drop(struct blob_tmp *t)
+{
+	if (!t)
+		return;
+	if (t->fd >= 0)
+		close(t->fd);
+	unlinkat(t->b->dfd, t->name, 0);
+	free(t);
+}
+
+int blobs_tmp_place(struct blob_tmp *t, const unsigned char key[32], int64_t sum,
+		    struct buf *err)
+{
+	struct blobs *b = t->b;
+	char sub[3], name[90];
+	int e;
+
+	name_of(key, sum, sub, name);
+	if (fsync(t->fd) < 0) {
 		e = errno;
-		buf_printf(err, "cannot sync '%s/%s': %s", b->dir, tmp, strerror(e));
+		buf_printf(err, "cannot sync '%s/%s': %s", b->dir, t->name, strerror(e));
 		goto fail;
 	}
-	close(fd);
-	fd = -1;
+	close(t->fd);
+	t->fd = -1;
 	if (mkdirat(b->dfd, sub, 0700) == 0) {
 		if (fsync(b->dfd) < 0) {
 			e = errno;
@@ -228,11 +271,13 @@ int blobs_write(struct blobs *b, const unsigned char key[32], int64_t sum,
 		buf_printf(err, "cannot create '%s/%s': %s", b->dir, sub, strerror(e));
 		goto fail;
 	}
-	if (renameat(b->dfd, tmp, b->dfd, name) < 0) {
+	if (renameat(b->dfd, t->name, b->dfd, name) < 0) {
 		e = errno;
-		buf_printf(err, "cannot rename '%s/%s' to '%s': %s", b->dir, tmp, name, strerror(e));
+		buf_printf(err, "cannot rename '%s/%s' to '%s': %s", b->dir, t->name, name,
+			   strerror(e));
 		goto fail;
 	}
+	free(t);
 	if (fsync_dir(b->dfd, sub) < 0) {
 		e = errno;
 		buf_printf(err, "cannot sync '%s/%s': %s", b->dir, sub, strerror(e));
@@ -242,11 +287,28 @@ int blobs_write(struct blobs *b, const unsigned char key[32], int64_t sum,
 	}
 	return 0;
 fail:
-	if (fd >= 0)
-		close(fd);
-	unlinkat(b->dfd, tmp, 0);
+	blobs_tmp_drop(t);
 	errno = e;
 	return -1;
+}
+
+int blobs_write(struct blobs *b, const unsigned char key[32], int64_t sum,
+		const void *data, size_t len, struct buf *err)
+{
+	char sub[3], name[90];
+	size_t done;
+
+	name_of(key, sum, sub, name);
+	struct blob_tmp *t = blobs_tmp_new(b, name + 3, err);
+	if (!t)
+		return -1;
+	if (blobs_tmp_write(t, data, len, &done, err) < 0) {
+		int e = errno;
+		blobs_tmp_drop(t);
+		errno = e;
+		return -1;
+	}
+	return blobs_tmp_place(t, key, sum, err);
 }
 
 static struct seen *seen_slot(struct blobs *b, const struct stat *st)

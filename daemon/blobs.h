@@ -34,6 +34,29 @@ void blobs_close(struct blobs *b);      /* NULL ok */
 int blobs_write(struct blobs *b, const unsigned char key[32], int64_t sum,
 		const void *data, size_t len, struct buf *err);
 
+/* A value written in pieces (store.c's spools: a put's value as it
+ * arrives): a temporary file in blobs/, 0400 from its creation, which
+ * blobs_sweep() removes at the next open if a kill leaves it.
+ * blobs_tmp_new() names it after tag (at most 16 bytes are used): NULL,
+ * with errno and a message in err, if it cannot be created. */
+struct blob_tmp;
+struct blob_tmp *blobs_tmp_new(struct blobs *b, const char *tag, struct buf *err);
+
+/* Append data [0, len) to t: 0, or -1 with errno set (ENOSPC: the disk is
+ * full) and a message in err; *done says how much of it went (a full disk
+ * may take part of it), and t takes the rest on a later call. */
+int blobs_tmp_write(struct blob_tmp *t, const void *data, size_t len, size_t *done,
+		    struct buf *err);
+
+/* Make t key's file for checksum sum, durable before this returns: t
+ * fsync'd, renamed into place, the directory fsync'd (as blobs_write()).
+ * Frees t: 0, or -1 with errno and a message in err, nothing left behind. */
+int blobs_tmp_place(struct blob_tmp *t, const unsigned char key[32], int64_t sum,
+		    struct buf *err);
+
+/* Remove t's file and free t (NULL ok). */
+void blobs_tmp_drop(struct blob_tmp *t);
+
 /* Open key's file for sum read-only, checked to be a regular file of
  * exactly len bytes, and give *hash, XXH64 of its bytes (seed 0): read and
  * hashed unless this very file (device, inode, size, modification and

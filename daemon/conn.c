@@ -8,10 +8,15 @@
  * checked against the size limits before any allocation, and hands each,
  * where it lies, to the server's frame handler (s->on_frame: the request
  * table, server.c); several requests may be in flight on one connection,
- * and replies carry their request's id. Replies go out at once where the
- * socket takes them, a blob from where it lies (conn_write_now()); a
- * client that lets more than max-output pile up is closed. One timer per connection bounds a frame's arrival and the time
- * it may idle.
+ * and replies carry their request's id. A large frame whose last field is
+ * a large bin (an artifact put's value) is spooled instead: its head
+ * handed up first (s->on_frame_head), its field's bytes then fed, a piece
+ * at a time, to the sink its request gave (struct frame_sink: a blob
+ * file), never whole in memory ("reading" below). Replies go out at once
+ * where the socket takes them, a blob from where it lies
+ * (conn_write_now()); a client that lets more than max-output pile up is
+ * closed. One timer per connection bounds a frame's arrival (spooled or
+ * not) and the time it may idle.
  *
  * A connection that closes while requests wait keeps its struct alive
  * until its last waiter is answered (refcount), so no callback ever
@@ -19,7 +24,8 @@
  * close through the hooks registered with conn_on_close() (flight.c's
  * queued jobs, artifact.c's leases and waits). This file calls no request
  * family, no flight and no part of the server above it: only the pointers
- * server.c set at start (on_frame, on_quiet, the close hooks).
+ * server.c set at start (on_frame, on_frame_head, on_quiet, the close
+ * hooks), and the sinks a request handed it.
  */
 #include "daemon/conn.h"
 
@@ -42,6 +48,8 @@
 #include "proto/msg.h"
 
 /* ---- state, peers, references --------------------------------------- */
+
+static void tail_drop(struct conn *c);
 
 static const char *const state_names[] = { "reading", "closing", "closed" };
 
@@ -118,6 +126,7 @@ void conn_close(struct conn *c)
 	if (c->state == CONN_CLOSED)
 		return;
 	conn_set_state(c, CONN_CLOSED);
+	tail_drop(c);
 	event_free(c->rev);     /* before the socket it watches closes */
 	c->rev = NULL;
 	bufferevent_free(c->bev);
@@ -409,6 +418,7 @@ void conn_refuse(struct conn *c, const char *code, const char *message)
 	conn_send_error(c, 0, code, message);
 	if (c->state == CONN_READING) {
 		conn_set_state(c, CONN_CLOSING);
+		tail_drop(c);   /* its file goes now, not once the error is sent */
 		event_del(c->rev);
 		if (c->timer)
 			evtimer_del(c->timer);
@@ -453,10 +463,27 @@ int request_text_field(const struct msg *m, const char *name, size_t max,
  * alone does not make the daemon allocate the length it claims. A buffer
  * of up to IN_KEEP stays for the connection's next frame; a larger one
  * goes once its frames are handled.
+ *
+ * Spooling: a frame of CONN_SPOOL_MIN bytes and more whose last field is a
+ * bin32 running to its end (msg_tail_find(): an artifact put's value, which
+ * both clients send last) is not read whole. Once its head (the fields
+ * before that one, within the body's first SPOOL_HEAD_MAX bytes) has
+ * arrived, the server hands it to its request (on_frame_head, a
+ * request_kind's head), which checks it and gives a sink for the field's
+ * bytes (conn.h's struct frame_sink: an artifact put's temporary blob
+ * file), or answers at once and has them dropped. The connection then
+ * reads exactly the field's length, TAIL_PIECE at a time through c->in,
+ * and feeds each piece to the sink; the frame's one deadline
+ * (header-timeout) still runs. A connection that closes or times out
+ * meanwhile ends the sink unfinished (its file removed). A frame of
+ * another shape, or whose request takes no head, is read whole as before:
+ * old clients are served the old way.
  */
 #define FIRST_READ (64 * 1024)
 #define READ_AHEAD (256 * 1024)
 #define IN_KEEP (256 * 1024)
+#define SPOOL_HEAD_MAX (64 * 1024)
+#define TAIL_PIECE (IN_KEEP - 1)        /* c->in's room: IN_KEEP with its NUL */
 
 /* The largest frame any request may be: an artifact put may carry a value
  * of artifact-max-value, whatever max-request says. */
@@ -467,9 +494,70 @@ static uint32_t max_frame_of(const struct server_config *cfg)
 	return m > UINT32_MAX ? UINT32_MAX : (uint32_t)m;
 }
 
+/* The spooled frame will not complete: its sink ends unfinished. */
+static void tail_drop(struct conn *c)
+{
+	struct frame_sink *k = c->sink;
+
+	c->sink = NULL;
+	c->tail_left = 0;
+	if (k)
+		k->end(k, c, 0);
+}
+
+/* n more bytes of the spooled field, at p, to its sink; at its last, the
+ * sink answers the request, and the next frame has a deadline of its own. */
+static void tail_feed(struct conn *c, const void *p, size_t n)
+{
+	if (n && c->sink)
+		c->sink->write(c->sink, p, n);
+	c->tail_left -= n;
+	if (c->tail_left)
+		return;
+	struct frame_sink *k = c->sink;
+	c->sink = NULL;
+	c->partial = 0;
+	c->whole = 0;
+	c->timer_mode = TIMER_NONE;
+	if (k)
+		k->end(k, c, 1);
+}
+
+/* A large frame of which have bytes (header included) lie at p: whether
+ * it is spooled. 1 if it is (what of its field has arrived fed to the
+ * sink), 0 if more of its head must come or it is read whole (c->whole),
+ * -1 if c stopped reading (the head was malformed). */
+static int tail_begin(struct conn *c, const struct frame_hdr *h, const unsigned char *p,
+		      size_t have)
+{
+	const unsigned char *body = p + FRAME_HDR_LEN;
+	size_t got = have - FRAME_HDR_LEN;
+	struct frame_sink *k = NULL;
+	struct msg_tail t;
+	int r = msg_tail_find(body, got, h->len, &MSG_LIMITS_DEFAULT, &t);
+
+	if (r == 0 && got < SPOOL_HEAD_MAX)
+		return 0;
+	if (r <= 0 || !c->srv->on_frame_head(c, h->type, body, &t, &k)) {
+		c->whole = 1;
+		return 0;
+	}
+	if (c->state != CONN_READING) {
+		if (k)
+			k->end(k, c, 0);
+		return -1;
+	}
+	c->sink = k;
+	c->tail_left = t.len;
+	c->in_off += have;
+	tail_feed(c, body + t.head_len, got - t.head_len);
+	return 1;
+}
+
 /* Hand each whole frame in c->in to the server. The length of the frame
- * still partly there, or 0 if not even its header is; -1 once c has
- * stopped reading (a handler closed it, or the client broke the protocol). */
+ * still partly there, or 0 if not even its header is (or the rest of a
+ * frame is being spooled); -1 once c has stopped reading (a handler
+ * closed it, or the client broke the protocol). */
 static int64_t take_frames(struct conn *c)
 {
 	while (c->state == CONN_READING) {
@@ -490,10 +578,21 @@ static int64_t take_frames(struct conn *c)
 		}
 		if (r == 0)
 			return 0;
-		if (have < FRAME_HDR_LEN + (size_t)h.len)
+		if (have < FRAME_HDR_LEN + (size_t)h.len) {
+			if (h.len >= CONN_SPOOL_MIN && !c->whole && c->srv->on_frame_head) {
+				int t = tail_begin(c, &h, p, have);
+				if (t < 0)
+					return -1;
+				if (t > 0 && c->tail_left)
+					return 0;
+				if (t > 0)
+					continue;
+			}
 			return FRAME_HDR_LEN + (int64_t)h.len;
+		}
 		/* A whole frame: the next one gets a deadline of its own. */
 		c->partial = 0;
+		c->whole = 0;
 		c->timer_mode = TIMER_NONE;
 		c->in_off += FRAME_HDR_LEN + (size_t)h.len;
 		c->srv->on_frame(c, h.type, p + FRAME_HDR_LEN, h.len);
@@ -526,16 +625,40 @@ static void on_conn_readable(evutil_socket_t fd, short what, void *arg)
 	/* Hold a reference: a handler may close the connection. */
 	c->refs++;
 	while (c->state == CONN_READING) {
+		size_t room;
+		ssize_t r;
 		compact_in(c);
+		if (c->tail_left) {
+			/* Spooling: c->in holds nothing; its room takes a piece
+			 * of the field, never past the frame's end. */
+			room = c->tail_left < TAIL_PIECE ? (size_t)c->tail_left : TAIL_PIECE;
+			if (buf_reserve(&c->in, room) < 0) {
+				conn_protocol_error(c, "out of memory reading the request");
+				break;
+			}
+			r = recv(fd, c->in.data, room, MSG_DONTWAIT);
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+				break;
+			if (r <= 0) {
+				conn_close(c);
+				break;
+			}
+			tail_feed(c, c->in.data, (size_t)r);
+			if ((size_t)r < room)
+				break;
+			continue;
+		}
 		size_t have = c->in.len;
-		size_t room = frame == 0 ? FIRST_READ :
-			      (size_t)frame - have < READ_AHEAD ? (size_t)frame - have : READ_AHEAD;
+		room = frame == 0 ? FIRST_READ :
+		       (size_t)frame - have < READ_AHEAD ? (size_t)frame - have : READ_AHEAD;
 		if (buf_reserve(&c->in, room) < 0) {
 			conn_protocol_error(c, "out of memory reading the request");
 			break;
 		}
 		room = c->in.cap - have - 1;
-		ssize_t r = recv(fd, c->in.data + have, room, MSG_DONTWAIT);
+		r = recv(fd, c->in.data + have, room, MSG_DONTWAIT);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -554,7 +677,7 @@ static void on_conn_readable(evutil_socket_t fd, short what, void *arg)
 	}
 	if (c->state == CONN_READING) {
 		compact_in(c);
-		c->partial = c->in.len > 0;
+		c->partial = c->in.len > 0 || c->tail_left > 0;
 		conn_arm(c);
 	}
 	conn_unref(c);

@@ -27,6 +27,7 @@
 
 struct msg;
 struct server;
+struct frame_sink;
 
 enum conn_state {
 	CONN_READING,   /* reading frames; requests may be in flight */
@@ -66,12 +67,35 @@ struct conn {
 	struct event *timer;    /* header or idle timeout, see conn_arm() */
 	enum { TIMER_NONE, TIMER_HEADER, TIMER_IDLE } timer_mode;
 	int partial;            /* a frame has started but not arrived whole */
+	int whole;              /* ... and is read whole, not spooled */
+	struct frame_sink *sink;        /* where the last field of the frame
+	                                   being spooled goes (NULL: dropped) */
+	uint64_t tail_left;     /* its bytes still to come; 0: not spooling */
 	int fds_sent;           /* descriptors sent (conn_send_fd()), ever */
 	int file_fd;            /* a value being sent from its file, or -1 */
 	off_t file_off, file_end;       /* what of it is sent, its length */
 	struct buf after;       /* frames queued behind that file */
 	struct conn *prev, *next;       /* the server's open connections */
 };
+
+/*
+ * Where a large frame's last field goes as it arrives (conn.c's
+ * spooling), given by its request (struct request_kind's head, master.h):
+ * write() is fed its bytes in order, in pieces, never more than the
+ * field's length, and remembers a failure of its own; then end() once,
+ * with arrived 1 when the last byte came (the sink answers the request,
+ * its failure or its outcome, on c) or 0 when the frame will never be
+ * whole (c is closing or timed out: nothing to answer), and frees it.
+ */
+struct frame_sink {
+	void (*write)(struct frame_sink *k, const void *p, size_t n);
+	void (*end)(struct frame_sink *k, struct conn *c, int arrived);
+};
+
+/* A frame at least this long whose last field is a bin32 (proto/msg.h,
+ * msg_tail_find()) is offered to its request's head handler before its
+ * field's bytes are read. */
+#define CONN_SPOOL_MIN ((uint32_t)256 << 10)
 
 /* The most descriptors one connection is ever sent (conn_send_fd()). Each
  * is a file the client may keep open, and so keep on disk after the cache

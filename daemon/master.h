@@ -25,6 +25,7 @@
 #include "proto/buf.h"
 
 struct msg;
+struct msg_tail;
 struct flight;
 
 /* Single flights are found by the first bytes of their key. */
@@ -86,6 +87,13 @@ struct server {
 	void (*on_frame)(struct conn *c, uint8_t type, const void *body,
 			 uint32_t len);  /* each whole frame read: the request
 	                                    table's dispatch */
+	int (*on_frame_head)(struct conn *c, uint8_t type, const void *body,
+			     const struct msg_tail *t, struct frame_sink **sink);
+	                        /* a large frame's head (conn.c, spooling):
+	                           1 if a request takes its last field as it
+	                           arrives, through *sink (NULL: the request
+	                           was answered, the bytes are dropped), 0 to
+	                           read the frame whole */
 	void (*on_quiet)(struct server *s); /* a flight ended or a reply was
 	                                       written: the stop's check */
 	struct conn_close_hook close_hooks[CONN_CLOSE_HOOKS]; /* conn_on_close() */
@@ -105,6 +113,16 @@ struct server {
 struct request_kind {
 	uint8_t type;           /* FRAME_* */
 	void (*handler)(struct conn *c, uint64_t id, const struct msg *m);
+	/* Optional, for a request whose last field may be too large to want
+	 * whole in memory (an artifact put's value): that field's name, and
+	 * head, given the other fields and the field's length once they have
+	 * arrived (conn.c's spooling), before any byte of it: 1 with *sink,
+	 * where its bytes go as they come (NULL: head answered the request
+	 * itself, and they are dropped), or 0 to have the frame read whole
+	 * and handed to handler as usual. */
+	const char *tail;
+	int (*head)(struct conn *c, uint64_t id, const struct msg *m, uint32_t tail_len,
+		    struct frame_sink **sink);
 };
 
 struct request_table {

@@ -153,6 +153,52 @@ out:
 	buf_free(&err);
 }
 
+/* The head of a frame whose last field conn.c would take as it arrives:
+ * to its request's head handler, if it has one and the field is the one
+ * it names (master.h); else the frame is read whole. */
+static int handle_frame_head(struct conn *c, uint8_t type, const void *body,
+			     const struct msg_tail *t, struct frame_sink **sink)
+{
+	const struct request_kind *kind = NULL;
+	struct msg m;
+	struct buf copy = BUF_INIT, err = BUF_INIT;
+	const char *name;
+	size_t name_len;
+	int64_t id = 0;
+	int r = 1;
+
+	*sink = NULL;
+	for (size_t i = 0; i < sizeof request_tables / sizeof request_tables[0]; i++)
+		for (size_t j = 0; j < request_tables[i]->n; j++)
+			if (request_tables[i]->kinds[j].type == type)
+				kind = &request_tables[i]->kinds[j];
+	if (!kind || !kind->head)
+		return 0;
+	if (msg_parse_head(&m, body, t, &MSG_LIMITS_DEFAULT, &copy, &name, &name_len,
+			   &err) < 0) {
+		c->srv->n.requests++;
+		conn_protocol_error(c, err.data ? err.data : "malformed message");
+		goto out;
+	}
+	if (name_len != strlen(kind->tail) || memcmp(name, kind->tail, name_len)) {
+		r = 0;
+		goto out;
+	}
+	if (msg_int(&m, "id", &id) < 0 || id < 0) {
+		c->srv->n.requests++;
+		conn_protocol_error(c, "request 'id' must be a non-negative integer");
+		goto out;
+	}
+	r = kind->head(c, (uint64_t)id, &m, t->len, sink);
+	if (r)
+		c->srv->n.requests++;
+out:
+	msg_free(&m);
+	buf_free(&copy);
+	buf_free(&err);
+	return r;
+}
+
 /* ---- the listener and its access policy -------------------------- */
 
 /* Is id (a name or a number) in the comma-separated list? */
@@ -491,7 +537,8 @@ int server_run(struct server_config *cfg)
 {
 	struct server s = { .cfg = cfg, .started = time(NULL),
 			    .seen_loose = calloc(SEEN_SLOTS, sizeof(uint64_t)),
-			    .on_frame = handle_frame, .on_quiet = stop_if_quiet };
+			    .on_frame = handle_frame,
+			    .on_frame_head = handle_frame_head, .on_quiet = stop_if_quiet };
 	struct buf err = BUF_INIT;
 	struct idle *idle = NULL;
 	int lock = -1, lfd = -1, rc = 1;

@@ -95,7 +95,15 @@
  *    The full disk's path below covers them: a file that finds no room
  *    makes room (make_room_on_disk()) and is written once more; a value
  *    larger than the free space and the whole cache together is refused
- *    without evicting anything.
+ *    without evicting anything. A value that arrives in pieces (a spool,
+ *    store_spool_open(): an artifact put's value taken from the socket)
+ *    is written to its temporary file as it comes and hashed on the way;
+ *    a full disk makes room once and the write goes on where it stopped;
+ *    store_put_spool() then places that file as put_entry() places a
+ *    written one. Its bytes are nowhere else, so a retry after SQLITE_FULL
+ *    keeps the placed file rather than writing it again: should the
+ *    retry's eviction take the row of the same value put before (the same
+ *    name), doomed_commit() spares the file (struct store's placed).
  *
  *  - A database that SQLite rejects as not a database or corrupt, or that
  *    fails PRAGMA quick_check, or whose schema version is not ours, is moved
@@ -241,6 +249,9 @@ struct store {
 	struct blobs *blobs;    /* the files of large values (blobs.h) */
 	struct doomed *doomed;  /* files to unlink at the next commit */
 	size_t ndoomed, doomed_cap;
+	struct doomed placed;   /* a spooled value's file, in place before
+	                           its row's commit (store_put_spool()) */
+	int placing;            /* ... while that is so: never unlinked */
 	sqlite3_stmt *st[ST_N];
 	char *dir;
 	char *path;             /* <dir>/cache.db */
@@ -523,8 +534,15 @@ static void doomed_add(struct store *s, const struct doomed *d)
 /* The removals are committed: unlink their files. */
 static void doomed_commit(struct store *s)
 {
-	for (size_t i = 0; i < s->ndoomed; i++)
+	for (size_t i = 0; i < s->ndoomed; i++) {
+		/* An eviction that made room for a spooled value took the
+		 * row of the same value put before, whose file's name the
+		 * new one has taken already: that file stays, for its row. */
+		if (s->placing && !memcmp(s->doomed[i].key, s->placed.key, 32) &&
+		    s->doomed[i].sum == s->placed.sum)
+			continue;
 		blobs_unlink(s->blobs, s->doomed[i].key, s->doomed[i].sum);
+	}
 	s->ndoomed = 0;
 }
 
@@ -1153,6 +1171,12 @@ int store_peek(struct store *s, const unsigned char key[32], struct store_result
 	return lookup(s, key, out, 0, 0, NULL);
 }
 
+int store_peek_file(struct store *s, const unsigned char key[32], struct store_result *out,
+		    int *fd)
+{
+	return lookup(s, key, out, 0, 0, fd);
+}
+
 int store_set_trust(struct store *s, const unsigned char key[32], int trust)
 {
 	sqlite3_stmt *st = s->st[ST_TRUST];
@@ -1249,8 +1273,19 @@ static void put_undo_file(struct store *s, const unsigned char key[32], int64_t 
 		blobs_unlink(s->blobs, key, sum);
 }
 
-int store_put(struct store *s, const unsigned char key[32], const struct store_entry *e,
-	      struct buf *err)
+/* A value that arrives in pieces (store.h): its temporary blob file and
+ * the hash of what it holds so far. */
+struct store_spool {
+	struct store *s;
+	struct blob_tmp *tmp;   /* NULL once it failed or was placed */
+	XXH64_state_t *hash;    /* of the bytes written */
+	size_t len, got;
+	int retried;            /* the disk was full once: room was made */
+};
+
+/* store_put(), for a value in e->data or, with sp, in sp's file. */
+static int put_entry(struct store *s, const unsigned char key[32], const struct store_entry *e,
+		     struct store_spool *sp, struct buf *err)
 {
 	int retried = 0, file = 0, wrote = 0;
 	size_t doomed_mark = s->ndoomed;
@@ -1272,7 +1307,7 @@ int store_put(struct store *s, const unsigned char key[32], const struct store_e
 		goto fail_nodb;
 	}
 	/* A large value goes to its file raw; the row holds its reference. */
-	file = e->data_len >= BLOB_MIN;
+	file = e->data_len >= BLOB_MIN || sp;
 	if (file)
 		buf_reset(&s->zdata);
 	if ((!file && compress_into(s, &s->zdata, e->data, e->data_len) < 0) ||
@@ -1280,7 +1315,9 @@ int store_put(struct store *s, const unsigned char key[32], const struct store_e
 		snprintf(msg, sizeof msg, "cannot compress (out of memory)");
 		goto fail_nodb;
 	}
-	sum = entry_checksum(e->data, e->data_len, log, log_len);
+	/* entry_checksum(), the value's hash taken as it was spooled. */
+	sum = sp ? (int64_t)XXH64(log, log_len, XXH64_digest(sp->hash))
+		 : entry_checksum(e->data, e->data_len, log, log_len);
 	int64_t size = (int64_t)((file ? e->data_len : s->zdata.len) + s->zlog.len +
 				 strlen(components) + strlen(arch)) + ROW_OVERHEAD;
 	int64_t now = store_clock(s);
@@ -1297,7 +1334,21 @@ again:
 	old_size = old_sum = shared_out = shared_out_bytes = 0;
 	existed = old_file = 0;
 	/* The file is durable before the row that names it is committed. */
-	if (file && !wrote) {
+	if (file && !wrote && sp) {
+		/* Its bytes are on disk already, and nowhere else: placed once,
+		 * kept through a retry (doomed_commit() spares it). */
+		struct blob_tmp *t = sp->tmp;
+		sp->tmp = NULL;
+		buf_reset(&ferr);
+		if (blobs_tmp_place(t, key, sum, &ferr) < 0) {
+			snprintf(msg, sizeof msg, "%s", ferr.data ? ferr.data : "cannot write");
+			goto fail_nodb;
+		}
+		wrote = 1;
+		memcpy(s->placed.key, key, 32);
+		s->placed.sum = sum;
+		s->placing = 1;
+	} else if (file && !wrote) {
 		buf_reset(&ferr);
 		if (blobs_write(s->blobs, key, sum, e->data, e->data_len, &ferr) < 0) {
 			int full = errno == ENOSPC || errno == EDQUOT;
@@ -1388,6 +1439,7 @@ again:
 	}
 	if (!s->batch)          /* else at the batch's commit */
 		doomed_commit(s);
+	s->placing = 0;
 	buf_free(&ferr);
 	if (existed) {
 		s->bytes += size - old_size;
@@ -1415,13 +1467,15 @@ fail_msg:
 		make_room_on_disk(s, size);
 		/* The eviction may have taken the key's old row, and with it a
 		 * file of the same name (the same value put again): write it
-		 * once more. */
-		if (wrote)
+		 * once more (a spooled one was spared). */
+		if (wrote && !sp) {
 			put_undo_file(s, key, sum);
-		wrote = 0;
+			wrote = 0;
+		}
 		goto again;
 	}
 fail_nodb:
+	s->placing = 0;
 	if (wrote)
 		put_undo_file(s, key, sum);
 	buf_free(&ferr);
@@ -1430,6 +1484,138 @@ fail_nodb:
 		buf_printf(err, "cannot store entry in '%s': %s", s->path, msg);
 	log_warn("cannot store entry in '%s': %s", s->path, msg);
 	return -1;
+}
+
+int store_put(struct store *s, const unsigned char key[32], const struct store_entry *e,
+	      struct buf *err)
+{
+	return put_entry(s, key, e, NULL, err);
+}
+
+/* A spool's failure: counted and logged as a put's, its file removed. */
+static void spool_fail(struct store_spool *sp, const char *msg, struct buf *err)
+{
+	struct store *s = sp->s;
+
+	blobs_tmp_drop(sp->tmp);
+	sp->tmp = NULL;
+	s->ctr.write_errors++;
+	if (err)
+		buf_printf(err, "cannot store entry in '%s': %s", s->path, msg);
+	log_warn("cannot store entry in '%s': %s", s->path, msg);
+}
+
+struct store_spool *store_spool_open(struct store *s, enum store_kind kind, size_t len,
+				     struct buf *err)
+{
+	struct store_spool *sp = calloc(1, sizeof *sp);
+	struct buf ferr = BUF_INIT;
+	char msg[512];
+
+	if (!sp || !(sp->hash = XXH64_createState())) {
+		free(sp);
+		buf_printf(err, "cannot store entry in '%s': out of memory", s->path);
+		return NULL;
+	}
+	sp->s = s;
+	sp->len = len;
+	XXH64_reset(sp->hash, 0);
+	/* store_put()'s refusals that need no byte of the value, before any
+	 * byte is written. */
+	if ((int64_t)len > MAX_RAW_LEN || len < BLOB_MIN) {
+		snprintf(msg, sizeof msg, "a spooled value of %zu bytes (not %zu to %lld)", len,
+			 BLOB_MIN, (long long)MAX_RAW_LEN);
+		goto fail;
+	}
+	if (kind == STORE_ARTIFACT && s->artifact_share &&
+	    (int64_t)len + ROW_OVERHEAD > s->artifact_share) {
+		snprintf(msg, sizeof msg, "a %zu-byte value takes more than a scope's "
+			 "share of the cache (artifact-share, %lld bytes)", len,
+			 (long long)s->artifact_share);
+		goto fail;
+	}
+	if (!(sp->tmp = blobs_tmp_new(s->blobs, "spool", &ferr))) {
+		snprintf(msg, sizeof msg, "%s", ferr.data ? ferr.data : "cannot create a file");
+		goto fail;
+	}
+	buf_free(&ferr);
+	return sp;
+fail:
+	spool_fail(sp, msg, err);
+	buf_free(&ferr);
+	store_spool_abort(sp);
+	return NULL;
+}
+
+int store_spool_write(struct store_spool *sp, const void *data, size_t n, struct buf *err)
+{
+	struct store *s = sp->s;
+	struct buf ferr = BUF_INIT;
+	const char *p = data;
+	char msg[512];
+
+	if (!sp->tmp)
+		return -1;
+	if (n > sp->len - sp->got) {
+		snprintf(msg, sizeof msg, "more bytes than the value's %zu", sp->len);
+		goto fail;
+	}
+	XXH64_update(sp->hash, p, n);
+	for (;;) {
+		size_t done = 0;
+		int rc = blobs_tmp_write(sp->tmp, p, n, &done, &ferr);
+		sp->got += done;
+		if (rc == 0)
+			break;
+		int full = errno == ENOSPC || errno == EDQUOT;
+		struct statvfs v;
+		p += done;
+		n -= done;
+		snprintf(msg, sizeof msg, "%s", ferr.data ? ferr.data : "cannot write");
+		buf_reset(&ferr);
+		/* As store_put(): the oldest entries make room once, unless
+		 * the whole cache's room could not hold the value. */
+		if (full && statvfs(s->dir, &v) == 0 &&
+		    (int64_t)v.f_bavail * (int64_t)v.f_frsize + s->bytes + (int64_t)sp->got <
+		    (int64_t)sp->len)
+			full = 0;
+		if (!full || sp->retried || s->batch)
+			goto fail;
+		sp->retried = 1;
+		make_room_on_disk(s, (int64_t)sp->len + ROW_OVERHEAD);
+	}
+	buf_free(&ferr);
+	return 0;
+fail:
+	buf_free(&ferr);
+	spool_fail(sp, msg, err);
+	return -1;
+}
+
+int store_put_spool(struct store *s, const unsigned char key[32], const struct store_entry *e,
+		    struct store_spool *sp, struct buf *err)
+{
+	int rc = -1;
+
+	if (!sp->tmp) {
+		buf_printf(err, "cannot store entry in '%s': its value could not be written",
+			   s->path);
+	} else if (sp->got != sp->len || e->data_len != sp->len || (e->log && e->log_len)) {
+		spool_fail(sp, "a spooled value that is not whole", err);
+	} else {
+		rc = put_entry(s, key, e, sp, err);
+	}
+	store_spool_abort(sp);
+	return rc;
+}
+
+void store_spool_abort(struct store_spool *sp)
+{
+	if (!sp)
+		return;
+	blobs_tmp_drop(sp->tmp);
+	XXH64_freeState(sp->hash);
+	free(sp);
 }
 
 int store_batch_begin(struct store *s)

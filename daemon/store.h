@@ -121,6 +121,10 @@ int store_get_file(struct store *s, const unsigned char key[32],
 /* store_get() without counting a hit (a comparison, not an answer). */
 int store_peek(struct store *s, const unsigned char key[32],
 	       struct store_result *out);
+/* store_get_file() without counting a hit (a value passed on, not an
+ * answer). */
+int store_peek_file(struct store *s, const unsigned char key[32],
+		    struct store_result *out, int *fd);
 
 /* Insert or replace key's entry and commit before returning (in a batch,
  * store_batch_begin(): staged, committed by store_batch_commit()). Returns 0, or
@@ -131,6 +135,33 @@ int store_set_trust(struct store *s, const unsigned char key[32], int trust);
 
 int store_put(struct store *s, const unsigned char key[32],
 	      const struct store_entry *e, struct buf *err);
+
+/*
+ * A large value that arrives in pieces (an artifact put's value, taken
+ * from the socket as it comes: conn.c, artifact.c), never whole in memory:
+ * written to a temporary blob file (blobs.h; swept at the next open if a
+ * kill leaves it) and hashed on the way, then stored by store_put_spool().
+ *
+ * store_spool_open(): a spool for a value of len bytes (BLOB_MIN and
+ * more) of kind, refused before any byte is written where store_put()
+ * would refuse it for its size (a scope's share): NULL with a message in
+ * err. store_spool_write(): the next n bytes; 0, or -1 with a message in
+ * err when they cannot be written (the disk full once more after the
+ * oldest entries made room, as store_put() does, or an I/O error): the
+ * file is then removed and the spool is good for nothing but
+ * store_put_spool() (which fails) or store_spool_abort().
+ * store_put_spool(): store_put() of e with the spool's bytes as its value
+ * (e->data unused, e->data_len the spool's whole length, no log): the file
+ * fsync'd and renamed into place as key's, the row committed. Takes sp.
+ * store_spool_abort(): drop it and its file (NULL ok).
+ */
+struct store_spool;
+struct store_spool *store_spool_open(struct store *s, enum store_kind kind, size_t len,
+				     struct buf *err);
+int store_spool_write(struct store_spool *sp, const void *p, size_t n, struct buf *err);
+int store_put_spool(struct store *s, const unsigned char key[32], const struct store_entry *e,
+		    struct store_spool *sp, struct buf *err);
+void store_spool_abort(struct store_spool *sp);
 
 /* Group commit: the puts between these two share one transaction (each
  * in a savepoint of its own, so a put that fails leaves the others), and

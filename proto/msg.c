@@ -19,19 +19,21 @@ static uint64_t be(const unsigned char *p, unsigned w)
 	return v;
 }
 
-int msg_validate(const void *data, size_t n, const struct msg_limits *lim,
-		 struct buf *err)
+/* Walk `objects` whole objects from *pp, not past end, within lim (elems
+ * counts the elements met, across calls): 0 with *pp past them; -2 where
+ * they run past end (truncated: more bytes may make them whole), or -1 for
+ * what no more bytes would mend; *why says which. */
+static int walk(const unsigned char **pp, const unsigned char *end, uint64_t objects,
+		const struct msg_limits *lim, uint64_t *elems, const char **why)
 {
-	const unsigned char *p = data, *end = p + n;
+	const unsigned char *p = *pp;
 	/* pending[d]: objects still to read at depth d. */
 	uint64_t pending[16];
 	unsigned depth = 0, max_depth = lim->max_depth;
-	uint64_t elems = 0;
-	const char *why = NULL;
 
 	if (max_depth >= sizeof pending / sizeof pending[0])
 		max_depth = sizeof pending / sizeof pending[0] - 1;
-	pending[0] = 1;
+	pending[0] = objects;
 	while (pending[depth] > 0 || depth > 0) {
 		if (pending[depth] == 0) {
 			depth--;
@@ -39,8 +41,8 @@ int msg_validate(const void *data, size_t n, const struct msg_limits *lim,
 		}
 		pending[depth]--;
 		if (p >= end) {
-			why = "truncated message";
-			goto bad;
+			*why = "truncated message";
+			return -2;
 		}
 		unsigned c = *p++;
 		uint64_t skip = 0, count = 0;
@@ -69,8 +71,8 @@ int msg_validate(const void *data, size_t n, const struct msg_limits *lim,
 			case 0xdc: case 0xdd: case 0xde: case 0xdf:
 				lenw = (c == 0xdc || c == 0xde) ? 2 : 4;
 				if ((size_t)(end - p) < lenw) {
-					why = "truncated message";
-					goto bad;
+					*why = "truncated message";
+					return -2;
 				}
 				count = be(p, lenw) * (c >= 0xde ? 2 : 1);
 				p += lenw;
@@ -78,43 +80,56 @@ int msg_validate(const void *data, size_t n, const struct msg_limits *lim,
 				container = 1;
 				break;
 			default:
-				why = "unsupported msgpack type (ext or reserved)";
-				goto bad;
+				*why = "unsupported msgpack type (ext or reserved)";
+				return -1;
 			}
 		}
 		if (lenw) {
 			if ((size_t)(end - p) < lenw) {
-				why = "truncated message";
-				goto bad;
+				*why = "truncated message";
+				return -2;
 			}
 			skip = be(p, lenw);
 			p += lenw;
 		}
 		if (skip > (uint64_t)(end - p)) {
-			why = "length exceeds the message";
-			goto bad;
+			*why = "length exceeds the message";
+			return -2;
 		}
 		p += skip;
 		if (!container)
 			continue;
 		/* Every element takes at least one byte. */
 		if (count > (uint64_t)(end - p)) {
-			why = "element count exceeds the message";
-			goto bad;
+			*why = "element count exceeds the message";
+			return -2;
 		}
-		elems += count;
-		if (elems > lim->max_elems) {
-			why = "too many elements";
-			goto bad;
+		*elems += count;
+		if (*elems > lim->max_elems) {
+			*why = "too many elements";
+			return -1;
 		}
 		if (count == 0)
 			continue;
 		if (depth + 1 > max_depth) {
-			why = "nesting too deep";
-			goto bad;
+			*why = "nesting too deep";
+			return -1;
 		}
 		pending[++depth] = count;
 	}
+	*pp = p;
+	return 0;
+}
+
+int msg_validate(const void *data, size_t n, const struct msg_limits *lim,
+		 struct buf *err)
+{
+	const unsigned char *p = data, *end = p + n;
+	uint64_t elems = 0;
+	const char *why = NULL;
+
+	if (walk(&p, end, 1, lim, &elems, &why) < 0)
+		goto bad;
 	if (p != end) {
 		why = "trailing bytes after the message";
 		goto bad;
@@ -124,6 +139,111 @@ bad:
 	if (err)
 		buf_printf(err, "malformed message: %s", why);
 	return -1;
+}
+
+/* A map's header at p (n bytes there): its width (1, 3 or 5) and field
+ * count, or 0 if it is not one (or not all there). */
+static unsigned map_head(const unsigned char *p, size_t n, uint64_t *fields)
+{
+	if (n >= 1 && p[0] >= 0x80 && p[0] <= 0x8f) {
+		*fields = p[0] & 0x0f;
+		return 1;
+	}
+	if (n >= 3 && p[0] == 0xde) {
+		*fields = be(p + 1, 2);
+		return 3;
+	}
+	if (n >= 5 && p[0] == 0xdf) {
+		*fields = be(p + 1, 4);
+		return 5;
+	}
+	return 0;
+}
+
+int msg_tail_find(const void *data, size_t n, size_t body_len, const struct msg_limits *lim,
+		  struct msg_tail *t)
+{
+	const unsigned char *start = data, *p = start, *end = start + n;
+	uint64_t fields, elems;
+	const char *why;
+	unsigned w;
+
+	if (n > body_len)
+		return -1;
+	if (n < 5 && n < body_len)
+		return 0;
+	if (!(w = map_head(p, n, &fields)) || fields == 0)
+		return -1;
+	elems = fields * 2;
+	if (elems > lim->max_elems || lim->max_depth < 1)
+		return -1;
+	p += w;
+	/* The fields before the last, then the last one's key (a str), one
+	 * level below the map. */
+	struct msg_limits in = *lim;
+	in.max_depth = lim->max_depth - 1;
+	int r = walk(&p, end, (fields - 1) * 2, &in, &elems, &why);
+	if (r == 0) {
+		t->key_at = (size_t)(p - start);
+		if (p < end && !((*p >= 0xa0 && *p <= 0xbf) || *p == 0xd9 || *p == 0xda ||
+				 *p == 0xdb))
+			return -1;
+		r = walk(&p, end, 1, &in, &elems, &why);
+	}
+	if (r == -2)
+		return n < body_len ? 0 : -1;
+	if (r < 0)
+		return -1;
+	/* Its value: a bin32 whose bytes are the rest of the body. */
+	if ((size_t)(end - p) < 5)
+		return n < body_len ? 0 : -1;
+	if (p[0] != 0xc6)
+		return -1;
+	t->len = (uint32_t)be(p + 1, 4);
+	t->head_len = (size_t)(p + 5 - start);
+	if (t->head_len + t->len != body_len)
+		return -1;
+	return 1;
+}
+
+int msg_parse_head(struct msg *m, const void *data, const struct msg_tail *t,
+		   const struct msg_limits *lim, struct buf *copy, const char **key,
+		   size_t *key_len, struct buf *err)
+{
+	const unsigned char *p = data, *k = p + t->key_at;
+	uint64_t fields;
+	unsigned w = map_head(p, t->key_at, &fields);
+
+	msgpack_unpacked_init(&m->up);
+	m->map = NULL;
+	buf_reset(copy);
+	if (!w || fields == 0) {
+		if (err)
+			buf_puts(err, "malformed message: not a map");
+		return -1;
+	}
+	/* The map's header, one field fewer in the same width, then the
+	 * fields before the last. */
+	unsigned char h[5] = { p[0] };
+	if (w == 1)
+		h[0] = (unsigned char)(0x80 | (fields - 1));
+	for (unsigned i = 1; i < w; i++)
+		h[i] = (unsigned char)((fields - 1) >> (8 * (w - 1 - i)));
+	if (buf_append(copy, h, w) < 0 || buf_append(copy, p + w, t->key_at - w) < 0) {
+		if (err)
+			buf_puts(err, "out of memory");
+		return -1;
+	}
+	/* The last field's name: msg_tail_find() walked it as a str. */
+	if (k[0] >= 0xa0 && k[0] <= 0xbf) {
+		*key_len = k[0] & 0x1f;
+		*key = (const char *)k + 1;
+	} else {
+		unsigned lw = k[0] == 0xd9 ? 1 : k[0] == 0xda ? 2 : 4;
+		*key_len = (size_t)be(k + 1, lw);
+		*key = (const char *)k + 1 + lw;
+	}
+	return msg_parse(m, copy->data, copy->len, lim, err);
 }
 
 int msg_parse(struct msg *m, const void *p, size_t n,

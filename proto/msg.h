@@ -47,6 +47,34 @@ int msg_parse(struct msg *m, const void *p, size_t n,
 	      const struct msg_limits *lim, struct buf *err);
 void msg_free(struct msg *m);
 
+/*
+ * A body whose last field is a bin too large to want whole in memory (a
+ * large artifact put's value: the daemon takes its bytes as they arrive,
+ * conn.c): the fields before it, parsed as a message of their own, and
+ * the bin's length. Senders put such a field last, as a bin32
+ * (msg_put_bin_tail() does).
+ */
+struct msg_tail {
+	size_t key_at;          /* the last field's key: its offset in the body */
+	size_t head_len;        /* the body's bytes before the bin's own */
+	uint32_t len;           /* the bin's length: the rest of the body */
+};
+
+/* Whether a body of body_len bytes, of which p[0..n) has arrived, is a map
+ * whose last field is a str key and a bin32 that runs exactly to the
+ * body's end, the fields before it within lim: 1 with *t; 0 if more of
+ * the body must arrive to tell; -1 if it is not (or is malformed). */
+int msg_tail_find(const void *p, size_t n, size_t body_len,
+		  const struct msg_limits *lim, struct msg_tail *t);
+
+/* msg_parse() of the fields before t's last one (a copy of them in copy,
+ * which must outlive m), and that field's name: *key, *key_len, pointing
+ * into p. 0, or -1 with a message in err; m must be released with
+ * msg_free() either way. */
+int msg_parse_head(struct msg *m, const void *p, const struct msg_tail *t,
+		   const struct msg_limits *lim, struct buf *copy, const char **key,
+		   size_t *key_len, struct buf *err);
+
 /* The value under key, or NULL. */
 const msgpack_object *msg_get(const struct msg *m, const char *key);
 /* A str or bin value: 1 and *s, *len set; 0 if absent or nil; -1 if another

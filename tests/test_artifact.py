@@ -500,6 +500,9 @@ def test_artifacts_of_1_to_100_mb_cross_nodes_on_the_defaults():
                     assert (s["l2_timeouts"], s["l2_errors"], s["l2_breaker_opens"],
                             s["l2_rejects"]) == (0, 0, 0, 0), s
                 assert b.stats()["artifact_l2_hits"] == len(sizes)
+                # Each put was spooled to its file; the tier was given a
+                # mapping of the file.
+                assert a.stats()["artifact_spooled_puts"] == len(sizes)
                 assert b.stats()["l2_bytes_read"] > sum(sizes) << 20
         finally:
             r.cleanup()

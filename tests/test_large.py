@@ -2,8 +2,9 @@
 """Large values (daemon/blobs.c, store.c): artifacts of 256 KiB and more
 live in files beside the database and are answered from them, inline
 (sendfile) or as the file's descriptor (SCM_RIGHTS) to a client that asks.
-Through the real daemon, real files, real uids, a real tmpfs and real
-SIGKILLs."""
+A large put's value, sent last, goes from the socket to its file as it
+arrives (conn.c's spooling), never whole in the daemon's memory. Through
+the real daemon, real files, real uids, a real tmpfs and real SIGKILLs."""
 import json
 import os
 import random
@@ -22,6 +23,7 @@ from sysutil import cli_as, make_reachable, setpriv
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
 from ptxcache import Client  # noqa: E402
+from ptxcache.wire import frame_parts, pack  # noqa: E402
 
 GET, PUT, PROGRESS, ERROR = 10, 11, 0xfe, 0xff
 B = 65534               # nobody: the second user
@@ -385,6 +387,8 @@ def test_a_disk_that_fills_during_large_puts_evicts_or_refuses_cleanly():
                     assert c.artifact_put("t", "k%d" % i, os.urandom(8 * MB)), i
                 s = d.stats()
                 assert s["disk_full_retries"] >= 1 and s["store_errors"] == 0, s
+                # Each value was spooled: the disk filled mid-value.
+                assert s["artifact_spooled_puts"] == 24, s
                 assert c.artifact_get("t", "k23").found and not c.artifact_get("t", "k0").found
                 # A value larger than the disk: refused, nothing left behind.
                 from ptxcache.errors import ServerError
@@ -444,3 +448,192 @@ def test_a_large_get_never_holds_the_value_in_the_daemons_memory():
             c.close()
             peak = _rss(pid)["VmHWM"]
             assert peak - base < n // 4, (fd_wanted, base, peak)
+
+
+# ---- a large put's value, spooled as it arrives (conn.c, artifact.c) ----
+
+def _temporaries(d):
+    top = os.path.join(d.cache_dir, "blobs")
+    return [os.path.join(top, p) for p in os.listdir(top) if p.startswith(".tmp")]
+
+
+def _until(pred, what, limit=60):
+    """Poll pred until it holds; fails after limit s naming what never did."""
+    deadline = time.time() + limit
+    while not pred():
+        assert time.time() < deadline, "%s never happened" % what
+        time.sleep(0.02)
+
+
+def _spooled_bytes(d):
+    """The bytes in the one temporary file, or -1 if there is none."""
+    tmp = _temporaries(d)
+    assert len(tmp) <= 1, tmp
+    try:
+        return os.path.getsize(tmp[0]) if tmp else -1
+    except FileNotFoundError:
+        return -1
+
+
+def _head(fields, v):
+    """A put's frame up to its value's first byte, as the clients send it."""
+    parts = frame_parts(PUT, dict(fields, value=v))
+    assert len(parts) == 2
+    return bytes(parts[0])
+
+
+def test_a_large_put_is_spooled_and_comes_back_whole_through_python_and_libptxcache():
+    v, w = value(3 * MB, 1), value(5 * MB + 17, 2)
+    with Daemon(workers=1) as d:
+        with Client(d.socket) as c:
+            assert c.artifact_put("t", "py", v)
+        r = d.cli("artifact", "put", "t", "cli", "-", input=w)
+        assert r.returncode == 0, r.stderr
+        s = d.stats()
+        assert s["artifact_spooled_puts"] == 2 and s["artifact_puts"] == 2, s
+        # Each through the other client, and from the files themselves.
+        assert d.cli("artifact", "get", "t", "py").stdout == v
+        with Client(d.socket) as c:
+            assert c.artifact_get("t", "cli").value == w
+        assert sorted(os.path.getsize(p) for p in blob_files(d)) == [len(v), len(w)]
+        assert _temporaries(d) == []
+        # A waiter of the producer's lease is answered from the file.
+        with Client(d.socket) as producer, Client(d.socket) as waiter:
+            token = producer.artifact_get("t", "leased", lease=True).lease
+            got = {}
+            th = threading.Thread(target=lambda: got.update(
+                r=waiter.artifact_get("t", "leased", wait_ms=60000)))
+            th.start()
+            d.wait_stats(lambda s: s["artifact_waiting"] == 1, "the get's wait")
+            assert producer.artifact_put("t", "leased", v, lease=token)
+            th.join()
+            assert got["r"].found and got["r"].value == v
+        assert d.stats()["artifact_spooled_puts"] == 3
+        d.stop()
+        d.start()
+        assert d.cli("verify").returncode == 0
+
+
+def test_a_put_whose_value_is_not_last_is_read_whole_and_stored():
+    """An old client's frame: the value first, the other fields after it."""
+    v = value(2 * MB, 5)
+    body = pack({"value": v, "id": 1, "ns": "t", "key": "first"})
+    with Daemon(workers=1) as d:
+        r = Raw(d.socket, timeout=60)
+        r.send(frame(PUT, body))
+        t, rep = r.recv_frame()
+        assert t == PUT | 0x80 and mp_unpack(rep)["stored"] is True, mp_unpack(rep)
+        r.close()
+        s = d.stats()
+        assert s["artifact_spooled_puts"] == 0 and s["artifact_puts"] == 1, s
+        with Client(d.socket) as c:
+            assert c.artifact_get("t", "first").value == v
+
+
+def test_a_client_that_stops_or_closes_mid_value_leaves_no_temporary_file():
+    v = value(8 * MB, 3)
+    with Daemon(workers=1, extra=["--header-timeout", "2"]) as d:
+        head = _head(dict(id=1, ns="t", key="k"), v)
+        # Half the value, then silence: what came is in the temporary file
+        # (not in memory), until the frame's deadline removes it.
+        r = Raw(d.socket, timeout=60)
+        r.send(head + v[:len(v) // 2])
+        _until(lambda: _spooled_bytes(d) == len(v) // 2, "half the value in its file")
+        t, body = r.recv_frame()
+        assert t == ERROR and mp_unpack(body)["code"] == "timeout", mp_unpack(body)
+        assert r.closed()
+        r.close()
+        _until(lambda: _temporaries(d) == [], "the temporary file's removal")
+        assert d.stats()["header_timeouts"] == 1
+        # A quarter, then the client closes.
+        r = Raw(d.socket, timeout=60)
+        r.send(head + v[:len(v) // 4])
+        _until(lambda: _spooled_bytes(d) == len(v) // 4, "a quarter of the value in its file")
+        r.close()
+        _until(lambda: _temporaries(d) == [], "the temporary file's removal")
+        # Nothing was stored, and the daemon serves on.
+        assert blob_files(d) == [] and d.stats()["artifact_puts"] == 0
+        with Client(d.socket) as c:
+            assert not c.artifact_get("t", "k").found
+            assert c.artifact_put("t", "k", v)
+            assert c.artifact_get("t", "k").value == v
+
+
+def test_a_put_over_artifact_max_value_is_refused_before_any_byte_of_it_is_written():
+    with Daemon(workers=1, extra=["--artifact-max-value", "1M"]) as d:
+        v = value(MB + 4096, 4)
+        r = Raw(d.socket, timeout=60)
+        # The head alone: answered before a byte of the value is sent.
+        r.send(_head(dict(id=1, ns="t", key="k"), v))
+        t, body = r.recv_frame()
+        body = mp_unpack(body)
+        assert t == ERROR and body["code"] == "invalid", body
+        assert "artifact-max-value" in body["message"], body
+        assert _temporaries(d) == [] and blob_files(d) == []
+        # Its bytes are dropped as they come; the connection serves on.
+        r.send(v + frame(2, mp_pack(dict(id=2))))
+        t, body = r.recv_frame()
+        assert t == 2 | 0x80 and mp_unpack(body)["id"] == 2
+        assert _temporaries(d) == [] and blob_files(d) == []
+        r.close()
+        # A header that claims past every limit (max-request, 64 MiB, and
+        # artifact-max-value) is refused at the header.
+        r = Raw(d.socket, timeout=60)
+        r.send(b"PX\x01\x0b" + (100 * MB).to_bytes(4, "big") + b"\xdf")
+        t, body = r.recv_frame()
+        assert t == ERROR and mp_unpack(body)["code"] == "protocol", mp_unpack(body)
+        assert r.closed()
+        r.close()
+        # The lease is checked before the value too.
+        r = Raw(d.socket, timeout=60)
+        w = value(MB // 2, 5)
+        r.send(_head(dict(id=3, ns="t", key="k", lease=99), w))
+        t, body = r.recv_frame()
+        assert t == ERROR and mp_unpack(body)["code"] == "denied", mp_unpack(body)
+        assert _temporaries(d) == []
+        r.close()
+        with Client(d.socket) as c:
+            assert c.artifact_put("t", "k", w)
+        assert d.stats()["artifact_spooled_puts"] == 1
+
+
+def test_a_kill_9_mid_spool_leaves_no_temporary_after_the_restart():
+    with Daemon(workers=1) as d:
+        with Client(d.socket) as c:
+            assert c.artifact_put("t", "kept", value(MB, 1))
+        kept = blob_files(d)
+        v = value(32 * MB, 4)
+        r = Raw(d.socket, timeout=60)
+        r.send(_head(dict(id=1, ns="t", key="half"), v) + v[:len(v) // 2])
+        _until(lambda: _spooled_bytes(d) == len(v) // 2, "half the value in its file")
+        d.stop(signal.SIGKILL)
+        r.close()
+        assert len(_temporaries(d)) == 1
+        d.start()
+        assert _temporaries(d) == [] and blob_files(d) == kept
+        assert d.cli("verify").returncode == 0
+        with Client(d.socket) as c:
+            assert c.artifact_get("t", "kept").value == value(MB, 1)
+            assert not c.artifact_get("t", "half").found
+
+
+def test_a_large_put_never_holds_the_value_in_the_daemons_memory():
+    n = 256 * MB
+    v = value(n, 9)
+    with Daemon(workers=1) as d:
+        pid = d.proc.pid
+        with Client(d.socket) as c:
+            assert c.artifact_put("t", "warm", value(MB))
+            with open("/proc/%d/clear_refs" % pid, "w") as f:
+                f.write("5")            # VmHWM starts again from VmRSS
+            base = _rss(pid)["VmRSS"]
+            assert c.artifact_put("t", "big", v)
+            peak = _rss(pid)["VmHWM"]
+        assert peak - base < n // 4, (base, peak)
+        assert d.stats()["artifact_spooled_puts"] == 2
+        fc = FdClient(d.socket)
+        _, body, fd = fc.call(GET, ns="t", key="big", fd=True)
+        assert fd is not None and os.fstat(fd).st_size == n
+        assert os.pread(fd, n, 0) == v
+        os.close(fd)
+        fc.close()

@@ -12,7 +12,10 @@
  *  - a header that parses never claims more than the cap;
  *  - a body that msg_validate() refuses is refused by msg_parse() too, and
  *    one that it accepts unpacks (msgpack-c agrees with our validator);
- *  - a parsed body's top level is a map.
+ *  - a parsed body's top level is a map;
+ *  - msg_tail_find() (conn.c's spooling) agrees with itself and with the
+ *    validator: a body it finds a tail in validates whole, any prefix of
+ *    it gives the same tail or asks for more, and its head parses.
  *
  * Built two ways (see the Makefile): with clang -fsanitize=fuzzer for
  * `make fuzz`, and with the normal compiler plus tests/fuzz/replay.c so
@@ -61,6 +64,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 		msg_free(&m);
 		buf_free(&err);
+		struct msg_tail t, u;
+		if (msg_tail_find(body, h.len, h.len, &MSG_LIMITS_DEFAULT, &t) == 1) {
+			struct buf copy = BUF_INIT;
+			const char *name;
+			size_t name_len;
+			if (!valid || t.head_len + t.len != h.len || t.key_at >= t.head_len)
+				abort();
+			for (size_t k = 0; k < h.len; k += 1 + k / 4) {
+				int q = msg_tail_find(body, k, h.len, &MSG_LIMITS_DEFAULT, &u);
+				if (q < 0 || (q == 1 && (u.head_len != t.head_len || u.len != t.len)))
+					abort();
+			}
+			if (msg_parse_head(&m, body, &t, &MSG_LIMITS_DEFAULT, &copy, &name,
+					   &name_len, NULL) < 0 || !m.map ||
+			    name + name_len > (const char *)body + t.head_len)
+				abort();
+			msg_free(&m);
+			buf_free(&copy);
+		}
 		off += FRAME_HDR_LEN + h.len;
 	}
 	return 0;

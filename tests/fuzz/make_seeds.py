@@ -151,7 +151,10 @@ def frames():
            frame(2, pack({"id": 1})) + b"XX" + b"\x00" * 6,
            frame(10, pack({"id": 1, "ns": "triton", "key": "k", "lease": True})) +
            frame(11, pack({"id": 2, "ns": "triton", "key": "k", "value": b"v", "lease": 1})) +
-           frame(12, pack({"id": 3, "lease": 1}))]
+           frame(12, pack({"id": 3, "lease": 1})),
+           # A put whose value is last, as a bin32: conn.c's spooling.
+           frame(11, pack({"id": 4, "ns": "t", "key": "k", "lease": 1, "value": b"v" * 300},
+                          wide=True))]
     for i in range(1, 8):
         out.append(frame(3, c)[:len(frame(3, c)) * i // 8])
     return out

@@ -136,6 +136,71 @@ TEST(writer_tail_is_counted_sent_after_and_last)
 	buf_free(&wire);
 }
 
+TEST(tail_of_a_large_last_bin_is_found_and_its_head_parsed)
+{
+	struct buf out = BUF_INIT, copy = BUF_INIT;
+	struct msg_writer w;
+	struct msg_tail t;
+	struct msg m;
+	const char *p, *name;
+	size_t n, name_len;
+	int64_t id;
+	static char value[70000];       /* a bin32, as msgpack-c writes it */
+
+	memset(value, 'v', sizeof value);
+	msg_begin(&w, &out, FRAME_ARTIFACT_PUT);
+	msg_put_int(&w, "id", 9);
+	msg_put_str(&w, "ns", "t");
+	msg_put_bin_tail(&w, "value", value, sizeof value);
+	REQUIRE(msg_end(&w) == 0);
+	const char *body = out.data + FRAME_HDR_LEN;
+	size_t head = out.len - FRAME_HDR_LEN, body_len = head + sizeof value;
+	/* Found once the head is there, whatever of the value is not yet. */
+	CHECK(msg_tail_find(body, head - 1, body_len, &MSG_LIMITS_DEFAULT, &t) == 0);
+	REQUIRE(msg_tail_find(body, head, body_len, &MSG_LIMITS_DEFAULT, &t) == 1);
+	CHECK(t.head_len == head && t.len == sizeof value);
+	/* A body whose length the bin does not end: not this shape. */
+	CHECK(msg_tail_find(body, head, body_len + 1, &MSG_LIMITS_DEFAULT, &t) == -1);
+	REQUIRE(msg_tail_find(body, head, body_len, &MSG_LIMITS_DEFAULT, &t) == 1);
+	/* The fields before it, as a message of their own (map32: its count
+	 * patched), and its name. */
+	REQUIRE(msg_parse_head(&m, body, &t, &MSG_LIMITS_DEFAULT, &copy, &name, &name_len,
+			       NULL) == 0);
+	CHECK(name_len == 5 && !memcmp(name, "value", 5));
+	CHECK(m.map->size == 2 && msg_int(&m, "id", &id) == 1 && id == 9);
+	CHECK(msg_bytes(&m, "ns", &p, &n) == 1 && n == 1 && *p == 't');
+	CHECK(msg_get(&m, "value") == NULL);
+	msg_free(&m);
+
+	/* A fixmap, as Python writes it: {"id": 1, "value": bin32 of 4}. */
+	static const char fix[] = "\x82\xa2id\x01\xa5value\xc6\x00\x00\x00\x04" "abcd";
+	REQUIRE(msg_tail_find(fix, sizeof fix - 1, sizeof fix - 1, &MSG_LIMITS_DEFAULT, &t) == 1);
+	CHECK(t.head_len == sizeof fix - 1 - 4 && t.len == 4);
+	REQUIRE(msg_parse_head(&m, fix, &t, &MSG_LIMITS_DEFAULT, &copy, &name, &name_len,
+			       NULL) == 0);
+	CHECK(m.map->size == 1 && msg_int(&m, "id", &id) == 1 && id == 1);
+	msg_free(&m);
+	/* The bin not last, a bin8 last, a non-str key: read whole. */
+	static const char first[] = "\x82\xa5value\xc6\x00\x00\x00\x01" "a" "\xa2id\x01";
+	CHECK(msg_tail_find(first, sizeof first - 1, sizeof first - 1, &MSG_LIMITS_DEFAULT,
+			    &t) == -1);
+	static const char bin8[] = "\x81\xa5value\xc4\x01" "a";
+	CHECK(msg_tail_find(bin8, sizeof bin8 - 1, sizeof bin8 - 1, &MSG_LIMITS_DEFAULT,
+			    &t) == -1);
+	static const char intkey[] = "\x81\x05\xc6\x00\x00\x00\x01" "a";
+	CHECK(msg_tail_find(intkey, sizeof intkey - 1, sizeof intkey - 1, &MSG_LIMITS_DEFAULT,
+			    &t) == -1);
+	/* A head that is malformed or too deep is refused, never walked past. */
+	static const char ext[] = "\x82\xa2id\xd4\x01\x01\xa5value\xc6\x00\x00\x00\x01" "a";
+	CHECK(msg_tail_find(ext, sizeof ext - 1, sizeof ext - 1, &MSG_LIMITS_DEFAULT, &t) == -1);
+	struct msg_limits shallow = { .max_depth = 1, .max_elems = 100 };
+	static const char deep[] = "\x82\xa1" "a\x91\x01\xa5value\xc6\x00\x00\x00\x01" "a";
+	CHECK(msg_tail_find(deep, sizeof deep - 1, sizeof deep - 1, &shallow, &t) == -1);
+	CHECK(msg_validate(deep, sizeof deep - 1, &shallow, NULL) == -1);
+	buf_free(&copy);
+	buf_free(&out);
+}
+
 TEST(parser_requires_a_map)
 {
 	struct msg m;
