@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Helpers of test_ops.py and test_systemd.py: a msgpack reader for error
-frames, clients run as another user (setpriv), systemd's tools.
+"""Helpers of the tests: a msgpack reader for error frames, clients run as
+another user (setpriv), systemd's tools, a small disk of its own (tmpfs).
 
 Not a test module (run.py only runs test_*.py)."""
 import os
@@ -9,6 +9,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 
 from harness import CLI, Skip, cli_for_others, small_ir  # noqa: F401 (small_ir: for the tests)
 
@@ -199,3 +200,23 @@ def tool(name, *more):
             if os.access(p, os.X_OK):
                 return p
     raise Skip("%s not found (Debian package systemd)" % name)
+
+
+@contextmanager
+def tmpfs(size):
+    """A real disk of size bytes that fills (a tmpfs, mode 0700), mounted
+    for the with block and gone after it; a Skip where none can be
+    mounted."""
+    if os.geteuid() != 0:
+        raise Skip("needs root to mount a small tmpfs")
+    mnt = tempfile.mkdtemp(prefix="ptxcache-disk-")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%d,mode=0700" % size, "tmpfs", mnt],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        os.rmdir(mnt)
+        raise Skip("cannot mount a tmpfs here: %s" % r.stderr.strip())
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", mnt])
+        os.rmdir(mnt)

@@ -5,10 +5,9 @@ still stores, the daemon making room from its own oldest entries
 failed (store_errors) until someone made room. No size cap is set, so the
 disk is the only bound."""
 import os
-import subprocess
-import tempfile
 
-from harness import Daemon, ROOT, Skip
+from harness import Daemon, ROOT
+from sysutil import tmpfs
 
 import sys
 sys.path.insert(0, os.path.join(ROOT, "python"))
@@ -19,15 +18,7 @@ VALUE = 1 << 20        # one artifact: random bytes, so zstd cannot shrink them
 
 
 def test_disk_full_puts_evict_the_oldest_and_keep_storing():
-    if os.geteuid() != 0:
-        raise Skip("needs root to mount a small tmpfs")
-    mnt = tempfile.mkdtemp(prefix="ptxcache-full-")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%d,mode=0700" % DISK, "tmpfs", mnt],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        os.rmdir(mnt)
-        raise Skip("cannot mount a tmpfs here: %s" % r.stderr.strip())
-    try:
+    with tmpfs(DISK) as mnt:
         with Daemon(workers=1, cache_dir=os.path.join(mnt, "cache"),
                     extra=["--max-size", "0", "--artifact-share", "100"]) as d:
             n = 4 * DISK // VALUE           # four disks' worth
@@ -45,6 +36,3 @@ def test_disk_full_puts_evict_the_oldest_and_keep_storing():
             # The cache is whole.
             r = d.cli("verify")
             assert r.returncode == 0, r.stdout
-    finally:
-        subprocess.run(["umount", "-l", mnt])
-        os.rmdir(mnt)

@@ -19,7 +19,7 @@ import threading
 import time
 
 from harness import Daemon, Raw, ROOT, Skip, frame, mp_pack, mp_unpack
-from sysutil import cli_as, make_reachable, setpriv
+from sysutil import cli_as, make_reachable, setpriv, tmpfs
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
 from ptxcache import Client  # noqa: E402
@@ -189,31 +189,13 @@ def test_a_damaged_blob_file_is_a_miss_counted_never_served_and_dropped():
         assert "corrupt" in d.logtext()
 
 
-def _tmpfs(size):
-    if os.geteuid() != 0:
-        raise Skip("needs root to mount a small tmpfs")
-    mnt = tempfile.mkdtemp(prefix="ptxcache-large-")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%d,mode=0700" % size, "tmpfs", mnt],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        os.rmdir(mnt)
-        raise Skip("cannot mount a tmpfs here: %s" % r.stderr.strip())
-    return mnt
-
-
-def _untmpfs(mnt):
-    subprocess.run(["umount", "-l", mnt])
-    os.rmdir(mnt)
-
-
 def _used(mnt):
     v = os.statvfs(mnt)
     return (v.f_blocks - v.f_bfree) * v.f_frsize
 
 
 def test_a_value_held_while_evicted_or_purged_keeps_its_bytes_and_its_space_comes_back():
-    mnt = _tmpfs(256 * MB)
-    try:
+    with tmpfs(256 * MB) as mnt:
         with Daemon(workers=1, cache_dir=os.path.join(mnt, "cache")) as d:
             v, w = value(16 * MB, 1), value(16 * MB, 2)
             with Client(d.socket) as c:
@@ -234,8 +216,6 @@ def test_a_value_held_while_evicted_or_purged_keeps_its_bytes_and_its_space_come
             os.close(fb)
             assert _used(mnt) < before - 28 * MB, (before, _used(mnt))
             fc.close()
-    finally:
-        _untmpfs(mnt)
 
 
 def test_descriptors_one_connection_is_sent_are_bounded_then_values_go_inline():
@@ -378,8 +358,7 @@ def test_a_kill_9_anywhere_in_large_puts_leaves_no_orphan_and_no_row_without_its
 
 
 def test_a_disk_that_fills_during_large_puts_evicts_or_refuses_cleanly():
-    mnt = _tmpfs(64 * MB)
-    try:
+    with tmpfs(64 * MB) as mnt:
         with Daemon(workers=1, cache_dir=os.path.join(mnt, "cache"),
                     extra=["--max-size", "0", "--artifact-share", "100"]) as d:
             with Client(d.socket) as c:
@@ -404,8 +383,6 @@ def test_a_disk_that_fills_during_large_puts_evicts_or_refuses_cleanly():
             assert sorted(os.path.basename(p)[:64] for p in blob_files(d)) == \
                 sorted(e["key"] for e in rows)
             assert d.cli("verify").returncode == 0
-    finally:
-        _untmpfs(mnt)
 
 
 def _rss(pid):
