@@ -674,9 +674,10 @@ static void on_fleet(void *arg, enum fleet_answer answer, const struct l2_value 
 	s->fetching = 0;
 	if (answer == FLEET_VALUE && v->kind == STORE_ARTIFACT && v->status == 0) {
 		struct buf comp = BUF_INIT;
+		char ns[NS_MAX + 1];
 		struct store_entry e = {
 			.kind = STORE_ARTIFACT, .data = v->data, .data_len = v->data_len,
-			.producer = -1, .scope = s->scope.id, .ns = s->ns,
+			.producer = -1, .scope = s->scope.id, .ns = ns,
 		};
 		unsigned char key[32];
 		size_t n_waiters = 0;
@@ -689,6 +690,7 @@ static void on_fleet(void *arg, enum fleet_answer answer, const struct l2_value 
 
 		a->n.l2_hits++;
 		memcpy(key, s->key, 32);        /* s is gone once answered */
+		memcpy(ns, s->ns, sizeof ns);
 		size_t n = slot_answer(s, v, fd, users, users ? n_waiters : 0);
 		if (fd >= 0)
 			close(fd);
