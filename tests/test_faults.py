@@ -116,7 +116,7 @@ def test_disk_full_results_still_reach_clients():
                 compile_json(d, kernel("full_first"))
                 # Take all the space that is left.
                 filler = os.path.join(mnt, "filler")
-                with open(filler, "wb") as f:
+                with open(filler, "wb", buffering=0) as f:     # nothing left to flush at close
                     try:
                         while True:
                             f.write(b"\0" * 65536)

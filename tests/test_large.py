@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 
-from harness import Daemon, Raw, ROOT, Skip, frame, mp_pack, mp_unpack
+from harness import SANITIZED, Daemon, Raw, ROOT, Skip, frame, mp_pack, mp_unpack
 from sysutil import cli_as, make_reachable, setpriv, tmpfs
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
@@ -424,7 +424,8 @@ def test_a_large_get_never_holds_the_value_in_the_daemons_memory():
                 assert len(got) == n
             c.close()
             peak = _rss(pid)["VmHWM"]
-            assert peak - base < n // 4, (fd_wanted, base, peak)
+            # Under ASan, freed memory waits in its quarantine: no bound.
+            assert SANITIZED or peak - base < n // 4, (fd_wanted, base, peak)
 
 
 # ---- a large put's value, spooled as it arrives (conn.c, artifact.c) ----
@@ -606,7 +607,7 @@ def test_a_large_put_never_holds_the_value_in_the_daemons_memory():
             base = _rss(pid)["VmRSS"]
             assert c.artifact_put("t", "big", v)
             peak = _rss(pid)["VmHWM"]
-        assert peak - base < n // 4, (base, peak)
+        assert SANITIZED or peak - base < n // 4, (base, peak)
         assert d.stats()["artifact_spooled_puts"] == 2
         fc = FdClient(d.socket)
         _, body, fd = fc.call(GET, ns="t", key="big", fd=True)
