@@ -155,8 +155,8 @@ MUTANTS: List[Mutant] = [
     # Group commit of artifact puts (daemon/put_batch.c).
     Mutant("put-batch-off", "group commit: each put its own commit", "daemon/*.c",
            "int together = n > 1 && store_batch_begin(b->store) == 0;", "int together = 0;",
-           ("test_artifact.test_concurrent_puts_share_a_commit",
-            "test_artifact.test_a_failing_put_in_a_batch")),
+           ("test_artifact.test_concurrent_puts_share_a_commit_and_each_is_durable_before_its_reply",
+            "test_artifact.test_a_failing_put_in_a_batch_loses_and_acknowledges_no_other")),
     # The lease hand-off (daemon/artifact.c, fleet.c, flight.c).
     Mutant("handoff-artifact", "lease hand-off: a node's lease ends, no waiter takes it",
            "daemon/*.c", "for (pp = &s->waiters; *pp && !(*pp)->want_lease; pp = &(*pp)->next)",
