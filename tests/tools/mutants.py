@@ -110,7 +110,7 @@ MUTANTS: List[Mutant] = [
            "daemon/*.c", "if (*total > (uint64_t)max_value)", "if (0)",
            ("test_l2_chunks.test_l2_a_manifest_cannot_make_a_reader_fetch_past_its_max_value",)),
     Mutant("chunk-writer-unbounded", "chunk verification: a writer past l2-max-value",
-           "daemon/*.c", "if (!total || (int64_t)total > l2->conf->max_value) {", "if (!total) {",
+           "daemon/*.c", "(int64_t)(rec_len + L2_HEAD + L2_TAG_LEN) > l2->conf->max_value) {", "0) {",
            ("test_l2_chunks.test_l2_a_manifest_cannot_make_a_reader_fetch_past_its_max_value",)),
     # The tier's AEAD (daemon/l2.c): what a Redis reader sees, and what a
     # writer without the secret can move.
