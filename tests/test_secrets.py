@@ -91,7 +91,7 @@ def _daemon_on(url, t, sfile):
     can change it), logging everything."""
     conf = os.path.join(t, "ptxcached.conf")
     with open(conf, "w") as f:
-        f.write("l2 = %s\nl2-secret-file = %s\nl2-timeout-ms = 200\n" % (url, sfile))
+        f.write("l2 = %s\nl2-secret-file = %s\n" % (url, sfile))
     return Daemon(workers=1, extra=["--config", conf, "--log-level", "debug"]), conf
 
 
