@@ -42,11 +42,16 @@ int blobs_write(struct blobs *b, const unsigned char key[32], int64_t sum,
 struct blob_tmp;
 struct blob_tmp *blobs_tmp_new(struct blobs *b, const char *tag, struct buf *err);
 
-/* Append data [0, len) to t: 0, or -1 with errno set (ENOSPC: the disk is
- * full) and a message in err; *done says how much of it went (a full disk
- * may take part of it), and t takes the rest on a later call. */
+/* Append data [0, len) to t (staged until a whole piece can be written):
+ * 0, or -1 with errno set (ENOSPC: the disk is full) and a message in err;
+ * *done says how much of it t took (a full disk may take part of it), and
+ * t takes the rest, and writes what it kept, on a later call. */
 int blobs_tmp_write(struct blob_tmp *t, const void *data, size_t len, size_t *done,
 		    struct buf *err);
+
+/* Write what t has staged: 0, or -1 with errno and a message in err (a
+ * later call tries again). blobs_tmp_place() does it too. */
+int blobs_tmp_flush(struct blob_tmp *t, struct buf *err);
 
 /* Make t key's file for checksum sum, durable before this returns: t
  * fsync'd, renamed into place, the directory fsync'd (as blobs_write()).

@@ -33,6 +33,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -336,6 +338,20 @@ void conn_send_file(struct conn *c, const struct buf *out, int fd, size_t len)
 	}
 }
 
+/* Whether c has CONN_MAX_FDS descriptors in flight; its count starts
+ * again once its client has read everything it was sent. */
+static int fds_at_bound(struct conn *c)
+{
+	int queued;
+
+	if (c->fds_unread < CONN_MAX_FDS)
+		return 0;
+	if (ioctl(bufferevent_getfd(c->bev), SIOCOUTQ, &queued) < 0 || queued > 0)
+		return 1;
+	c->fds_unread = 0;
+	return 0;
+}
+
 int conn_send_fd(struct conn *c, const struct buf *out, int fd)
 {
 	union {
@@ -348,8 +364,8 @@ int conn_send_fd(struct conn *c, const struct buf *out, int fd)
 
 	/* Only where nothing is queued: the descriptor rides on the frame's
 	 * first bytes, which must be the next the client reads. */
-	if (c->state != CONN_READING || c->fds_sent >= CONN_MAX_FDS || c->file_fd >= 0 ||
-	    evbuffer_get_length(bufferevent_get_output(c->bev)) != 0)
+	if (c->state != CONN_READING || c->file_fd >= 0 ||
+	    evbuffer_get_length(bufferevent_get_output(c->bev)) != 0 || fds_at_bound(c))
 		return -1;
 	memset(&u, 0, sizeof u);
 	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
@@ -363,7 +379,7 @@ int conn_send_fd(struct conn *c, const struct buf *out, int fd)
 	while (w < 0 && errno == EINTR);
 	if (w <= 0)
 		return -1;      /* full, or ETOOMANYREFS: nothing was sent */
-	c->fds_sent++;
+	c->fds_unread++;
 	if ((size_t)w < out->len &&
 	    bufferevent_write(c->bev, out->data + w, out->len - (size_t)w) < 0) {
 		log_warn("conn %llu: cannot queue reply; closing", (unsigned long long)c->serial);

@@ -71,7 +71,8 @@ struct conn {
 	struct frame_sink *sink;        /* where the last field of the frame
 	                                   being spooled goes (NULL: dropped) */
 	uint64_t tail_left;     /* its bytes still to come; 0: not spooling */
-	int fds_sent;           /* descriptors sent (conn_send_fd()), ever */
+	int fds_unread;         /* descriptors sent since the client last
+	                           had read all it was sent */
 	int file_fd;            /* a value being sent from its file, or -1 */
 	off_t file_off, file_end;       /* what of it is sent, its length */
 	struct buf after;       /* frames queued behind that file */
@@ -97,12 +98,17 @@ struct frame_sink {
  * field's bytes are read. */
 #define CONN_SPOOL_MIN ((uint32_t)256 << 10)
 
-/* The most descriptors one connection is ever sent (conn_send_fd()). Each
- * is a file the client may keep open, and so keep on disk after the cache
- * let it go (an eviction, a purge): this bounds what one connection can
- * pin, with max-connections-per-uid bounding the connections. Past it,
- * values go inline (from their files, conn_send_file()). */
-#define CONN_MAX_FDS 1024
+/* The most descriptors one connection may have in flight: sent with
+ * replies its client has not read yet (conn_send_fd()). The kernel charges
+ * a descriptor in flight to the daemon's user (up to its RLIMIT_NOFILE, for
+ * all connections together), so a client that asks and does not read must
+ * not spend that for the others; once it has read all it was sent (the
+ * socket's SIOCOUTQ is 0), its count starts again. What a client keeps
+ * after it reads is its own: its RLIMIT_NOFILE bounds its descriptors, and
+ * a file it keeps open after the cache let it go (an eviction, a purge)
+ * holds no more disk than the copy of the value it could have written. Past
+ * the bound, values go inline (from their files, conn_send_file()). */
+#define CONN_MAX_FDS 64
 
 /* What may listen for a connection's close (conn_on_close()). */
 #define CONN_CLOSE_HOOKS 4
@@ -146,7 +152,7 @@ void conn_send_file(struct conn *c, const struct buf *out, int fd, size_t len);
 /* Send the frame out with descriptor fd attached to its first byte
  * (SCM_RIGHTS), now: 0 if the frame went (its rest, if the socket took
  * only part, queued), -1 if nothing was sent (output is queued ahead of
- * it, the socket is full, c has been sent CONN_MAX_FDS, or the kernel
+ * it, the socket is full, c has CONN_MAX_FDS in flight, or the kernel
  * refused it): the caller answers otherwise. fd stays the caller's to
  * close either way (the client's copy is its own). */
 int conn_send_fd(struct conn *c, const struct buf *out, int fd);

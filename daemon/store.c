@@ -1565,6 +1565,10 @@ int store_spool_write(struct store_spool *sp, const void *data, size_t n, struct
 		size_t done = 0;
 		int rc = blobs_tmp_write(sp->tmp, p, n, &done, &ferr);
 		sp->got += done;
+		/* At its last byte all of it is written, under the same
+		 * full-disk rule as the rest. */
+		if (rc == 0 && sp->got == sp->len)
+			rc = blobs_tmp_flush(sp->tmp, &ferr);
 		if (rc == 0)
 			break;
 		int full = errno == ENOSPC || errno == EDQUOT;

@@ -55,8 +55,14 @@ class FdClient:
         self.buf += data
 
     def call(self, ftype, **fields):
+        self.send(ftype, **fields)
+        return self.reply()
+
+    def send(self, ftype, **fields):
         self.next_id += 1
         self.s.sendall(frame(ftype, mp_pack(dict(id=self.next_id, **fields))))
+
+    def reply(self):
         while True:
             while len(self.buf) < 8:
                 self._fill()
@@ -219,7 +225,7 @@ def test_a_value_held_while_evicted_or_purged_keeps_its_bytes_and_its_space_come
             fc.close()
 
 
-def test_descriptors_one_connection_is_sent_are_bounded_then_values_go_inline():
+def test_a_client_that_reads_keeps_getting_descriptors_however_many_it_holds():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard < 2200:
         raise Skip("needs 2200 descriptors")
@@ -231,28 +237,81 @@ def test_descriptors_one_connection_is_sent_are_bounded_then_values_go_inline():
                 assert c.artifact_put("t", "k", v)
             c = FdClient(d.socket)
             held = []
-            for i in range(1100):       # never closed
+            for i in range(1500):       # read, never closed
                 t, body, fd = c.call(GET, ns="t", key="k", fd=True)
-                assert body["found"]
-                if fd is None:
-                    break
+                assert body["found"] and fd is not None, (i, body)
                 held.append(fd)
-            assert len(held) == 1024, len(held)
-            # Past the bound: the value inline, and the daemon serves on.
-            assert body["value"] == v
+            assert os.pread(held[-1], len(v), 0) == v
             s = d.stats()
-            assert s["artifact_fd_hits"] == 1024 and s["artifact_fd_fallbacks"] == 1, s
-            # A new connection starts its own count.
-            c2 = FdClient(d.socket)
-            t, body, fd = c2.call(GET, ns="t", key="k", fd=True)
-            assert fd is not None and os.pread(fd, len(v), 0) == v
-            os.close(fd)
+            assert s["artifact_fd_hits"] == 1500 and s["artifact_fd_fallbacks"] == 0, s
             for fd in held:
                 os.close(fd)
             c.close()
-            c2.close()
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_descriptors_in_flight_are_bounded_per_connection_then_values_go_inline():
+    v = value(300 << 10)
+    with Daemon(workers=1) as d:
+        with Client(d.socket) as c:
+            assert c.artifact_put("t", "k", v)
+        c = FdClient(d.socket)
+        for i in range(100):        # asked for, not read
+            c.send(GET, ns="t", key="k", fd=True)
+        deadline = time.monotonic() + 30
+        while d.stats()["artifact_fd_fallbacks"] == 0:
+            assert time.monotonic() < deadline, "the daemon never stopped sending descriptors"
+            time.sleep(0.01)
+        got = [c.reply() for i in range(100)]
+        fds = [fd for t, body, fd in got if fd is not None]
+        # The first 64 as descriptors, the 65th inline; then what the
+        # daemon answered once this client had read may be either.
+        assert [fd is not None for t, body, fd in got[:65]] == [True] * 64 + [False], \
+            [fd is not None for t, body, fd in got[:65]]
+        for t, body, fd in got:
+            assert (os.pread(fd, len(v) + 1, 0) if fd is not None else body["value"]) == v
+        # All read: the count starts again, and the daemon serves on.
+        t, body, fd = c.call(GET, ns="t", key="k", fd=True)
+        assert fd is not None and os.pread(fd, len(v), 0) == v
+        for fd in fds + [fd]:
+            os.close(fd)
+        c.close()
+
+
+_OUT_OF_FDS = r"""
+import os, resource, sys
+sys.path.insert(0, sys.argv[2])
+from ptxcache import Client, ProtocolError
+c = Client(sys.argv[1])
+assert len(c.artifact_get("t", "k").value) == int(sys.argv[3])
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+held = []
+try:
+    while True:
+        held.append(os.open("/dev/null", os.O_RDONLY))
+except OSError:
+    pass
+try:
+    c.artifact_get("t", "k")
+    print("no error")
+except ProtocolError as e:
+    print(e)
+"""
+
+
+def test_a_client_out_of_descriptors_gets_a_clear_error_and_the_daemon_serves_on():
+    v = value(300 << 10)
+    with Daemon(workers=1) as d:
+        with Client(d.socket) as c:
+            assert c.artifact_put("t", "k", v)
+        r = subprocess.run([sys.executable, "-c", _OUT_OF_FDS, d.socket,
+                            os.path.join(ROOT, "python"), str(len(v))],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert "a descriptor this process could not take (out of descriptors?)" in r.stdout, r.stdout
+        with Client(d.socket) as c:
+            assert c.artifact_get("t", "k").value == v
 
 
 _OTHER = r"""
