@@ -814,9 +814,17 @@ static int artifact_call(ptxcache *pc, struct msg_writer *w, uint64_t id, uint8_
 	return r;
 }
 
+/* A value that came as a descriptor and is smaller than this is read into
+ * malloc'd memory; a larger one is mapped. Mapping pays page-table work
+ * for every page (8 MiB: 3.0 ms mapped and touched, 0.8 ms read); reading
+ * pays fresh anonymous pages once malloc takes them from mmap() (from 32
+ * MiB, glibc's largest threshold: 64 MiB 191 ms read, 21 ms mapped). */
+#define MAP_MIN ((size_t)32 << 20)
+
 /*
- * Values that came as a descriptor are mapped, not copied: ptxcache_artifact's
- * value is then a private mapping of the daemon's file (writable: a write
+ * Values of MAP_MIN and more that came as a descriptor are mapped, not
+ * copied: ptxcache_artifact's value is then a private mapping of the
+ * daemon's file (writable: a write
  * makes a private copy of that page, as a malloc'd value would take it),
  * which ptxcache_artifact_free() must unmap rather than free(). The struct
  * has no room to say which (its size is ABI), so the mappings are kept
@@ -830,10 +838,38 @@ struct mapping {
 static struct mapping *mappings;
 static pthread_mutex_t mappings_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Map fd's len bytes (checked: one regular file of exactly len bytes),
- * NUL-terminated as a malloc'd value is: a zero page or the page's zero
- * fill follows the last byte. NULL with the message set. */
-static void *map_value(ptxcache *pc, int fd, size_t len)
+/* fd's len bytes read into malloc'd memory, NUL-terminated: NULL with the
+ * message set. */
+static void *read_value(ptxcache *pc, int fd, size_t len)
+{
+	char *p = malloc(len + 1);
+	size_t got = 0;
+
+	if (!p) {
+		set_err(pc, "out of memory");
+		return NULL;
+	}
+	while (got < len) {
+		ssize_t r = pread(fd, p + got, len - got, (off_t)got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			set_err(pc, "cannot read the value ptxcached sent: %s",
+				r < 0 ? strerror(errno) : "its file is shorter than the value");
+			free(p);
+			return NULL;
+		}
+		got += (size_t)r;
+	}
+	p[len] = '\0';
+	return p;
+}
+
+/* The value behind fd, len bytes (checked: one regular file of exactly
+ * len bytes), NUL-terminated as a malloc'd value is: read (under MAP_MIN)
+ * or mapped, where a zero page or the page's zero fill follows the last
+ * byte. NULL with the message set. */
+static void *fd_value(ptxcache *pc, int fd, size_t len)
 {
 	struct stat st;
 	long page = sysconf(_SC_PAGESIZE);
@@ -844,6 +880,10 @@ static void *map_value(ptxcache *pc, int fd, size_t len)
 			"the value's %zu bytes", len);
 		free(m);
 		return NULL;
+	}
+	if (len < MAP_MIN) {
+		free(m);
+		return read_value(pc, fd, len);
 	}
 	size_t total = (len + 1 + (size_t)page - 1) / (size_t)page * (size_t)page;
 	char *p = m ? mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
@@ -932,7 +972,7 @@ int ptxcache_artifact_get(ptxcache *pc, const char *ns, const char *key, int tak
 					set_err(pc, "malformed reply from ptxcached: a descriptor "
 						"without a found value's length");
 				r = -1;
-			} else if (!(out->value = map_value(pc, fd, (size_t)vlen))) {
+			} else if (!(out->value = fd_value(pc, fd, (size_t)vlen))) {
 				r = -1;
 			} else {
 				out->len = (size_t)vlen;

@@ -539,6 +539,11 @@ def test_a_large_put_is_spooled_and_comes_back_whole_through_python_and_libptxca
             assert c.artifact_get("t", "cli").value == w
         assert sorted(os.path.getsize(p) for p in blob_files(d)) == [len(v), len(w)]
         assert _temporaries(d) == []
+        # libptxcache reads a value under 32 MiB and maps a larger one.
+        big = value(33 * MB, 3)
+        with Client(d.socket) as c:
+            assert c.artifact_put("t", "big", big)
+        assert d.cli("artifact", "get", "t", "big").stdout == big
         # A waiter of the producer's lease is answered from the file.
         with Client(d.socket) as producer, Client(d.socket) as waiter:
             token = producer.artifact_get("t", "leased", lease=True).lease
@@ -550,7 +555,7 @@ def test_a_large_put_is_spooled_and_comes_back_whole_through_python_and_libptxca
             assert producer.artifact_put("t", "leased", v, lease=token)
             th.join()
             assert got["r"].found and got["r"].value == v
-        assert d.stats()["artifact_spooled_puts"] == 3
+        assert d.stats()["artifact_spooled_puts"] == 4
         d.stop()
         d.start()
         assert d.cli("verify").returncode == 0
