@@ -102,9 +102,11 @@
  *    buffer between replies: on a virtualised host a page fault costs
  *    about 10 us (2.5 ms a MiB), more than opening the MiB, and a fresh
  *    node's first get paid each of these (bench/large.py: 8 MB 54 -> 34
- *    ms, 64 MB 346 -> 187 ms on a single Redis). A 1 MiB value still pays
- *    a manifest's round trip and a fresh process's first faults; a larger
- *    inline threshold or a chunk named before its manifest was not tried.
+ *    ms, 64 MB 346 -> 187 ms on a single Redis). The buffers a transfer
+ *    takes from the heap are faulted in at start too (l2_new(): 1 MiB
+ *    first get 11 -> 2 ms). A 1 MiB value still pays a manifest's round
+ *    trip; a larger inline threshold or a chunk named before its
+ *    manifest was not tried.
  *  - Every length is checked against the bytes that remain before it is
  *    read, and no byte of a record is used before every chunk of it has
  *    opened.

@@ -85,9 +85,11 @@
  */
 #include "daemon/l2_int.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -1227,6 +1229,32 @@ static void crypto_warm_up(void)
 	EVP_CIPHER_free(gcm);
 }
 
+/* A transfer's buffers (hiredis's reply, the record it opens into) come
+ * from the heap, and in a fresh process each of their pages faults in at
+ * its first write: about 12 us a page on a virtualised host, 3 ms a MiB,
+ * so a fresh node's first 1 MiB get took 11 ms, 9 of them faults. Fault
+ * L2_WARM_HEAP in here, at start, as huge pages where the kernel allows,
+ * and give it back to malloc, which keeps it (the process's
+ * M_TRIM_THRESHOLD, server.c): that first get then takes 2 ms
+ * (bench/NOTES.md). */
+#define L2_WARM_HEAP ((size_t)8 << 20)
+
+static void heap_warm_up(void)
+{
+	char *p = malloc(L2_WARM_HEAP);
+
+	if (!p)
+		return;
+#ifdef MADV_HUGEPAGE
+	uintptr_t huge = (uintptr_t)2 << 20;
+	uintptr_t from = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+	madvise((void *)from, (uintptr_t)p + L2_WARM_HEAP - from, MADV_HUGEPAGE);
+#endif
+	for (size_t i = 0; i < L2_WARM_HEAP; i += 4096)
+		((volatile char *)p)[i] = 0;
+	free(p);
+}
+
 struct l2 *l2_new(struct event_base *base, const struct l2_config *cfg, struct buf *err)
 {
 	struct l2 *l2 = calloc(1, sizeof *l2);
@@ -1248,6 +1276,7 @@ struct l2 *l2_new(struct event_base *base, const struct l2_config *cfg, struct b
 	 * start, rather than in the first lookup's turn of the loop. */
 	EVP_KDF_free(EVP_KDF_fetch(NULL, "HKDF", NULL));
 	crypto_warm_up();
+	heap_warm_up();
 	if (!(l2->refresh_timer = evtimer_new(base, on_refresh_timer, l2)) ||
 	    use_servers(l2, l2->conf) < 0) {
 		buf_printf(err, "out of memory");
