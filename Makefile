@@ -283,7 +283,7 @@ bench: deps
 # tag, else the last commit that changed the README's benchmark figures.
 ROUNDS ?= 3
 bench-against: deps
-	@$(MAKE) --no-print-directory $(B)/ptxcached corpus $(B)/bench/bench
+	@$(MAKE) --no-print-directory $(B)/ptxcached corpus $(B)/bench/bench $(B)/l2drive
 	@python3 bench/against.py --build $(B) $(if $(BASE),--base $(BASE)) --rounds $(ROUNDS) \
 	  $(if $(FULL),--full)
 

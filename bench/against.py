@@ -7,9 +7,13 @@ The earlier commit is checked out in a git worktree of its own under
 build/against/<sha> (`git worktree add --detach`) and its daemon built
 there (`make -j2 build/ptxcached`), once: a later run reuses it. Then the
 same bench binary (this tree's client library) runs the same sections
-(`bench --only start,miss,hit`) with one daemon and then the other, the
-order swapped every round (base, now; now, base; ...) so that both see the
-same drift of a shared machine. Each figure is the median of its rounds.
+(`bench --only start,miss,hit`; `bench --large`, the large values with
+their floors; bench/large.py's 1, 8 and 64 MB through a single Redis and
+a cluster, with each side's own build/l2drive) with one daemon and then
+the other, the order swapped every round (base, now; now, base; ...) so
+that both see the same drift of a shared machine. Each figure is the
+median of its rounds; the large values' are also given over the floor
+measured in the same run (large_8mib_py_get_over_read, ...).
 
 build/bench/against.json holds every figure of results.json that both
 daemons measured, under its own name, as {"base": median, "now": median,
@@ -37,6 +41,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Figures of results.json that are settings or counts, not measurements.
 NOT_FIGURES = {"corpus_kernels", "distinct_kernels", "quick", "workers", "notes", "per_kernel"}
+
+# The large values' figures over their floors, measured in the same run.
+LARGE_RATIOS = {
+    "put_over_write_fsync": ("put_ms", "write_fsync_ms"),
+    "py_put_over_write_fsync": ("py_put_ms", "write_fsync_ms"),
+    "c_get_over_read": ("c_get_ms", "c_read_ms"),
+    "py_get_over_read": ("py_get_ms", "py_read_ms"),
+    "get_over_raw_get": ("get_s", "raw_get_s"),
+}
 
 # The goals the table marks: (figure, which side, at most, what it says).
 GOALS = [
@@ -67,8 +80,9 @@ def default_base() -> str:
     return sha
 
 
-def build_base(rev: str, build: Path, jobs: int) -> tuple[str, Path]:
-    """The base's daemon, built in build/against/<sha> (reused if there)."""
+def build_base(rev: str, build: Path, jobs: int, tier: bool) -> tuple[str, Path]:
+    """The base's daemon (and its l2drive, for the tier section), built in
+    build/against/<sha> (reused if there)."""
     try:
         sha = git("rev-parse", "--verify", rev + "^{commit}")
     except subprocess.CalledProcessError:
@@ -80,28 +94,65 @@ def build_base(rev: str, build: Path, jobs: int) -> tuple[str, Path]:
         tree.parent.mkdir(parents=True, exist_ok=True)
         print(f"against: checking out {sha[:10]} in {tree}", file=sys.stderr)
         git("worktree", "add", "--detach", str(tree), sha)
-    print(f"against: building {sha[:10]}'s daemon (make -j{jobs} build/ptxcached)",
+    targets = ["build/ptxcached"] + (["build/l2drive"] if tier else [])
+    print(f"against: building {sha[:10]}'s {' and '.join(targets)} (make -j{jobs})",
           file=sys.stderr)
-    r = subprocess.run(["make", "-C", str(tree), f"-j{jobs}", "--no-print-directory",
-                        "build/ptxcached"], stdout=subprocess.DEVNULL)
-    if r.returncode != 0 or not daemon.exists():
-        sys.exit(f"against: building {sha[:10]} failed (see make -C {tree} build/ptxcached)")
+    r = subprocess.run(["make", "-C", str(tree), f"-j{jobs}", "--no-print-directory"] + targets,
+                       stdout=subprocess.DEVNULL)
+    if r.returncode != 0 or not all((tree / t).exists() for t in targets):
+        sys.exit(f"against: building {sha[:10]} failed (see make -C {tree} {' '.join(targets)})")
     return sha, daemon
+
+
+def run(cmd: list[str]) -> None:
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        sys.exit(f"against: {' '.join(cmd)} failed:\n{r.stderr}")
+
+
+def large_figures(rows: list[dict], prefix: str) -> dict[str, float]:
+    """bench --large's or bench/large.py's rows as figures: each measured
+    value per size, and each beside the floor measured in the same run."""
+    figs: dict[str, float] = {}
+    for row in rows:
+        size = row.get("mib", row.get("mb"))
+        for k, v in row.items():
+            if k not in ("mib", "mb") and isinstance(v, (int, float)) and not isinstance(v, bool):
+                figs[f"{prefix}_{size}mib_{k}"] = float(v)
+        for name, (num, den) in LARGE_RATIOS.items():
+            if row.get(num) and row.get(den):
+                figs[f"{prefix}_{size}mib_{name}"] = row[num] / row[den]
+    return figs
 
 
 def one_run(bench: Path, daemon: Path, corpus: Path, sections: str, quick: bool,
             workers: int, out: Path) -> dict[str, float]:
+    """One run of the sections with one side's daemon (and, for "tier",
+    that side's build of l2drive, beside the daemon)."""
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [str(bench), "--only", sections, "--daemon", str(daemon), "--corpus", str(corpus),
-           "--out", str(out), "--workers", str(workers)]
-    if quick:
-        cmd.append("--quick")
-    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if r.returncode != 0:
-        sys.exit(f"against: {' '.join(cmd)} failed:\n{r.stderr}")
-    res = json.loads((out / "results.json").read_text())
-    return {k: float(v) for k, v in res.items()
-            if k not in NOT_FIGURES and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    wanted = sections.split(",")
+    corpus_sections = ",".join(x for x in wanted if x not in ("large", "tier"))
+    figs: dict[str, float] = {}
+    if corpus_sections:
+        cmd = [str(bench), "--only", corpus_sections, "--daemon", str(daemon),
+               "--corpus", str(corpus), "--out", str(out), "--workers", str(workers)]
+        run(cmd + (["--quick"] if quick else []))
+        res = json.loads((out / "results.json").read_text())
+        figs.update({k: float(v) for k, v in res.items()
+                     if k not in NOT_FIGURES and isinstance(v, (int, float))
+                     and not isinstance(v, bool)})
+    if "large" in wanted:
+        run([str(bench), "--large", "--daemon", str(daemon), "--out", str(out)]
+            + (["--quick"] if quick else []))
+        figs.update(large_figures(json.loads((out / "large.json").read_text()), "large"))
+    if "tier" in wanted:
+        run([sys.executable, str(ROOT / "bench" / "large.py"), "--build", str(daemon.parent),
+             "--out", str(out / "tier"), "--rounds", "1", "--sizes", "1,8,64"])
+        path = out / "tier" / "large.json"       # not there: no redis-server here
+        res = json.loads(path.read_text()) if path.exists() else {}
+        for where in ("single", "cluster"):
+            figs.update(large_figures(res.get(where, []), f"tier_{where}"))
+    return figs
 
 
 def fmt(v: float | None) -> str:
@@ -115,7 +166,8 @@ def main() -> None:
     ap.add_argument("--base", help="the commit or tag to compare with (default: see above)")
     ap.add_argument("--build", default="build", help="this tree's build directory")
     ap.add_argument("--rounds", type=int, default=3, help="runs of each daemon (at least 3)")
-    ap.add_argument("--sections", default="start,miss,hit", help="bench --only's list")
+    ap.add_argument("--sections", default="start,miss,hit,large,tier",
+                    help="bench --only's list, and large (bench --large), tier (bench/large.py)")
     ap.add_argument("--full", action="store_true", help="the whole corpus, not --quick's 10")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--jobs", type=int, default=2, help="make -j for the base's build")
@@ -134,7 +186,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
 
     base_rev = a.base or default_base()
-    base_sha, base_daemon = build_base(base_rev, build, a.jobs)
+    base_sha, base_daemon = build_base(base_rev, build, a.jobs, "tier" in a.sections.split(","))
     now_sha = git("rev-parse", "HEAD")
     dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
 

@@ -525,7 +525,8 @@ void blobs_unlink(struct blobs *b, const unsigned char key[32], int64_t sum)
 }
 
 int blobs_sweep(struct blobs *b,
-		int (*named)(void *arg, const unsigned char key[32], int64_t sum), void *arg)
+		int (*named)(void *arg, const unsigned char key[32], int64_t sum), void *arg,
+		struct buf *report)
 {
 	int removed = 0, top = dup(b->dfd);
 	DIR *d = top >= 0 ? fdopendir(top) : NULL;
@@ -537,10 +538,11 @@ int blobs_sweep(struct blobs *b,
 		log_warn("cannot read '%s': %s", b->dir, strerror(errno));
 		return 0;
 	}
+	rewinddir(d);   /* the offset is b->dfd's too: where the last sweep ended */
 	while ((de = readdir(d))) {
 		const char *n = de->d_name;
 		if (!strncmp(n, TMP_PREFIX, strlen(TMP_PREFIX))) {
-			if (unlinkat(b->dfd, n, 0) == 0)
+			if (!report && unlinkat(b->dfd, n, 0) == 0)
 				removed++;
 			continue;
 		}
@@ -563,15 +565,19 @@ int blobs_sweep(struct blobs *b,
 			/* Not ours, or no row names it: nobody would ever reclaim it. */
 			if (parse_name(fe->d_name, key, &sum) < 0 || memcmp(fe->d_name, n, 2) ||
 			    !named(arg, key, sum)) {
-				if (unlinkat(dirfd(sd), fe->d_name, 0) == 0)
-					removed++;
+				if (unlinkat(dirfd(sd), fe->d_name, 0) < 0)
+					continue;
+				removed++;
+				if (report)
+					buf_printf(report, "blob file %s/%s: no entry names it; "
+						   "removed\n", n, fe->d_name);
 			}
 		}
 		closedir(sd);
 	}
 	closedir(d);
 	if (removed)
-		log_info("removed %d blob files no entry names (an interrupted put or "
-			 "eviction) from '%s'", removed, b->dir);
+		log_info("removed %d blob files no entry names (%s) from '%s'", removed,
+			 report ? "found by verify" : "an interrupted put or eviction", b->dir);
 	return removed;
 }

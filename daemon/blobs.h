@@ -82,11 +82,14 @@ int blobs_read(struct blobs *b, const unsigned char key[32], int64_t sum,
  * is gone: its blocks come back once no client holds it open). */
 void blobs_unlink(struct blobs *b, const unsigned char key[32], int64_t sum);
 
-/* Remove every temporary file, and every file for which named(arg, key,
- * sum) says 0 (no row names it). Returns the number of files removed. */
+/* Remove every file for which named(arg, key, sum) says 0 (no row names
+ * it). At open (report NULL) every temporary file too, and a line to the
+ * log; while serving (verify: report non-NULL) temporaries are puts in
+ * progress and stay, and each file removed gets a line in report.
+ * Returns the number of files removed. */
 int blobs_sweep(struct blobs *b,
 		int (*named)(void *arg, const unsigned char key[32], int64_t sum),
-		void *arg);
+		void *arg, struct buf *report);
 
 
 #endif

@@ -939,7 +939,7 @@ struct store *store_open(const char *dir, int64_t max_bytes, struct buf *err)
 		goto fail;
 	/* What a kill -9 left between a file and its row's commit, or between
 	 * a row's removal and its file's. */
-	blobs_sweep(s->blobs, row_names_file, s);
+	blobs_sweep(s->blobs, row_names_file, s, NULL);
 	reserve_make(s, 25);
 	buf_free(&why);
 	buf_free(&aside_to);
@@ -2160,6 +2160,13 @@ out:
 	return ret;
 }
 
+/* Whether f matches every entry. */
+static int filter_is_all(const struct store_filter *f)
+{
+	return !f->kind && !(f->arch && *f->arch) && f->older_than_s <= 0 && f->min_bytes <= 0 &&
+	       !(f->ns && *f->ns) && !f->scoped && !f->own;
+}
+
 int store_verify(struct store *s, const struct store_filter *f, struct buf *report)
 {
 	sqlite3_stmt *st;
@@ -2200,6 +2207,12 @@ int store_verify(struct store *s, const struct store_filter *f, struct buf *repo
 	buf_free(&log);
 	if (problems < 0)
 		return -1;
+	/* Files no row names: only a failed unlink leaves one while the
+	 * daemon runs (a file's row commits in the same call that places it,
+	 * and its removal in the same call that unlinks it). Everyone's, so
+	 * for the whole cache only. */
+	if (!f || filter_is_all(f))
+		problems += blobs_sweep(s->blobs, row_names_file, s, report);
 
 	if (sqlite3_prepare_v2(s->db, "PRAGMA integrity_check", -1, &st, NULL) != SQLITE_OK) {
 		buf_printf(report, "cannot run integrity_check: %s\n", sqlite3_errmsg(s->db));

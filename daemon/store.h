@@ -210,9 +210,9 @@ struct store_counters {
 void store_counters(struct store *s, struct store_counters *c);
 
 /* Check every entry that f matches (NULL: all; decompress and verify
- * checksum) and run PRAGMA integrity_check. Returns the number of problems
- * found, writing one line per problem to report; -1 if the check could
- * not run. */
+ * checksum), for the whole cache remove blob files no entry names, and
+ * run PRAGMA integrity_check. Returns the number of problems found,
+ * writing one line per problem to report; -1 if the check could not run. */
 int store_verify(struct store *s, const struct store_filter *f, struct buf *report);
 
 void store_result_free(struct store_result *r);

@@ -144,6 +144,44 @@ def test_a_large_value_is_a_file_and_comes_back_inline_and_as_its_descriptor():
         assert d.cli("verify").returncode == 0
 
 
+def test_verify_removes_and_reports_blob_files_no_entry_names_for_the_admin_alone():
+    v = value(MB, 4)
+    with Daemon(workers=1, extra=["--allow-users", str(B)]) as d:
+        with Client(d.socket) as c:
+            assert c.artifact_put("t", "k", v)
+        [kept] = blob_files(d)
+        top = os.path.join(d.cache_dir, "blobs")
+
+        def plant(key_hex):
+            """A file of ours by its name that no row names (a failed
+            unlink leaves one)."""
+            os.makedirs(os.path.join(top, key_hex[:2]), exist_ok=True)
+            path = os.path.join(top, key_hex[:2], key_hex + "-" + "0123456789abcdef")
+            shutil.copy(kept, path)
+            os.chmod(path, 0o400)
+            return path
+        orphan = plant("ab" * 32)
+        spool = os.path.join(top, ".tmp-spool-in-progress")    # a put under way
+        with open(spool, "wb") as f:
+            f.write(b"x" * 1000)
+        if os.geteuid() == 0:
+            # Another uid's verify covers its own entries: it leaves the file.
+            make_reachable(d.socket)
+            r = cli_as(d.socket, B, B, "verify")
+            assert r.returncode == 0, (r.stdout, r.stderr)
+            assert os.path.exists(orphan)
+        r = d.cli("verify", check=False)
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        out = r.stdout.decode()
+        assert os.path.relpath(orphan, top) in out and "no entry names it; removed" in out, out
+        assert not os.path.exists(orphan)
+        assert os.path.exists(spool) and os.path.exists(kept)
+        with Client(d.socket) as c:
+            assert c.artifact_get("t", "k").value == v
+        assert d.cli("verify").returncode == 0
+        os.unlink(spool)
+
+
 def _damage(path, how):
     os.chmod(path, 0o600)
     with open(path, "r+b") as f:
