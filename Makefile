@@ -277,8 +277,9 @@ bench: deps
 
 # This tree's daemon against an earlier commit's (bench/against.py): BASE
 # built in $(B)/against/<sha>, a worktree of its own (reused), then
-# bench --only start,miss,hit with each daemon in turn, ROUNDS rounds
-# (at least 3), medians in $(B)/bench/against.json. FULL=1: the whole
+# bench --only start,miss,hit, bench --large and bench/large.py with each
+# build in turn, ROUNDS rounds (at least 3), medians in
+# $(B)/bench/against.json. FULL=1: the whole
 # corpus rather than QUICK's 10 kernels. Without BASE: the newest bench-*
 # tag, else the last commit that changed the README's benchmark figures.
 ROUNDS ?= 3
