@@ -824,8 +824,8 @@ static int artifact_call(ptxcache *pc, struct msg_writer *w, uint64_t id, uint8_
 /*
  * Values of MAP_MIN and more that came as a descriptor are mapped, not
  * copied: ptxcache_artifact's value is then a private mapping of the
- * daemon's file (writable: a write
- * makes a private copy of that page, as a malloc'd value would take it),
+ * daemon's file (writable: a write makes a private copy of that page, as
+ * a malloc'd value would take it),
  * which ptxcache_artifact_free() must unmap rather than free(). The struct
  * has no room to say which (its size is ABI), so the mappings are kept
  * here, few at a time: those the caller has not freed yet.
@@ -873,22 +873,19 @@ static void *fd_value(ptxcache *pc, int fd, size_t len)
 {
 	struct stat st;
 	long page = sysconf(_SC_PAGESIZE);
-	struct mapping *m = malloc(sizeof *m);
 
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != len) {
 		set_err(pc, "malformed reply from ptxcached: its descriptor is not a file of "
 			"the value's %zu bytes", len);
-		free(m);
 		return NULL;
 	}
-	if (len < MAP_MIN) {
-		free(m);
+	if (len < MAP_MIN)
 		return read_value(pc, fd, len);
-	}
+	struct mapping *m = malloc(sizeof *m);
 	size_t total = (len + 1 + (size_t)page - 1) / (size_t)page * (size_t)page;
 	char *p = m ? mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
 			   -1, 0) : MAP_FAILED;
-	if (p != MAP_FAILED && len &&
+	if (p != MAP_FAILED &&
 	    mmap(p, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd, 0) == MAP_FAILED) {
 		munmap(p, total);
 		p = MAP_FAILED;
@@ -897,7 +894,7 @@ static void *fd_value(ptxcache *pc, int fd, size_t len)
 	/* The page cache's pages mapped in one call (Linux 5.14), not one
 	 * fault at a time as the caller reads them; still shared, not copied
 	 * (a write makes its page private). Best effort. */
-	if (p != MAP_FAILED && len)
+	if (p != MAP_FAILED)
 		madvise(p, len, MADV_POPULATE_READ);
 #endif
 	if (p == MAP_FAILED) {
