@@ -278,7 +278,9 @@ def test_host_name_resolved_again_when_reconnecting():
                                           "--l2-secret-file", secret, "--log-level", "info"]) as d:
                 kernels = triton_kernels()
                 compile_all(d, kernels[:1])
-                wait_for(lambda: d.stats()["l2_writes"] == 1, "the write to A")
+                # The user's own entry, then everyone's once confirmed: both
+                # land on A before the name moves.
+                wait_for(lambda: d.stats()["l2_writes"] == 2, "the writes to A")
                 assert ra.keys("ptxcache:*") and rb.keys("ptxcache:*") == []
                 with open(hosts, "w") as f:       # the same file: the mount follows it
                     f.write("127.0.0.2 %s\n" % name)
