@@ -79,6 +79,12 @@
  * 0.24 ms rather than the 0.29-0.36 ms that a file written in the socket's
  * odd-sized pieces costs (Linux 6.18, ext4). */
 #define PIECE (256u << 10)
+/* Writeback of a file being written is started every this many bytes
+ * (sync_file_range(), which only queues it): the disk is busy while the
+ * rest arrives, and the fsync before the rename, which the loop waits
+ * for, finds less to do. For 64 MB that fsync took 26-29 ms rather than
+ * 38-48 ms (Linux 6.18, ext4, a 2-core VM). */
+#define WRITEBACK_STEP (4u << 20)
 #define TMP_PREFIX ".tmp-"
 
 struct seen {
@@ -194,6 +200,8 @@ struct blob_tmp {
 	char name[128];         /* under blobs/, TMP_PREFIX first */
 	char *stage;            /* PIECE bytes, made on first use */
 	size_t staged;          /* of them, not written yet */
+	off_t written;          /* bytes in the file */
+	off_t queued;           /* of them, handed to writeback */
 };
 
 struct blob_tmp *blobs_tmp_new(struct blobs *b, const char *tag, struct buf *err)
@@ -239,8 +247,15 @@ static int write_all(struct blob_tmp *t, const char *p, size_t len, size_t *done
 			return -1;
 		}
 		off += (size_t)w;
+		t->written += w;
 	}
 	*done = off;
+	if (t->written - t->queued >= (off_t)WRITEBACK_STEP) {
+		/* A hint: whatever it fails at, the fsync before the rename
+		 * does, and reports. */
+		sync_file_range(t->fd, t->queued, t->written - t->queued, SYNC_FILE_RANGE_WRITE);
+		t->queued = t->written;
+	}
 	return 0;
 }
 
