@@ -1030,6 +1030,7 @@ static const size_t large_mb[NLARGE] = { 1, 8, 64, 256 };
 struct large_fig {
 	double put_ms, fsync_ms, cget_ms, cread_ms, pyget_ms, pyread_ms, pyput_ms;
 	long long idle_kb, peak_inline_kb, peak_fd_kb, peak_put_kb;
+	double hit_ms, hit_max_ms;      /* another client's small hits during a put */
 };
 
 static long long proc_kb(pid_t pid, const char *field)
@@ -1089,6 +1090,60 @@ static void inline_get(const char *sock, const char *key, size_t len)
 	free(rep);
 	buf_free(&b);
 	close(fd);
+}
+
+/* What a large put costs the daemon's other clients: a child on a
+ * connection of its own asks for a small value over and over while the
+ * parent puts v once; its median and longest wait in ms. The put's last
+ * steps (the blob file's fsync, its rename, the commit) run on the loop
+ * that answers everyone. */
+static void hits_during_put(ptxcache *pc, const char *sock, const char *key, const char *v,
+			    size_t n, double *median, double *longest)
+{
+	int stop[2], res[2];
+	double got[2] = { NAN, NAN };
+
+	if (ptxcache_artifact_put(pc, "large", "small", v, 1024, 0) < 0)
+		die("small put: %s", ptxcache_errmsg(pc));
+	if (pipe(stop) < 0 || pipe(res) < 0)
+		die("pipe: %s", strerror(errno));
+	pid_t pid = fork();
+	if (pid == 0) {
+		static double t[1 << 16];
+		size_t k = 0;
+		ptxcache *c = connect_or_die(sock);
+		close(stop[1]);
+		fcntl(stop[0], F_SETFL, O_NONBLOCK);
+		if (write(res[1], "", 1) != 1)  /* connected: the put may start */
+			_exit(1);
+		char x;
+		while (k < sizeof t / sizeof t[0] && read(stop[0], &x, 1) < 0 && errno == EAGAIN) {
+			struct ptxcache_artifact a;
+			double t0 = now_ms();
+			if (ptxcache_artifact_get(c, "large", "small", 0, 0, &a) < 0 || !a.found)
+				_exit(1);
+			t[k++] = now_ms() - t0;
+			ptxcache_artifact_free(&a);
+		}
+		double out[2] = { quantile(t, k, 0.5), quantile(t, k, 1.0) };
+		_exit(write(res[1], out, sizeof out) == sizeof out ? 0 : 1);
+	}
+	close(stop[0]);
+	close(res[1]);
+	char ready;
+	if (pid < 0 || read(res[0], &ready, 1) != 1)
+		die("the hitting child did not start");
+	usleep(20000);
+	if (ptxcache_artifact_put(pc, "large", key, v, n, 0) < 0)
+		die("large put: %s", ptxcache_errmsg(pc));
+	usleep(20000);
+	close(stop[1]);
+	if (read(res[0], got, sizeof got) != sizeof got)
+		die("the hitting child failed");
+	close(res[0]);
+	waitpid(pid, NULL, 0);
+	*median = got[0];
+	*longest = got[1];
 }
 
 /* The Python client's warm gets, a Python read of the same file, and the
@@ -1159,7 +1214,8 @@ static void large_runs(struct large_fig *lf)
 	int reps = g.quick ? 3 : 5;
 
 	for (int z = 0; z < NLARGE; z++)
-		lf[z] = (struct large_fig){ NAN, NAN, NAN, NAN, NAN, NAN, NAN, -1, -1, -1, -1 };
+		lf[z] = (struct large_fig){ NAN, NAN, NAN, NAN, NAN, NAN, NAN, -1, -1, -1, -1,
+					    NAN, NAN };
 	daemon_start(&d, "large");
 	/* The baseline's files on the cache's own filesystem. */
 	snprintf(dir, sizeof dir, "%s/large-files", g.tmp);
@@ -1201,6 +1257,7 @@ static void large_runs(struct large_fig *lf)
 			fs[r] = now_ms() - t0;
 		}
 		lf[z].peak_put_kb = proc_kb(d.pid, "VmHWM") - put_idle_kb;
+		hits_during_put(pc, d.sock, key, v, n, &lf[z].hit_ms, &lf[z].hit_max_ms);
 		/* Warm gets (the value mapped, every page read), and reads of
 		 * the page-cached file into the process's memory. */
 		sleep(2);       /* the blob file's hash is remembered once settled */
@@ -1275,6 +1332,11 @@ static void large_table(const struct large_fig *lf)
 		       l->pyget_ms, l->pyread_ms, l->pyget_ms / l->pyread_ms, l->idle_kb,
 		       l->peak_inline_kb, l->peak_fd_kb, l->peak_put_kb);
 	}
+	printf("  another client's 1 KiB hits while a put runs (the put's fsync, rename and commit"
+	       " hold the loop):\n");
+	for (int z = 0; z < NLARGE; z++)
+		printf("  %6zu MiB put: hit median %.2f ms, longest %.1f ms\n", large_mb[z],
+		       lf[z].hit_ms, lf[z].hit_max_ms);
 	printf("  (a second node's get through Redis: bench/tier.py)\n");
 }
 
@@ -1290,10 +1352,11 @@ static void large_json(const struct large_fig *lf, const char *path)
 			"\"c_get_ms\": %.3f, \"c_read_ms\": %.3f, \"py_get_ms\": %.3f, "
 			"\"py_read_ms\": %.3f, \"py_put_ms\": %.3f, \"daemon_idle_kb\": %lld, "
 			"\"daemon_peak_inline_kb\": %lld, \"daemon_peak_fd_kb\": %lld, "
-			"\"daemon_peak_put_kb\": %lld}%s\n",
+			"\"daemon_peak_put_kb\": %lld, \"hit_during_put_ms\": %.3f, "
+			"\"hit_during_put_max_ms\": %.3f}%s\n",
 			large_mb[z], l->put_ms, l->fsync_ms, l->cget_ms, l->cread_ms, l->pyget_ms,
 			l->pyread_ms, l->pyput_ms, l->idle_kb, l->peak_inline_kb, l->peak_fd_kb,
-			l->peak_put_kb,
+			l->peak_put_kb, l->hit_ms, l->hit_max_ms,
 			z + 1 < NLARGE ? "," : "");
 	}
 	fprintf(f, "]\n");
