@@ -124,6 +124,8 @@ class Client:
         self._next_id = 0
         self._used = False      # a request went over this connection
         self._fds: list[int] = []   # descriptors received, not yet claimed
+        self._pending = bytearray()     # bytes read past the frame taken last
+        self._scratch = memoryview(bytearray(_READ_AHEAD))     # what reads ahead land in
 
     # ---- connection ---------------------------------------------------
 
@@ -154,6 +156,10 @@ class Client:
             s.close()
             raise ConnectError("cannot connect to ptxcached at '%s': %s"
                                % (path, e.strerror or e)) from None
+        # Non-blocking from here: a send or a read is tried at once and
+        # waited for (_wait()) only when it cannot go on, rather than each
+        # one polled first as a socket with a timeout is.
+        s.setblocking(False)
         return s
 
     def _find_or_start(self) -> socket.socket:
@@ -182,6 +188,7 @@ class Client:
 
     def _drop(self) -> None:
         fds, self._fds = self._fds, []
+        self._pending = bytearray()
         if self._pid == os.getpid():
             for fd in fds:
                 os.close(fd)
@@ -205,6 +212,8 @@ class Client:
     def _stale(self) -> bool:
         """True if the daemon has written to or closed a connection on which
         nothing is outstanding (an idle close, a shutdown): it is of no use."""
+        if self._pending:
+            return True
         try:
             r, _, _ = select.select([self._sock], [], [], 0)
         except (OSError, ValueError):
@@ -333,12 +342,11 @@ class Client:
         assert sock is not None
         views = [memoryview(p).cast("B") for p in parts if len(p)]
         while views:
-            sock.settimeout(self._wait_left(deadline))
             try:
                 n = sock.sendmsg(views[:64])
-            except socket.timeout:
-                raise DaemonTimeout("timed out after %.0f ms sending to ptxcached at '%s'"
-                                    % (self.timeout * 1000, self.path)) from None
+            except BlockingIOError:
+                self._wait(select.POLLOUT, deadline)
+                continue
             except OSError as e:
                 if e.errno in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN):
                     raise _Closed(e.strerror) from None
@@ -348,28 +356,33 @@ class Client:
             if n:
                 views[0] = views[0][n:]
 
-    def _wait_left(self, deadline: float) -> float:
+    def _wait(self, event: int, deadline: float) -> None:
+        """Wait until the socket can be read (POLLIN) or written (POLLOUT):
+        at most the silence bound, and not past deadline."""
         left = deadline - time.monotonic()
         if left <= 0:
             raise DaemonTimeout("ptxcached at '%s' did not answer in time" % self.path)
-        return min(left, self.timeout)
+        p = select.poll()
+        p.register(self._sock, event)
+        if not p.poll(min(left, self.timeout) * 1000 + 1):
+            if event == select.POLLIN:
+                raise DaemonTimeout("no answer from ptxcached at '%s' for %.0f ms"
+                                    % (self.path, self.timeout * 1000))
+            raise DaemonTimeout("timed out after %.0f ms sending to ptxcached at '%s'"
+                                % (self.timeout * 1000, self.path))
 
-    def _read_exact(self, n: int, deadline: float) -> bytearray:
+    def _recv(self, view: memoryview, deadline: float) -> int:
+        """One read into view (more than 0 bytes), its descriptors queued."""
         sock = self._sock
         assert sock is not None
-        buf = bytearray(n)
-        view = memoryview(buf)
-        got = 0
-        while got < n:
-            sock.settimeout(self._wait_left(deadline))
+        while True:
             try:
                 # recvmsg: a reply may bring its value's descriptor
                 # (SCM_RIGHTS on its first byte; PROTOCOL.md).
-                r, anc, flags, _ = sock.recvmsg_into([view[got:]], _ANC_SPACE,
-                                                     socket.MSG_CMSG_CLOEXEC)
-            except socket.timeout:
-                raise DaemonTimeout("no answer from ptxcached at '%s' for %.0f ms"
-                                    % (self.path, self.timeout * 1000)) from None
+                r, anc, flags, _ = sock.recvmsg_into([view], _ANC_SPACE, socket.MSG_CMSG_CLOEXEC)
+            except BlockingIOError:
+                self._wait(select.POLLIN, deadline)
+                continue
             except OSError as e:
                 if e.errno in (errno.ECONNRESET, errno.EPIPE):
                     raise _Closed(e.strerror) from None
@@ -378,7 +391,27 @@ class Client:
                 self._take_fds(anc, flags)
             if r == 0:
                 raise _Closed("end of stream")
-            got += r
+            return r
+
+    def _read_exact(self, n: int, deadline: float) -> bytearray:
+        """The stream's next n bytes. Up to _READ_AHEAD at a time, so that a
+        small reply's header and body come in one read; a larger body is
+        read straight into the buffer returned, never past its end."""
+        have = self._pending
+        if n <= _READ_AHEAD:
+            while len(have) < n:
+                got = self._recv(self._scratch, deadline)
+                have += self._scratch[:got]
+            out = have[:n]
+            del have[:n]
+            return out
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = len(have)
+        view[:got] = have
+        have.clear()
+        while got < n:
+            got += self._recv(view[got:], deadline)
         return buf
 
     def _take_fds(self, anc: list, flags: int) -> None:
@@ -499,6 +532,8 @@ class Client:
 
 
 _ANC_SPACE = socket.CMSG_SPACE(4 * 4)
+# What one read asks for when a frame's end is near (_read_exact()).
+_READ_AHEAD = 64 << 10
 
 
 def _read_value(fd: int, n: object) -> bytes:

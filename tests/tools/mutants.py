@@ -232,6 +232,14 @@ MUTANTS: List[Mutant] = [
            "return [f for f in files if os.path.isfile(os.path.join(ROOT, f)) "
            "and not f.startswith(\"tests/\")]",
            ("test_wheel.test_wheel_sdist_holds_the_tree_and_builds_the_same_wheel",)),
+    # The Python client's read-ahead (python/ptxcache/client.py): bytes of
+    # the next reply read with this one's, and descriptors with them.
+    Mutant("py-read-ahead-kept", "Python client: a frame's bytes taken stay buffered",
+           "python/ptxcache/*.py", "del have[:n]", "have = have",
+           ("test_large.test_python_gets_answered_together_each_take_their_own_value_and_descriptor",)),
+    Mutant("py-read-ahead-lost", "Python client: bytes read ahead of a large body are dropped",
+           "python/ptxcache/*.py", "view[:got] = have", "got = 0",
+           ("test_large.test_python_gets_answered_together_each_take_their_own_value_and_descriptor",)),
 ]
 
 
