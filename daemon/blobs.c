@@ -229,14 +229,16 @@ struct blob_tmp *blobs_tmp_new(struct blobs *b, const char *tag, struct buf *err
 }
 
 /* Write all of [p, p + len) at the file's end: 0, or -1 with errno and
- * a message in err, *done saying how much went. */
+ * a message in err, *done saying how much went. In WRITEBACK_STEP slices,
+ * the writeback of each started once it is written. */
 static int write_all(struct blob_tmp *t, const char *p, size_t len, size_t *done,
 		     struct buf *err)
 {
 	size_t off = 0;
 
 	while (off < len) {
-		ssize_t w = write(t->fd, p + off, len - off > (1u << 30) ? 1u << 30 : len - off);
+		size_t n = len - off > WRITEBACK_STEP ? WRITEBACK_STEP : len - off;
+		ssize_t w = write(t->fd, p + off, n);
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0) {
@@ -248,14 +250,15 @@ static int write_all(struct blob_tmp *t, const char *p, size_t len, size_t *done
 		}
 		off += (size_t)w;
 		t->written += w;
+		if (t->written - t->queued >= (off_t)WRITEBACK_STEP) {
+			/* A hint: whatever it fails at, the fsync before the
+			 * rename does, and reports. */
+			sync_file_range(t->fd, t->queued, t->written - t->queued,
+					SYNC_FILE_RANGE_WRITE);
+			t->queued = t->written;
+		}
 	}
 	*done = off;
-	if (t->written - t->queued >= (off_t)WRITEBACK_STEP) {
-		/* A hint: whatever it fails at, the fsync before the rename
-		 * does, and reports. */
-		sync_file_range(t->fd, t->queued, t->written - t->queued, SYNC_FILE_RANGE_WRITE);
-		t->queued = t->written;
-	}
 	return 0;
 }
 
