@@ -30,8 +30,9 @@
  *            and through the Python client, each against reading the same
  *            bytes from a page-cached file into the process, and the
  *            daemon's peak RSS over its idle RSS for a get inline, by
- *            descriptor, and for the puts (--large runs this section
- *            alone). A second
+ *            descriptor, and for the puts, and how long another
+ *            client's 1 KiB hits wait while a put runs (--large runs
+ *            this section alone). A second
  *            node's get of them through Redis belongs to bench/tier.py.
  *
  * Results go to OUT/results.json (the key names are the contract of
