@@ -405,6 +405,7 @@ class Client:
             out = have[:n]
             del have[:n]
             return out
+        # What a read ahead left is less than _READ_AHEAD, so less than n.
         buf = bytearray(n)
         view = memoryview(buf)
         got = len(have)
