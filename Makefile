@@ -26,6 +26,7 @@ endif
 DEP_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 DEP_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CLI_LIBS   = -lmsgpackc $(shell pkg-config --libs json-c 2>/dev/null)
+BENCH_LIBS = -lmsgpackc -lcrypto -lm
 
 # LLVM is linked statically into the daemon alone: faster start-up and a
 # binary that can be carried to a machine without Debian's LLVM. Clients
@@ -61,6 +62,7 @@ static_libs  = -Wl,-Bstatic $(filter-out $(SYSLIBS) %.so,$(1)) -Wl,-Bdynamic -ld
 DEP_LIBS     = $(shell pkg-config --static --libs $(PKGS) 2>/dev/null)
 DAEMON_LIBS  = $(call static_libs,$(LLVM_LIBS) $(DEP_LIBS))
 CLI_LIBS     = $(call static_libs,-lmsgpackc $(shell pkg-config --static --libs json-c 2>/dev/null))
+BENCH_LIBS   = $(call static_libs,-lmsgpackc $(shell pkg-config --static --libs libcrypto 2>/dev/null))
 LDFLAGS     += -static-libstdc++ -static-libgcc
 ifneq ($(ARCH),$(HOST_ARCH))
 CC          := $(TRIPLET)-gcc
@@ -259,10 +261,10 @@ check-asan: deps
 # The chart needs matplotlib (`mk/deps.sh bench` installs it); without it
 # the figures are still written and the chart is skipped.
 PLOT_PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
-$(B)/bench/bench: bench/bench.c $(B)/libptxcache.a
+$(B)/bench/bench: $(call obj,bench/bench.c) $(B)/libptxcache.a $(COMPAT_OBJ)
 	@mkdir -p $(dir $@)
 	@echo "  LD  $@"
-	$(Q)$(CC) $(CFLAGS) $(DEP_CFLAGS) -o $@ $< $(B)/libptxcache.a -lmsgpackc -lcrypto -lm
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(BENCH_LIBS)
 
 bench: deps
 	@$(MAKE) --no-print-directory all corpus $(B)/bench/bench
