@@ -7,25 +7,36 @@ step, all in one fresh process per run. Not part of `make test` (CI has
 no GPU); see tests/gpu/README.md, "A language model's fleet start".
 
     python3 tests/gpu/llm_cache.py --bundle gpu-carry-py/bundle.tar.xz --out $OUT \\
-        [--mode default] [--layers 16] [--repeat 3] [--runs pkg-l2,nopgo,profile,four]
-        [--budget 480] [--timeout 240] [--sources]
+        [--mode default] [--layers 16] [--repeat 3] [--runs pkg-warm,pkg-l2,nopgo,own,four,profile]
+        [--wheel ptxcache-*.whl] [--work DIR [--resume]] [--budget 420] [--timeout 200] [--sources]
 
 Runs (each a fresh process; the package's with fresh TORCHINDUCTOR_CACHE_DIR
-and TRITON_CACHE_DIR, the local anchor on the cold run's):
-
+and TRITON_CACHE_DIR, the local anchor on the cold run's). Started at once,
+since their times are not compared:
   cold      no package, every cache cold (the reference outputs)
   pkg-cold  the package (PTXCACHE_TORCH=1) on a cold daemon that has Redis
-  then --repeat rounds, alternating:
+  own-first (own) the pip-installed wheel with PTXCACHE_TORCH=1 alone: it
+            starts the user's own daemon and compiles
+  four      (four) four processes of the package on another cold daemon
+then --repeat rounds, alternating:
   local     no package, the cold run's directories again: the anchor
-  pkg-warm  the package on that daemon, now warm
-  pkg-l2    the package on a fresh second daemon sharing only Redis
+  pkg-warm  the package on the first daemon, now warm (rounds 2 and 3
+            are the second and third processes on it)
   nopgo     pkg-warm with PTXCACHE_PGO_JOB_ID=0 (no job id for Dynamo's
             profile of dynamic shapes: the second length compiles again)
-  profile (after the first round: cProfile of one local and one pkg-warm
-  process), and at the end four (four processes at once on a cold daemon).
+  pkg-l2    the package on a fresh second daemon sharing only Redis
+  own       a warm process on the user's own daemon
+and at the end profile: cProfile of one local and one pkg-warm process.
 
-The timed span is the compiled model's first call to the end of the
-training step's backward (every phase synchronised); each phase's time,
+A call's device time is short: --work keeps the cold directories and the
+first daemon's cache, and a later call on the same machine with --resume
+uses them instead of compiling again (no Redis then: no pkg-l2).
+
+Each process runs the lengths, the first length again (through the
+dynamic graph, which a process given the PGO profile runs from its first
+call: the reference for that one), then the training step. The timed span
+is the compiled model's first call to the end of the training step's
+backward (every phase synchronised); each phase's time,
 output hash (logits, or loss and every gradient), Dynamo's counters and
 stage timers, and the package's requests per namespace are kept in
 results.json.
@@ -94,6 +105,15 @@ with torch.no_grad():
         phases.append({"phase": "infer%d" % n, "s": time.time() - ta,
                        "unique_graphs": counters["stats"].get("unique_graphs", 0)})
         outs.append(logits)
+    # The first length again, now through the dynamic graph (the newest of
+    # the frame's entries, checked first): what a process given the PGO
+    # profile computes for it from the start.
+    ta = time.time()
+    logits = compiled(input_ids=ids[lens[0]], use_cache=False).logits
+    torch.cuda.synchronize()
+    phases.append({"phase": "again%d" % lens[0], "s": time.time() - ta,
+                   "unique_graphs": counters["stats"].get("unique_graphs", 0)})
+    outs.append(logits)
 model.train()
 ta = time.time()
 loss = compiled(input_ids=tr, labels=tr, use_cache=False).loss
@@ -248,33 +268,90 @@ def save(args, results):
         f.write(table(results))
 
 
+def together(work, mode, jobs, t):
+    """Start every (tag, env, daemon) of jobs at once; {tag: result}."""
+    before = {tag: d.stats() for tag, _env, d in jobs if d}
+    started = [(tag, d) + start(work, mode, env, tag) for tag, env, d in jobs]
+    out = {}
+    for tag, d, p, path, t0 in started:
+        r = out[tag] = tc.finish_child(p, path, t0, t)
+        if d:
+            after = d.stats()
+            r["daemon_delta"] = {k: after.get(k, 0) - before[tag].get(k, 0)
+                                 for k in tc.DELTA if k in after}
+        tc.log("  %-9s %s" % (tag, line(r)))
+    return out
+
+
+def own_env(work, tools, args, tag):
+    """A process with the installed wheel and PTXCACHE_TORCH=1 alone: the
+    first such process starts the user's own daemon (autostart)."""
+    env, _ = env_for(work, tools, tag, args, PTXCACHE_TORCH="1",
+                     XDG_CACHE_HOME=os.path.join(work, "own-xdg"),
+                     XDG_RUNTIME_DIR=os.path.join(work, "own-run"))
+    os.makedirs(env["XDG_RUNTIME_DIR"], mode=0o700, exist_ok=True)
+    return env
+
+
 def series(args, tools, work, results, deadline):
+    """The cold runs (at once: their times are not compared), then rounds
+    of the warm runs against local, then the profiles. With --resume and a
+    state.json in work (an earlier call on this machine, --work and the
+    same mode), its cold directories and its first daemon are used again
+    and the cold runs skipped."""
     mode = args.mode
     res = results.setdefault(mode, {})
     t = args.timeout
     runs = set(args.runs.split(","))
     pth = tc.pth_base(work, tools)
-    env, dirs = env_for(work, tools, "cold", args)
-    res["cold"] = run(work, mode, env, "cold", t)
-    save(args, results)
-    redis = tc.Redis(tools, tempfile.mkdtemp(prefix="redis-", dir=work))
-    secret = os.path.join(work, "l2-secret")
-    with open(secret, "w") as f:
-        f.write(os.urandom(16).hex())
-    d1 = tc.Daemon(tools, work, "d1-llm-%s" % mode.replace("-", ""), redis, secret)
+    state_path = os.path.join(work, "state-%s.json" % mode)
+    d1_name = "d1-llm-%s" % mode.replace("-", "")
+    redis = d1 = None
+    resumed = args.resume and os.path.exists(state_path)
     try:
-        env, _ = env_for(work, tools, "pkgcold", args, daemon=d1, pth=pth)
-        res["pkg-cold"] = run(work, mode, env, "pkg-cold", t, d1)
+        jobs = []
+        if resumed:
+            with open(state_path) as f:
+                dirs = json.load(f)["dirs"]
+            res["resumed"] = dirs
+            d1 = tc.Daemon(tools, work, d1_name, reuse=True)
+            runs.discard("pkg-l2")      # its Redis is gone with the earlier call
+        else:
+            redis = tc.Redis(tools, tempfile.mkdtemp(prefix="redis-", dir=work))
+            secret = os.path.join(work, "l2-secret")
+            with open(secret, "w") as f:
+                f.write(os.urandom(16).hex())
+            d1 = tc.Daemon(tools, work, d1_name, redis, secret)
+            env, dirs = env_for(work, tools, "cold", args)
+            jobs += [("cold", env, None),
+                     ("pkg-cold", env_for(work, tools, "pkgcold", args, daemon=d1, pth=pth)[0], d1)]
+        if "own" in runs:
+            jobs.append(("own-first", own_env(work, tools, args, "ownfirst"), None))
+        if "four" in runs:
+            d3 = tc.Daemon(tools, work, "d3-llm-%s-%d" % (mode.replace("-", ""), time.time_ns()))
+            jobs += [("four%d" % i, env_for(work, tools, "four%d" % i, args, daemon=d3, pth=pth)[0], None)
+                     for i in range(4)]
+        res.update(together(work, mode, jobs, max(t, args.cold_timeout)))
+        if "four" in runs:
+            four(res, d3)
+        if not resumed:
+            # Each FX graph entry's size (issue 36 asks for one over 8 MB).
+            res["fx_entries"] = subprocess.run(
+                [tools.cli, "--socket", d1.sock, "ls", "--namespace", "inductor-fx"],
+                capture_output=True, text=True).stdout[-4000:]
+            with open(state_path, "w") as f:
+                json.dump({"dirs": dirs}, f)
+            time.sleep(2.0)     # the daemon publishes to Redis in the background
         save(args, results)
-        time.sleep(2.0)     # the daemon publishes to Redis in the background
         for i in range(args.repeat):
             if time.time() > deadline:
                 res["cut"] = "after %d rounds: out of time" % i
                 break
             env, _ = env_for(work, tools, "local", args, dirs=dirs)
             res.setdefault("local", []).append(run(work, mode, env, "local", t))
-            env, _ = env_for(work, tools, "pkgwarm", args, daemon=d1, pth=pth)
-            res.setdefault("pkg-warm", []).append(run(work, mode, env, "pkg-warm", t, d1))
+            if "pkg-warm" in runs:
+                env, _ = env_for(work, tools, "pkgwarm", args, daemon=d1, pth=pth)
+                res.setdefault("pkg-warm", []).append(run(work, mode, env, "pkg-warm", t, d1))
             if "nopgo" in runs and i < args.nopgo_rounds:
                 env, _ = env_for(work, tools, "nopgo", args, daemon=d1, pth=pth, PTXCACHE_PGO_JOB_ID="0")
                 res.setdefault("nopgo", []).append(run(work, mode, env, "nopgo", t, d1))
@@ -287,32 +364,35 @@ def series(args, tools, work, results, deadline):
                     res.setdefault("pkg-l2", []).append(r)
                 finally:
                     d2.stop()
+            if "own" in runs:
+                res.setdefault("own", []).append(run(work, mode, own_env(work, tools, args, "own"), "own", t))
             save(args, results)
-            if i == 0 and "profile" in runs and time.time() < deadline:
-                # After the first round, so that a call cut short has them.
-                profiles(args, tools, work, res, mode, dirs, d1, pth, t)
-                save(args, results)
+        if "profile" in runs and time.time() < deadline + 120:
+            profiles(args, tools, work, res, mode, dirs, d1, pth, t)
     finally:
-        d1.stop()
-        redis.stop()
-    if "four" in runs and time.time() < deadline:
-        d3 = tc.Daemon(tools, work, "d3-llm-%s" % mode.replace("-", ""))
-        try:
-            started = [start(work, mode, env_for(work, tools, "four%d" % i, args, daemon=d3, pth=pth)[0],
-                             "four%d" % i) for i in range(4)]
-            four = [tc.finish_child(p, out, t0, t) for p, out, t0 in started]
-            s = d3.stats()
-            res["four"] = {"runs": four, "daemon": {k: v for k, v in s.items() if k.startswith("artifact")},
-                           "graph_compiles": sum(r.get("counters", {}).get("inductor", {})
-                                                 .get("fxgraph_cache_miss", 0) for r in four),
-                           "graphs": res["pkg-cold"].get("counters", {}).get("inductor", {})
-                           .get("fxgraph_cache_miss")}
-            tc.log("  four      %s; graph compiles %s (graphs %s), waits %s"
-                   % (" ".join(tc.fmt(r) for r in four), res["four"]["graph_compiles"],
-                      res["four"]["graphs"], s.get("artifact_waits")))
-        finally:
-            d3.stop()
+        if d1:
+            d1.stop()
+        if redis:
+            redis.stop()
     save(args, results)
+
+
+def four(res, d3):
+    """The four processes at once on a cold daemon: how many graphs they
+    compiled together, against the graphs one of them needed."""
+    try:
+        s = d3.stats()
+        runs = [res.pop("four%d" % i) for i in range(4)]
+        res["four"] = {"runs": runs, "daemon": {k: v for k, v in s.items() if k.startswith("artifact")},
+                       "graph_compiles": sum(r.get("counters", {}).get("inductor", {})
+                                             .get("fxgraph_cache_miss", 0) for r in runs),
+                       "graphs": sum(runs[0].get("counters", {}).get("inductor", {})
+                                     .get(k, 0) for k in ("fxgraph_cache_hit", "fxgraph_cache_miss"))}
+        tc.log("  four      %s; graph compiles %s (graphs %s), waits %s"
+               % (" ".join(tc.fmt(r) for r in runs), res["four"]["graph_compiles"],
+                  res["four"]["graphs"], s.get("artifact_waits")))
+    finally:
+        d3.stop()
 
 
 def profiles(args, tools, work, res, mode, dirs, d1, pth, t):
@@ -341,11 +421,16 @@ def _times(v):
 
 
 def same(r, ref):
-    """Which phases' outputs equal ref's, bit for bit."""
+    """Which of r's phases equal ref's output from the same graph: the
+    same phase, or for the first length, ref's run of it again after the
+    others (the dynamic graph, which a process given the PGO profile runs
+    from its first call)."""
     if not r or not ref or "hashes" not in r or "hashes" not in ref:
         return "-"
-    eq = [k for k in r["hashes"] if r["hashes"].get(k) == ref["hashes"].get(k)]
-    return "all" if len(eq) == len(r["hashes"]) else ("%s of %d" % (",".join(eq) or "none", len(r["hashes"])))
+    h, rh = r["hashes"], ref["hashes"]
+    eq = [k for k in h if h[k] == rh.get(k) or
+          k.startswith("infer") and h[k] == rh.get("again" + k[len("infer"):])]
+    return "all" if len(eq) == len(h) else ("%s of %d" % (",".join(eq) or "none", len(h)))
 
 
 def table(results):
@@ -353,10 +438,11 @@ def table(results):
             "requests | MB from the daemon (FX graph) | outputs = cold's | = pkg-cold's |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for mode, res in results.items():
-        if not isinstance(res, dict) or "cold" not in res:
+        if not isinstance(res, dict) or "local" not in res:
             continue
         loc = tc.median(_times(res.get("local")))
-        for k in ("cold", "pkg-cold", "local", "pkg-warm", "nopgo", "pkg-l2", "prof-local", "prof-pkg"):
+        for k in ("cold", "pkg-cold", "own-first", "local", "pkg-warm", "nopgo", "pkg-l2", "own",
+                  "prof-local", "prof-pkg"):
             v = res.get(k)
             if not v:
                 continue
@@ -416,7 +502,13 @@ def main():
     ap.add_argument("--lens", default="128,256,384")
     ap.add_argument("--train-len", type=int, default=256)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--runs", default="pkg-l2,nopgo,profile")
+    ap.add_argument("--runs", default="pkg-warm,pkg-l2",
+                    help="of pkg-warm, pkg-l2, nopgo, own (needs --wheel), four, profile")
+    ap.add_argument("--wheel", help="the wheel (make wheel) that own runs pip install")
+    ap.add_argument("--work", help="a directory kept for a later call's --resume (else a temporary one)")
+    ap.add_argument("--resume", action="store_true",
+                    help="reuse the cold directories and first daemon of an earlier call's --work")
+    ap.add_argument("--cold-timeout", type=int, default=300, help="for the runs started at once")
     ap.add_argument("--nopgo-rounds", type=int, default=1, help="rounds that run nopgo too")
     ap.add_argument("--timeout", type=int, default=240)
     ap.add_argument("--budget", type=int, default=480, help="no new round after this many seconds")
@@ -438,8 +530,13 @@ def main():
             dump_sources(args.out)
         except Exception as e:
             tc.log("sources: %r" % e)
-    work = tempfile.mkdtemp(prefix="llm-cache-")
-    os.makedirs(os.path.join(work, "profiles"))
+    if args.wheel:
+        import glob
+        import wheel_first_minute
+        if not wheel_first_minute.install(sorted(glob.glob(args.wheel))[-1]):
+            return 1
+    work = args.work or tempfile.mkdtemp(prefix="llm-cache-")
+    os.makedirs(os.path.join(work, "profiles"), exist_ok=True)
     tools = tc.Tools(args.bundle, args.bin or os.path.join(tc.ROOT, "gpu-carry-py"), work)
     if args.python:
         tools.python_dir = os.path.abspath(args.python)
@@ -458,7 +555,8 @@ def main():
     sys.stdout.write(table(results))
     for p in tc._PTH_MADE:
         os.unlink(p)
-    shutil.rmtree(work, ignore_errors=True)
+    if not args.work:
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

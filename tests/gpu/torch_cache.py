@@ -268,10 +268,11 @@ class Redis:
 
 
 class Daemon:
-    def __init__(self, tools, work, name, redis=None, secret=None, log_level="warning"):
+    def __init__(self, tools, work, name, redis=None, secret=None, log_level="warning", reuse=False):
+        """reuse: start on the state a daemon of this name left in work."""
         self.tools = tools
         self.dir = os.path.join(work, name)
-        os.makedirs(self.dir)
+        os.makedirs(self.dir, exist_ok=reuse)
         self.sock = os.path.join(self.dir, "s.sock")
         args = [tools.daemon, "--socket", self.sock, "--cache-dir", os.path.join(self.dir, "cache"),
                 "--log-level", log_level]     # workers: the default, one per core
@@ -280,7 +281,7 @@ class Daemon:
             args += ["--ptxas", p]
         if redis:
             args += ["--l2", "unix:" + redis.sock, "--l2-secret-file", secret]
-        self.log = open(os.path.join(self.dir, "log"), "wb")
+        self.log = open(os.path.join(self.dir, "log"), "ab")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=self.log)
         deadline = time.time() + 60
         while subprocess.run([tools.cli, "--socket", self.sock, "ping"],

@@ -37,6 +37,18 @@ def env_for(work, tag, package, dirs=None):
     return env, cdir
 
 
+def install(wheel):
+    """pip install the wheel into this interpreter's environment, as a
+    user would; whether it worked."""
+    pip = [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "-q", wheel]
+    r = subprocess.run(pip, capture_output=True, text=True)
+    if r.returncode != 0 and "externally-managed" in r.stderr:
+        r = subprocess.run(pip + ["--break-system-packages"], capture_output=True, text=True)
+    print("pip install %s: exit %d %s" % (os.path.basename(wheel), r.returncode,
+                                          r.stderr.strip()[-300:]), flush=True)
+    return r.returncode == 0
+
+
 def run(work, model, mode, env, tag, timeout):
     p, out, t0 = torch_cache.start_child(work, model, mode, env, tag)
     r = torch_cache.finish_child(p, out, t0, timeout)
@@ -54,13 +66,7 @@ def main():
     ap.add_argument("--timeout", type=int, default=300)
     args = ap.parse_args()
     wheel = sorted(glob.glob(args.wheel))[-1]
-    pip = [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "-q", wheel]
-    r = subprocess.run(pip, capture_output=True, text=True)
-    if r.returncode != 0 and "externally-managed" in r.stderr:
-        r = subprocess.run(pip + ["--break-system-packages"], capture_output=True, text=True)
-    print("pip install %s: exit %d %s" % (os.path.basename(wheel), r.returncode,
-                                          r.stderr.strip()[-300:]), flush=True)
-    if r.returncode != 0:
+    if not install(wheel):
         return 1
     status = subprocess.run([sys.executable, "-m", "ptxcache", "status"],
                             capture_output=True, text=True, env=env_for(tempfile.gettempdir(),
