@@ -51,8 +51,9 @@ assumed):
 The same import hook installs ptxcache.autotune (a warm process believes
 the coordinate-descent results it finds) right after PyTorch imports
 torch._inductor.runtime.triton_heuristics, ptxcache.triton_key
-(Triton's installation hash kept on the daemon) right after it imports
-torch._inductor.runtime.triton_compat, and ptxcache.pgo (a job id for
+(Triton's installation hash kept on the daemon) right after
+torch._inductor.runtime.triton_compat and triton.runtime.cache are
+imported, and ptxcache.pgo (a job id for
 Dynamo's profile of dynamic shapes, where the user set none) right after
 it imports torch.compiler.config.
 
@@ -284,6 +285,7 @@ def _install_pgo(module: Any) -> None:
 _AFTER_IMPORT: dict[str, Any] = {MODULE: lambda m: install(m),
                                  autotune.MODULE: _install_autotune,
                                  triton_key.MODULE: _install_triton_key,
+                                 triton_key.TRITON_MODULE: _install_triton_key,
                                  pgo.MODULE: _install_pgo}
 
 

@@ -25,11 +25,16 @@ Triton's own function answers, as without this module.
 
 install() replaces the name ``triton_key`` in PyTorch's
 ``torch._inductor.runtime.triton_compat`` (where PyTorch takes it from at
-each call) with a function that does the above, calling the one it
-replaced on a miss. ``PTXCACHE_TRITON_KEY=0`` leaves it alone.
-Measured on an H200 (tests/gpu/triton_key_check.py): PyTorch's
-``get_system()`` took 0.57 s in a fresh process without it and 0.20 s with
-the answer stored, equal to Triton's own.
+each call) and in Triton's own ``triton.runtime.cache`` (where Triton's
+``get_cache_key()`` takes it from, for every kernel that ``compile()``
+loads from Triton's cache) with one function that does the above,
+calling the one it replaced on a miss. ``PTXCACHE_TRITON_KEY=0`` leaves
+both alone. Measured on an H200 (tests/gpu/triton_key_check.py):
+PyTorch's ``get_system()`` took 0.57 s in a fresh process without it and
+0.20 s with the answer stored, equal to Triton's own. With PyTorch's name
+alone, a warm process still paid Triton's function once, 0.34 s, in the
+first kernel's ``compile()`` (cProfile of the 16-layer LLM,
+tests/gpu/README.md).
 """
 from __future__ import annotations
 
@@ -40,17 +45,21 @@ import sysconfig
 import threading
 from typing import Any, Callable
 
-__all__ = ["install", "fingerprint", "NAMESPACE", "MODULE", "ENV", "counts"]
+__all__ = ["install", "fingerprint", "NAMESPACE", "MODULE", "TRITON_MODULE", "ENV", "counts"]
 
 log = logging.getLogger(__name__)
 
 NAMESPACE = "triton-key"
 MODULE = "torch._inductor.runtime.triton_compat"
+TRITON_MODULE = "triton.runtime.cache"
 ENV = "PTXCACHE_TRITON_KEY"
 _MARK = "_ptxcache_triton_key"
 
 # This process: "stored" (found on the daemon), "computed" (Triton's own).
 counts = {"stored": 0, "computed": 0}
+# One replacement per function replaced (by id: the replacement holds it),
+# so that both modules' names ask the daemon once.
+_replacements: dict[int, Callable[[], str]] = {}
 
 
 def fingerprint(root: str) -> str:
@@ -130,5 +139,7 @@ def install(module: Any) -> bool:
         return False
     if getattr(orig, _MARK, False):
         return True
-    module.triton_key = _wrap(orig)
+    if id(orig) not in _replacements:
+        _replacements[id(orig)] = _wrap(orig)
+    module.triton_key = _replacements[id(orig)]
     return True

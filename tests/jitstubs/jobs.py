@@ -135,15 +135,18 @@ def tkey(a):
     # PyTorch's CacheBase.get_system(): triton_key from triton_compat, at
     # each call (twice here: the second must not ask again).
     import torch._inductor.runtime.triton_compat as tc
+    import triton.runtime.cache as trc
     from ptxcache.artifacts import store
     k1 = tc.triton_key()
     k2 = tc.triton_key()
+    # Triton's own get_cache_key(), for a kernel loaded from its cache.
+    k3 = trc.triton_key()
     try:
         import ptxcache.triton_key as ptk
         counts = dict(ptk.counts)
     except ImportError:
         counts = None
-    return {"key": k1, "same": k1 == k2, "counts": counts, "layers": store().layers()}
+    return {"key": k1, "same": k1 == k2 == k3, "counts": counts, "layers": store().layers()}
 
 
 def pgo(a):

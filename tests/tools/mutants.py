@@ -240,6 +240,9 @@ MUTANTS: List[Mutant] = [
     Mutant("py-read-ahead-lost", "Python client: bytes read ahead of a large body are dropped",
            "python/ptxcache/*.py", "view[:got] = have", "got = 0",
            ("test_large.test_python_gets_answered_together_each_take_their_own_value_and_descriptor",)),
+    Mutant("py-triton-key-own-left", "Python: Triton's own triton_key() computes again in every process",
+           "python/ptxcache/*.py", "triton_key.TRITON_MODULE: _install_triton_key,", "",
+           ("test_python.test_python_triton_key_is_computed_once_per_installation",)),
 ]
 
 
