@@ -4,7 +4,8 @@
 PyTorch for its system hash (CacheBase.get_system(), which computes
 Triton's triton_key()) without the package, then with it on a daemon
 (the first computes and stores, the next ones get it), and each compares
-the answer with Triton's own function. Not part of `make test`; see
+the answer with Triton's own function and says how often that function
+ran in it (Triton's own name is answered from the daemon too). Not part of `make test`; see
 tests/gpu/README.md.
 
     python3 tests/gpu/triton_key_check.py --bundle gpu-carry-py/bundle.tar.xz --out $OUT
@@ -34,9 +35,14 @@ t0 = time.time()
 system = CacheBase.get_system()
 t1 = time.time()
 import triton.runtime.cache as trc
-own = trc.triton_key()
+own = trc.triton_key()      # what Triton's get_cache_key() asks
+# How often Triton's own function ran (its lru_cache's misses): 0 where
+# the package answered both names from the daemon.
+k = trc.triton_key
+orig = k.__wrapped__ if getattr(k, "_ptxcache_triton_key", False) else k
 out = {"get_system_s": t1 - t0, "equal": system["version"]["triton"] == own,
-       "wrapped": bool(getattr(tc.triton_key, "_ptxcache_triton_key", False))}
+       "wrapped": bool(getattr(tc.triton_key, "_ptxcache_triton_key", False)),
+       "wrapped_triton": orig is not k, "triton_own_computed": orig.cache_info().misses}
 if "ptxcache.triton_key" in sys.modules:
     import ptxcache.triton_key as k
     out["counts"] = k.counts
