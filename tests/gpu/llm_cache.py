@@ -295,9 +295,9 @@ def own_env(work, tools, args, tag):
 
 def series(args, tools, work, results, deadline):
     """The cold runs (at once: their times are not compared), then rounds
-    of the warm runs against local, then the profiles. With --resume and a
-    state.json in work (an earlier call on this machine, --work and the
-    same mode), its cold directories and its first daemon are used again
+    of the warm runs against local, then the profiles. With --resume and
+    the state-MODE.json that an earlier call on this machine left in
+    --work, that call's cold directories and first daemon are used again
     and the cold runs skipped."""
     mode = args.mode
     res = results.setdefault(mode, {})
