@@ -306,7 +306,7 @@ def series(args, tools, work, results, deadline):
     pth = tc.pth_base(work, tools)
     state_path = os.path.join(work, "state-%s.json" % mode)
     d1_name = "d1-llm-%s" % mode.replace("-", "")
-    redis = d1 = None
+    redis = d1 = d3 = None
     resumed = args.resume and os.path.exists(state_path)
     try:
         jobs = []
@@ -370,29 +370,25 @@ def series(args, tools, work, results, deadline):
         if "profile" in runs and time.time() < deadline + 120:
             profiles(args, tools, work, res, mode, dirs, d1, pth, t)
     finally:
-        if d1:
-            d1.stop()
-        if redis:
-            redis.stop()
+        for x in (d1, d3, redis):
+            if x:
+                x.stop()
     save(args, results)
 
 
 def four(res, d3):
     """The four processes at once on a cold daemon: how many graphs they
     compiled together, against the graphs one of them needed."""
-    try:
-        s = d3.stats()
-        runs = [res.pop("four%d" % i) for i in range(4)]
-        res["four"] = {"runs": runs, "daemon": {k: v for k, v in s.items() if k.startswith("artifact")},
-                       "graph_compiles": sum(r.get("counters", {}).get("inductor", {})
-                                             .get("fxgraph_cache_miss", 0) for r in runs),
-                       "graphs": sum(runs[0].get("counters", {}).get("inductor", {})
-                                     .get(k, 0) for k in ("fxgraph_cache_hit", "fxgraph_cache_miss"))}
-        tc.log("  four      %s; graph compiles %s (graphs %s), waits %s"
-               % (" ".join(tc.fmt(r) for r in runs), res["four"]["graph_compiles"],
-                  res["four"]["graphs"], s.get("artifact_waits")))
-    finally:
-        d3.stop()
+    s = d3.stats()
+    runs = [res.pop("four%d" % i) for i in range(4)]
+    res["four"] = {"runs": runs, "daemon": {k: v for k, v in s.items() if k.startswith("artifact")},
+                   "graph_compiles": sum(r.get("counters", {}).get("inductor", {})
+                                         .get("fxgraph_cache_miss", 0) for r in runs),
+                   "graphs": sum(runs[0].get("counters", {}).get("inductor", {})
+                                 .get(k, 0) for k in ("fxgraph_cache_hit", "fxgraph_cache_miss"))}
+    tc.log("  four      %s; graph compiles %s (graphs %s), waits %s"
+           % (" ".join(tc.fmt(r) for r in runs), res["four"]["graph_compiles"],
+              res["four"]["graphs"], s.get("artifact_waits")))
 
 
 def profiles(args, tools, work, res, mode, dirs, d1, pth, t):

@@ -5,8 +5,8 @@ PyTorch for its system hash (CacheBase.get_system(), which computes
 Triton's triton_key()) without the package, then with it on a daemon
 (the first computes and stores, the next ones get it), and each compares
 the answer with Triton's own function and says how often that function
-ran in it (Triton's own name is answered from the daemon too). Not part of `make test`; see
-tests/gpu/README.md.
+ran in it (the package answers Triton's own name from the daemon too).
+Not part of `make test`; see tests/gpu/README.md.
 
     python3 tests/gpu/triton_key_check.py --bundle gpu-carry-py/bundle.tar.xz --out $OUT
 """
