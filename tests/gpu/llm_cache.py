@@ -28,9 +28,9 @@ then --repeat rounds, alternating:
   own       a warm process on the user's own daemon
 and at the end profile: cProfile of one local and one pkg-warm process.
 
-A call's device time is short: --work keeps the cold directories and the
-first daemon's cache, and a later call on the same machine with --resume
-uses them instead of compiling again (no Redis then: no pkg-l2).
+A call's device time is short: --work keeps the cold directories, the
+first daemon's cache and Redis's data, and a later call on the same
+machine with --resume uses them instead of compiling again.
 
 Each process runs the lengths, the first length again (through the
 dynamic graph, which a process given the PGO profile runs from its first
@@ -308,6 +308,10 @@ def series(args, tools, work, results, deadline):
     d1_name = "d1-llm-%s" % mode.replace("-", "")
     redis = d1 = d3 = None
     resumed = args.resume and os.path.exists(state_path)
+    # With --work, Redis saves its data there when stopped, for a resumed
+    # call's pkg-l2.
+    redis_dir = os.path.join(work, "redis-" + mode) if args.work else tempfile.mkdtemp(dir=work)
+    secret = os.path.join(work, "l2-secret-" + mode)
     try:
         jobs = []
         if resumed:
@@ -315,10 +319,13 @@ def series(args, tools, work, results, deadline):
                 dirs = json.load(f)["dirs"]
             res["resumed"] = dirs
             d1 = tc.Daemon(tools, work, d1_name, reuse=True)
-            runs.discard("pkg-l2")      # its Redis is gone with the earlier call
+            if os.path.exists(os.path.join(redis_dir, "dump.rdb")):
+                redis = tc.Redis(tools, redis_dir, keep=True)
+            else:
+                runs.discard("pkg-l2")
         else:
-            redis = tc.Redis(tools, tempfile.mkdtemp(prefix="redis-", dir=work))
-            secret = os.path.join(work, "l2-secret")
+            os.makedirs(redis_dir, exist_ok=True)
+            redis = tc.Redis(tools, redis_dir, keep=bool(args.work))
             with open(secret, "w") as f:
                 f.write(os.urandom(16).hex())
             d1 = tc.Daemon(tools, work, d1_name, redis, secret)
@@ -341,7 +348,7 @@ def series(args, tools, work, results, deadline):
                 capture_output=True, text=True).stdout[-4000:]
             with open(state_path, "w") as f:
                 json.dump({"dirs": dirs}, f)
-            time.sleep(2.0)     # the daemon publishes to Redis in the background
+            settle(d1)
         save(args, results)
         for i in range(args.repeat):
             if time.time() > deadline:
@@ -374,6 +381,19 @@ def series(args, tools, work, results, deadline):
             if x:
                 x.stop()
     save(args, results)
+
+
+def settle(d, most=60.0):
+    """Wait until the daemon's background publishing to Redis is done:
+    its tier writes unchanged for 2 s (at most `most` seconds)."""
+    end, last, since = time.time() + most, None, time.time()
+    while time.time() < end:
+        n = d.stats().get("l2_writes")
+        if n != last:
+            last, since = n, time.time()
+        elif time.time() - since >= 2.0:
+            return
+        time.sleep(0.25)
 
 
 def four(res, d3):

@@ -250,11 +250,17 @@ def triton_ptxas():
 
 
 class Redis:
-    def __init__(self, tools, work):
+    def __init__(self, tools, work, keep=False):
+        """keep: save the data in work when stopped, and load what an
+        earlier one saved there (a later device call on the same machine)."""
         self.sock = os.path.join(work, "redis.sock")
+        self.keep = keep
         env = dict(os.environ, LD_LIBRARY_PATH=tools.redis_libs)
+        # A save point makes redis-server save on SIGTERM; it never fires
+        # during a run.
         self.proc = subprocess.Popen([tools.redis, "--port", "0", "--unixsocket", self.sock,
-                                      "--save", "", "--appendonly", "no", "--dir", work],
+                                      "--save", "86400 1" if keep else "", "--appendonly", "no",
+                                      "--dir", work],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         deadline = time.time() + 10
         while not os.path.exists(self.sock):
@@ -263,6 +269,13 @@ class Redis:
             time.sleep(0.05)
 
     def stop(self):
+        if self.keep:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=120)
+                return
+            except subprocess.TimeoutExpired:
+                pass
         self.proc.kill()
         self.proc.wait()
 
