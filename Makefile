@@ -93,7 +93,7 @@ PROTO_SRC  := proto/buf.c proto/frame.c proto/msg.c proto/ptxas_args.c proto/llc
 DAEMON_SRC := daemon/main.c daemon/config.c daemon/log.c daemon/server.c daemon/compile.c \
               daemon/cubin_req.c daemon/manage.c daemon/flight.c daemon/worker.c daemon/worker_loop.c daemon/sandbox.c \
               daemon/confirm.c daemon/store.c daemon/store_hot.c daemon/blobs.c daemon/flat.c daemon/key.c daemon/codegen.c daemon/cubin.c \
-              daemon/cubin_debug.c daemon/cluster.c daemon/l2.c daemon/l2_conn.c daemon/l2_conf.c daemon/fleet.c daemon/put_batch.c daemon/artifact.c daemon/conn.c daemon/reply.c daemon/idle.c daemon/tenant.c
+              daemon/cubin_debug.c daemon/cluster.c daemon/l2.c daemon/l2_conn.c daemon/l2_conf.c daemon/fleet.c daemon/put_batch.c daemon/syncer.c daemon/artifact.c daemon/conn.c daemon/reply.c daemon/idle.c daemon/tenant.c
 DAEMON_CXX := daemon/llvm_shim.cpp
 CLIENT_SRC := client/lib.c
 CLI_SRC    := client/cli.c client/autostart.c client/front.c client/llc.c client/ptxas.c client/artifact.c
@@ -209,6 +209,14 @@ all: $(B)/relocdrive
 $(B)/relocdrive: $(call obj,tests/tools/relocdrive.c daemon/cubin_debug.c proto/buf.c)
 	@echo "  LD  $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lm
+
+# slowsync.so: a slow fsync() for the daemon, by LD_PRELOAD
+# (tests/test_large.py). Plain flags: no sanitizer runtime of its own.
+all: $(B)/slowsync.so
+$(B)/slowsync.so: tests/tools/slowsync.c
+	@echo "  LD  $@"
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) -O2 -fPIC -shared -o $@ $< -ldl
 
 # Fuzz harnesses (tests/fuzz/). Every `make test` replays their seed
 # corpora through replay_* (the normal compiler: no clang needed);

@@ -68,6 +68,7 @@
 #include "daemon/master.h"
 #include "daemon/put_batch.h"
 #include "daemon/store.h"
+#include "daemon/syncer.h"
 #include "daemon/tenant.h"
 #include "proto/frame.h"
 #include "proto/msg.h"
@@ -139,6 +140,7 @@ struct artifacts {
 	uint64_t next_token;
 	struct artifact_counters n;
 	struct put_batch *puts;         /* group commit (put_batch.h) */
+	struct syncer *sync;            /* spooled files synced off the loop */
 };
 
 /* ---- scopes and names ------------------------------------------------- */
@@ -1073,14 +1075,18 @@ static void artifact_put(struct conn *c, uint64_t id, const struct msg *m)
  * the table's head), which makes every check a put makes before the
  * value is taken, and then feeds the value's bytes, as they arrive, to
  * a temporary blob file (store_spool_*()), never whole in memory. At the
- * last byte the lease is checked again (it may have ended meanwhile), the
- * file is placed and its row committed after what is staged
+ * last byte the file is synced off the loop (syncer.h), the connection
+ * paused meanwhile (its next request is read once this one is answered:
+ * its puts land in the order it sent them) while the loop serves everyone
+ * else. Then the lease is checked again (it may have ended meanwhile),
+ * the file is placed and its row committed after what is staged
  * (store_put_spool(), as a direct put), and the put is answered as any
  * other (put_answer(): waiters from the file, the tier from a mapping).
  */
 struct spooled_put {
 	struct frame_sink sink;         /* first: what conn.c holds */
 	struct artifacts *a;
+	struct conn *conn;              /* held while its file syncs */
 	uint64_t id;
 	struct put_req r;
 	size_t len;
@@ -1097,6 +1103,54 @@ static void spool_write(struct frame_sink *k, const void *p, size_t n)
 		store_spool_write(sp->sp, p, n, &sp->err);
 }
 
+static void spool_free(struct spooled_put *p)
+{
+	store_spool_abort(p->sp);
+	buf_free(&p->r.comp);
+	buf_free(&p->err);
+	free(p);
+}
+
+/* On the syncer's thread: p's file, and nothing else. */
+static int spool_sync(void *arg)
+{
+	struct spooled_put *p = arg;
+
+	return store_spool_sync(p->sp);
+}
+
+/* The file is synced (or err: store_put_spool() syncs it again, and says
+ * why it cannot): store it, answer, read the connection's next request. */
+static void spool_synced(void *arg, int err)
+{
+	struct spooled_put *p = arg;
+	struct artifacts *a = p->a;
+	struct conn *c = p->conn;
+
+	if (err == ECANCELED) {
+		a->n.puts++;
+		conn_send_error(c, p->id, "internal", "the daemon is stopping");
+	} else if (put_lease_check(a, c, p->id, p->r.k.hash, p->r.token) == 0) {
+		struct buf why = BUF_INIT;
+		struct store_entry e = {
+			.kind = STORE_ARTIFACT, .data_len = p->len, .components = p->r.comp.data,
+			.producer = conn_tenant(c), .scope = p->r.scope.id, .ns = p->r.ns,
+		};
+		put_batch_flush(a->puts);
+		int stored = store_put_spool(a->store, p->r.k.hash, &e, p->sp, &why) == 0;
+		p->sp = NULL;
+		a->n.spooled_puts++;
+		put_answer(a, c, p->id, &p->r, p->len, NULL, stored,
+			   why.data ? why.data : "cannot store the value");
+		buf_free(&why);
+	}
+	spool_free(p);
+	a->n.syncing--;
+	conn_resume(c);
+	server_maybe_stop(c->srv);      /* a stop waits for this answer */
+	conn_unhold(c);
+}
+
 static void spool_end(struct frame_sink *k, struct conn *c, int arrived)
 {
 	struct spooled_put *p = (struct spooled_put *)k;
@@ -1105,24 +1159,16 @@ static void spool_end(struct frame_sink *k, struct conn *c, int arrived)
 	if (arrived && p->err.len) {
 		a->n.puts++;
 		conn_send_error(c, p->id, "internal", p->err.data);
-	} else if (arrived && put_lease_check(a, c, p->id, p->r.k.hash, p->r.token) == 0) {
-		struct buf err = BUF_INIT;
-		struct store_entry e = {
-			.kind = STORE_ARTIFACT, .data_len = p->len, .components = p->r.comp.data,
-			.producer = conn_tenant(c), .scope = p->r.scope.id, .ns = p->r.ns,
-		};
-		put_batch_flush(a->puts);
-		int stored = store_put_spool(a->store, p->r.k.hash, &e, p->sp, &err) == 0;
-		p->sp = NULL;
-		a->n.spooled_puts++;
-		put_answer(a, c, p->id, &p->r, p->len, NULL, stored,
-			   err.data ? err.data : "cannot store the value");
-		buf_free(&err);
+	} else if (arrived) {
+		p->conn = c;
+		a->n.syncing++;
+		conn_hold(c);
+		conn_pause(c);
+		if (syncer_sync(a->sync, spool_sync, spool_synced, p) < 0)
+			spool_synced(p, 0);     /* store_put_spool() syncs on the loop */
+		return;
 	}
-	store_spool_abort(p->sp);
-	buf_free(&p->r.comp);
-	buf_free(&p->err);
-	free(p);
+	spool_free(p);
 }
 
 /* The head of a put whose value (len bytes) is still to come (master.h's
@@ -1232,7 +1278,8 @@ struct artifacts *artifacts_new(struct event_base *base, struct store *store,
 	a->store = store;
 	a->l2 = l2;
 	a->fleet = fleet;
-	if (!(a->puts = put_batch_new(base, store))) {
+	if (!(a->puts = put_batch_new(base, store)) || !(a->sync = syncer_new(base))) {
+		put_batch_free(a->puts);
 		free(a);
 		return NULL;
 	}
@@ -1258,6 +1305,7 @@ void artifacts_free(struct artifacts *a)
 {
 	if (!a)
 		return;
+	syncer_free(a->sync);   /* its puts stored and answered, or refused */
 	artifacts_stop(a);
 	put_batch_free(a->puts);
 	free(a);

@@ -56,6 +56,8 @@ struct artifact_counters {
 	int64_t spooled_puts;           /* puts whose value went from the
 	                                   socket to its file as it arrived */
 	int64_t leases_held, waiting;   /* now */
+	int64_t syncing;                /* now: spooled puts whose files are
+	                                   being synced (syncer.h) */
 };
 
 struct artifacts;

@@ -53,6 +53,12 @@ int blobs_tmp_write(struct blob_tmp *t, const void *data, size_t len, size_t *do
  * later call tries again). blobs_tmp_place() does it too. */
 int blobs_tmp_flush(struct blob_tmp *t, struct buf *err);
 
+/* Sync what t has written (not what it has staged): 0, or an errno. For
+ * a caller that syncs off the loop (syncer.h), on another thread, while
+ * nothing else touches t; blobs_tmp_place() then syncs only what was
+ * written after it. */
+int blobs_tmp_sync(struct blob_tmp *t);
+
 /* Make t key's file for checksum sum, durable before this returns: t
  * fsync'd, renamed into place, the directory fsync'd (as blobs_write()).
  * Frees t: 0, or -1 with errno and a message in err, nothing left behind. */

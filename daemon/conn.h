@@ -71,6 +71,7 @@ struct conn {
 	struct frame_sink *sink;        /* where the last field of the frame
 	                                   being spooled goes (NULL: dropped) */
 	uint64_t tail_left;     /* its bytes still to come; 0: not spooling */
+	int paused;             /* no frame read or handed on: conn_pause() */
 	int fds_unread;         /* descriptors sent since the client last
 	                           had read all it was sent */
 	int file_fd;            /* a value being sent from its file, or -1 */
@@ -189,6 +190,13 @@ void conn_unref(struct conn *c);
  * answered or dropped. */
 void conn_hold(struct conn *c);
 void conn_unhold(struct conn *c);
+
+/* Read nothing more of c, and hand on no frame already read, until
+ * conn_resume(): for a request that must be answered before the next of
+ * its connection is taken (a spooled put whose file is being synced: a
+ * connection's puts land in the order it sent them). */
+void conn_pause(struct conn *c);
+void conn_resume(struct conn *c);
 
 /* The peer's supplementary groups (SO_PEERGROUPS, however many), read the
  * first time the access policy or an artifact scope asks, then kept:

@@ -180,7 +180,8 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 			   "\"artifact_leases_held\":%lld,\"artifact_waiting\":%lld,"
 			   "\"artifact_share_evictions\":%lld,\"artifact_fd_hits\":%lld,"
 			   "\"artifact_file_hits\":%lld,\"artifact_fd_fallbacks\":%lld,"
-			   "\"artifact_put_commits\":%lld,\"artifact_spooled_puts\":%lld}",
+			   "\"artifact_put_commits\":%lld,\"artifact_spooled_puts\":%lld,"
+			   "\"artifact_syncing\":%lld}",
 			   (long long)an, (long long)ab, (long long)ac.hits, (long long)ac.misses,
 			   (long long)ac.puts, (long long)ac.put_bytes, (long long)ac.leases,
 			   (long long)ac.waits, (long long)ac.wait_hits,
@@ -191,7 +192,7 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 			   (long long)ac.waiting, (long long)sc.share_evictions,
 			   (long long)ac.fd_hits, (long long)ac.file_hits,
 			   (long long)ac.fd_fallbacks, (long long)ac.put_commits,
-			   (long long)ac.spooled_puts);
+			   (long long)ac.spooled_puts, (long long)ac.syncing);
 	}
 	reply_json(c, FRAME_STATS, id, &j);
 	buf_free(&j);

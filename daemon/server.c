@@ -344,12 +344,18 @@ static void on_stop_deadline(evutil_socket_t fd, short what, void *arg)
 	event_base_loopexit(s->base, NULL);
 }
 
-/* While stopping: exit the loop once no compile is in flight and every
- * reply has been written. s->on_quiet: conn.c asks again as output
- * drains, flight.c as each flight ends (server_maybe_stop()). */
+/* While stopping: exit the loop once no compile is in flight, no put's
+ * file is being synced and every reply has been written. s->on_quiet:
+ * conn.c asks again as output drains, flight.c as each flight ends,
+ * artifact.c as each synced put is answered (server_maybe_stop()). */
 static void stop_if_quiet(struct server *s)
 {
+	struct artifact_counters ac;
+
 	if (!s->stopping || s->nflights)
+		return;
+	artifacts_counters(s->arts, &ac);
+	if (ac.syncing)
 		return;
 	for (struct conn *c = s->conns; c; c = c->next)
 		if (c->bev && evbuffer_get_length(bufferevent_get_output(c->bev)))

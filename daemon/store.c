@@ -1596,6 +1596,12 @@ fail:
 	return -1;
 }
 
+int store_spool_sync(struct store_spool *sp)
+{
+	/* At its last byte store_spool_write() wrote all it had staged. */
+	return sp->tmp && sp->got == sp->len ? blobs_tmp_sync(sp->tmp) : EINVAL;
+}
+
 int store_put_spool(struct store *s, const unsigned char key[32], const struct store_entry *e,
 		    struct store_spool *sp, struct buf *err)
 {

@@ -150,6 +150,10 @@ int store_put(struct store *s, const unsigned char key[32],
  * oldest entries made room, as store_put() does, or an I/O error): the
  * file is then removed and the spool is good for nothing but
  * store_put_spool() (which fails) or store_spool_abort().
+ * store_spool_sync(): once all len bytes are written, sync the file: for
+ * a caller that does it off the loop first (syncer.h), on another thread
+ * while nothing else touches sp; store_put_spool() then does not sync it
+ * again. 0, or an errno (EINVAL: the spool failed or is not whole).
  * store_put_spool(): store_put() of e with the spool's bytes as its value
  * (e->data unused, e->data_len the spool's whole length, no log): the file
  * fsync'd and renamed into place as key's, the row committed. Takes sp.
@@ -159,6 +163,7 @@ struct store_spool;
 struct store_spool *store_spool_open(struct store *s, enum store_kind kind, size_t len,
 				     struct buf *err);
 int store_spool_write(struct store_spool *sp, const void *p, size_t n, struct buf *err);
+int store_spool_sync(struct store_spool *sp);
 int store_put_spool(struct store *s, const unsigned char key[32], const struct store_entry *e,
 		    struct store_spool *sp, struct buf *err);
 void store_spool_abort(struct store_spool *sp);

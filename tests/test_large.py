@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 
-from harness import SANITIZED, Daemon, Raw, ROOT, Skip, frame, mp_pack, mp_unpack
+from harness import BUILD, SANITIZED, Daemon, Raw, ROOT, Skip, frame, mp_pack, mp_unpack
 from sysutil import cli_as, make_reachable, setpriv, tmpfs
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
@@ -621,6 +621,98 @@ def test_a_large_put_is_spooled_and_comes_back_whole_through_python_and_libptxca
         d.stop()
         d.start()
         assert d.cli("verify").returncode == 0
+
+
+def _slow_sync_env(ms, log):
+    """The daemon's environment for a slow fsync of a put's temporary file
+    (tests/tools/slowsync.c: no test machine has a slow disk for real)."""
+    shim = os.path.join(BUILD, "slowsync.so")
+    if not os.path.exists(shim):
+        raise Skip("no %s (make all builds it)" % shim)
+    env = {"LD_PRELOAD": shim, "SLOWSYNC_MATCH": "/.tmp-spool", "SLOWSYNC_MS": str(ms),
+           "SLOWSYNC_LOG": log}
+    if SANITIZED:       # the shim comes before the sanitizer's runtime
+        env["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
+    return env
+
+
+def test_a_large_puts_sync_leaves_the_daemon_serving_everyone_else():
+    """A put's file is synced off the loop (daemon/syncer.c): while its
+    fsync takes seconds, other clients are answered, and the put is
+    answered, stored, only once it is done; the file is synced once."""
+    v = value(2 * MB, 4)
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "synced")
+        with Daemon(workers=1, env=_slow_sync_env(4000, log)) as d:
+            done = {}
+
+            def put():
+                with Client(d.socket) as c:
+                    done["stored"] = c.artifact_put("t", "big", v)
+            with Client(d.socket) as other:
+                assert other.artifact_put("t", "small", b"s" * 1024)
+                th = threading.Thread(target=put)
+                th.start()
+                # (On the loop, the sync would be over before stats could say.)
+                d.wait_stats(lambda s: s["artifact_syncing"] + s["artifact_spooled_puts"] == 1,
+                             "the put's sync")
+                # The loop answers while the put's fsync runs: its entry
+                # is not there yet (on the loop, these would wait for it,
+                # and find it).
+                assert other.artifact_get("t", "small").value == b"s" * 1024
+                assert other.artifact_put("t", "small2", b"t" * 1024)
+                assert not other.artifact_get("t", "big").found
+                assert "stored" not in done
+                th.join(60)
+                assert done.get("stored") is True
+                assert other.artifact_get("t", "big").value == v
+            assert d.stats()["artifact_spooled_puts"] == 1
+            d.stop()
+            d.start()
+            assert d.cli("verify").returncode == 0
+        # The fault was there, and the file was synced once, not again
+        # before its rename.
+        with open(log) as f:
+            synced = f.read().split()
+        assert len(synced) == 1 and "/.tmp-spool" in synced[0], synced
+
+
+def test_a_stop_during_a_puts_sync_waits_for_it_and_answers_the_put():
+    v = value(2 * MB, 7)
+    with tempfile.TemporaryDirectory() as tmp:
+        with Daemon(workers=1, env=_slow_sync_env(3000, os.path.join(tmp, "synced"))) as d:
+            done = {}
+
+            def put():
+                with Client(d.socket) as c:
+                    done["stored"] = c.artifact_put("t", "big", v)
+            th = threading.Thread(target=put)
+            th.start()
+            d.wait_stats(lambda s: s["artifact_syncing"] == 1, "the put's sync")
+            d.proc.terminate()
+            assert d.proc.wait(60) == 0
+            th.join(60)
+            assert done.get("stored") is True
+            d.start()
+            with Client(d.socket) as c:
+                assert c.artifact_get("t", "big").value == v
+            assert _temporaries(d) == [] and d.cli("verify").returncode == 0
+
+
+def test_a_request_after_a_large_put_on_its_connection_sees_the_put_stored():
+    """A connection whose put is being synced reads nothing more until the
+    put is answered: its requests are taken in the order it sent them."""
+    v = value(MB, 6)
+    with tempfile.TemporaryDirectory() as tmp:
+        with Daemon(workers=1, env=_slow_sync_env(1500, os.path.join(tmp, "synced"))) as d:
+            fc = FdClient(d.socket)
+            fc.send(PUT, ns="t", key="k", value=v)
+            fc.send(GET, ns="t", key="k")
+            t, put, _ = fc.reply()
+            assert t == PUT | 0x80 and put["stored"] is True, put
+            t, got, _ = fc.reply()
+            assert t == GET | 0x80 and got["found"] is True and got["value"] == v, got
+            fc.close()
 
 
 def test_a_put_whose_value_is_not_last_is_read_whole_and_stored():
