@@ -189,7 +189,7 @@ $(B)/ptxcache: $(call obj,$(CLI_SRC)) $(B)/libptxcache.a $(COMPAT_OBJ)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(CLI_LIBS)
 
 UNIT_SRC := $(wildcard tests/unit/*.c)
-$(B)/unit: $(call obj,$(UNIT_SRC) daemon/store.c daemon/tenant.c daemon/store_hot.c daemon/blobs.c daemon/flat.c daemon/store_fault.c daemon/key.c daemon/log.c daemon/cluster.c daemon/l2.c daemon/l2_conn.c daemon/l2_conf.c \
+$(B)/unit: $(call obj,$(UNIT_SRC) daemon/store.c daemon/syncer.c daemon/tenant.c daemon/store_hot.c daemon/blobs.c daemon/flat.c daemon/store_fault.c daemon/key.c daemon/log.c daemon/cluster.c daemon/l2.c daemon/l2_conn.c daemon/l2_conf.c \
 		daemon/cubin_debug.c $(PROTO_SRC))
 	@echo "  LD  $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DEP_LIBS)

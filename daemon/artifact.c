@@ -1267,7 +1267,7 @@ again:
 /* ---- life ------------------------------------------------------------- */
 
 struct artifacts *artifacts_new(struct event_base *base, struct store *store,
-				struct l2 **l2, struct fleet *fleet,
+				struct l2 **l2, struct fleet *fleet, struct syncer *sync,
 				const struct artifact_config *cfg)
 {
 	struct artifacts *a = calloc(1, sizeof *a);
@@ -1278,8 +1278,8 @@ struct artifacts *artifacts_new(struct event_base *base, struct store *store,
 	a->store = store;
 	a->l2 = l2;
 	a->fleet = fleet;
-	if (!(a->puts = put_batch_new(base, store)) || !(a->sync = syncer_new(base))) {
-		put_batch_free(a->puts);
+	a->sync = sync;
+	if (!(a->puts = put_batch_new(base, store))) {
 		free(a);
 		return NULL;
 	}
@@ -1305,7 +1305,6 @@ void artifacts_free(struct artifacts *a)
 {
 	if (!a)
 		return;
-	syncer_free(a->sync);   /* its puts stored and answered, or refused */
 	artifacts_stop(a);
 	put_batch_free(a->puts);
 	free(a);

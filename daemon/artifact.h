@@ -26,6 +26,7 @@ struct fleet;
 struct l2;
 struct msg;
 struct store;
+struct syncer;
 
 /* Settings (server_config's artifact_* fields; all live). */
 struct artifact_config {
@@ -63,9 +64,10 @@ struct artifact_counters {
 struct artifacts;
 
 /* NULL when memory runs out. l2 may be NULL (no shared tier); it is read
- * through *l2 at each use, so a reload that replaces it is seen. */
+ * through *l2 at each use, so a reload that replaces it is seen. sync
+ * (the server's, freed after artifacts_stop()) syncs spooled puts' files. */
 struct artifacts *artifacts_new(struct event_base *base, struct store *store,
-				struct l2 **l2, struct fleet *fleet,
+				struct l2 **l2, struct fleet *fleet, struct syncer *sync,
 				const struct artifact_config *cfg);
 
 /* New settings (SIGHUP). Group names are resolved here, not per request.

@@ -31,8 +31,10 @@
  *    commit the row. A kill -9 at any point leaves either no file, a
  *    temporary file, or a file no row names; blobs_sweep() at open
  *    removes both kinds. Deletion is the other way round: the row's
- *    removal is committed first, then the file unlinked; a kill between
- *    leaves a file no row names, for the sweep.
+ *    removal is committed first, then the file unlinked (in the daemon,
+ *    renamed to a temporary name first and unlinked on a thread:
+ *    blobs_retire()); a kill between leaves a file no row names, or a
+ *    temporary, for the sweep.
  *
  *  - Never written again: a file is 0400 and never opened for writing
  *    once renamed; a client given its descriptor gets O_RDONLY, a new
@@ -552,6 +554,26 @@ void blobs_unlink(struct blobs *b, const unsigned char key[32], int64_t sum)
 	name_of(key, sum, sub, name);
 	if (unlinkat(b->dfd, name, 0) < 0 && errno != ENOENT)
 		log_warn("cannot remove '%s/%s': %s", b->dir, name, strerror(errno));
+}
+
+int blobs_retire(struct blobs *b, const unsigned char key[32], int64_t sum, char *name)
+{
+	char sub[3], from[90];
+
+	name_of(key, sum, sub, from);
+	snprintf(name, BLOBS_RETIRED_MAX, TMP_PREFIX "gone-%d-%llu", (int)getpid(),
+		 (unsigned long long)++b->tmp_serial);
+	if (renameat(b->dfd, from, b->dfd, name) == 0)
+		return 0;
+	if (errno != ENOENT)
+		log_warn("cannot remove '%s/%s': %s", b->dir, from, strerror(errno));
+	return -1;
+}
+
+void blobs_unlink_retired(struct blobs *b, const char *name)
+{
+	/* (The log is the loop's: a failure here is left to the sweep.) */
+	unlinkat(b->dfd, name, 0);
 }
 
 int blobs_sweep(struct blobs *b,

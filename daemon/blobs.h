@@ -88,6 +88,17 @@ int blobs_read(struct blobs *b, const unsigned char key[32], int64_t sum,
  * is gone: its blocks come back once no client holds it open). */
 void blobs_unlink(struct blobs *b, const unsigned char key[32], int64_t sum);
 
+/* blobs_unlink() in two steps, for a caller that unlinks off the loop
+ * (a 64 MB file's unlink takes 18-24 ms): blobs_retire() renames key's
+ * file for sum to a temporary name of its own, which no put ever takes
+ * (so the unlink never meets a new file of the old name), into name
+ * (BLOBS_RETIRED_MAX bytes): 0, or -1 if there is no such file.
+ * blobs_unlink_retired() then removes it, from any thread; a kill between
+ * leaves a temporary for the next open's sweep. */
+#define BLOBS_RETIRED_MAX 64
+int blobs_retire(struct blobs *b, const unsigned char key[32], int64_t sum, char *name);
+void blobs_unlink_retired(struct blobs *b, const char *name);
+
 /* Remove every file for which named(arg, key, sum) says 0 (no row names
  * it). At open (report NULL) every temporary file too, and a line to the
  * log; while serving (verify: report non-NULL) temporaries are puts in

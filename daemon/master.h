@@ -61,6 +61,9 @@ struct server {
 	struct evconnlistener *listener;       /* the main socket (tenant "-") */
 	struct tenants *tenants;        /* the tenants' sockets (tenant.h) */
 	struct store *store;
+	struct syncer *sync;    /* puts' fsyncs off the loop (syncer.h) */
+	struct syncer *unlinks; /* removed entries' unlinks, on a thread of
+	                           their own: they never hold up a put */
 	struct pool *pool;
 	struct flight *flights[FLIGHT_BUCKETS];
 	int nflights;

@@ -62,6 +62,7 @@
 #include "daemon/master.h"
 #include "daemon/sandbox.h"
 #include "daemon/store.h"
+#include "daemon/syncer.h"
 #include "daemon/tenant.h"
 #include "proto/frame.h"
 #include "proto/msg.h"
@@ -612,11 +613,13 @@ int server_run(struct server_config *cfg)
 	}
 	struct artifact_config ac;
 	artifact_config_of(&s, &ac);
-	if (!(s.fleet = fleet_new(s.base, &s.l2, (int64_t)cfg->l2_lease_timeout_s * 1000)) ||
-	    !(s.arts = artifacts_new(s.base, s.store, &s.l2, s.fleet, &ac))) {
+	if (!(s.sync = syncer_new(s.base)) || !(s.unlinks = syncer_new(s.base)) ||
+	    !(s.fleet = fleet_new(s.base, &s.l2, (int64_t)cfg->l2_lease_timeout_s * 1000)) ||
+	    !(s.arts = artifacts_new(s.base, s.store, &s.l2, s.fleet, s.sync, &ac))) {
 		buf_puts(&err, "out of memory");
 		goto out;
 	}
+	store_set_syncer(s.store, s.unlinks);
 	/* What a connection's close ends: its queued compiles may have
 	 * nobody left to answer; its leases pass on, its waits end. */
 	conn_on_close(&s, flight_conn_closed, &s);
@@ -693,6 +696,12 @@ out:
 	while (s.conns)
 		conn_close(s.conns);
 	flight_abandon_all(&s);
+	/* The puts being synced stored and answered (or refused) while their
+	 * requests' state is there; files not yet unlinked are left for the
+	 * next start's sweep. */
+	syncer_free(s.sync);
+	store_set_syncer(s.store, NULL);
+	syncer_free(s.unlinks);
 	artifacts_free(s.arts);
 	fleet_free(s.fleet);    /* after everyone ended their waits */
 	if (s.flush_timer)

@@ -131,6 +131,7 @@
 #include "daemon/flat.h"
 #include "daemon/log.h"
 #include "daemon/store_hot.h"
+#include "daemon/syncer.h"
 #include "schema.h"
 
 #define STORE_SCHEMA_VERSION "3"
@@ -252,6 +253,8 @@ struct store {
 	struct doomed placed;   /* a spooled value's file, in place before
 	                           its row's commit (store_put_spool()) */
 	int placing;            /* ... while that is so: never unlinked */
+	struct syncer *sync;    /* unlinks off the loop (store_set_syncer()) */
+	int unlink_now;         /* ... but not while the disk is full */
 	sqlite3_stmt *st[ST_N];
 	char *dir;
 	char *path;             /* <dir>/cache.db */
@@ -532,6 +535,50 @@ static void doomed_add(struct store *s, const struct doomed *d)
 }
 
 /* The removals are committed: unlink their files. */
+/* A removed entry's file, renamed out of its name, for the syncer's
+ * thread to unlink. */
+struct retired {
+	struct blobs *b;
+	char name[BLOBS_RETIRED_MAX];
+};
+
+static int retired_unlink(void *arg)
+{
+	struct retired *r = arg;
+
+	blobs_unlink_retired(r->b, r->name);
+	return 0;
+}
+
+static void retired_free(void *arg, int err)
+{
+	(void)err;      /* cancelled at a stop: the next open's sweep */
+	free(arg);
+}
+
+/* Unlink key's file for sum: off the loop where a syncer is set. */
+static void file_unlink(struct store *s, const unsigned char key[32], int64_t sum)
+{
+	struct retired *r = s->sync && !s->unlink_now ? malloc(sizeof *r) : NULL;
+
+	if (!r) {
+		blobs_unlink(s->blobs, key, sum);
+		return;
+	}
+	r->b = s->blobs;
+	if (blobs_retire(s->blobs, key, sum, r->name) < 0) {
+		free(r);
+	} else if (syncer_sync(s->sync, retired_unlink, retired_free, r) < 0) {
+		blobs_unlink_retired(s->blobs, r->name);
+		free(r);
+	}
+}
+
+void store_set_syncer(struct store *s, struct syncer *y)
+{
+	s->sync = y;
+}
+
 static void doomed_commit(struct store *s)
 {
 	for (size_t i = 0; i < s->ndoomed; i++) {
@@ -541,7 +588,7 @@ static void doomed_commit(struct store *s)
 		if (s->placing && !memcmp(s->doomed[i].key, s->placed.key, 32) &&
 		    s->doomed[i].sum == s->placed.sum)
 			continue;
-		blobs_unlink(s->blobs, s->doomed[i].key, s->doomed[i].sum);
+		file_unlink(s, s->doomed[i].key, s->doomed[i].sum);
 	}
 	s->ndoomed = 0;
 }
@@ -1255,7 +1302,9 @@ static void make_room_on_disk(struct store *s, int64_t size)
 
 	reserve_release(s);
 	sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+	s->unlink_now = 1;      /* the retry needs the room now */
 	int n = store_evict_lru(s, s->bytes - (want > tenth ? want : tenth));
+	s->unlink_now = 0;
 	sqlite3_exec(s->db, "PRAGMA incremental_vacuum", NULL, NULL, NULL);
 	sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
 	reserve_make(s, 50);    /* for the next time, from the room just made */

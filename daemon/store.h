@@ -97,6 +97,14 @@ struct store *store_open(const char *dir, int64_t max_bytes, struct buf *err);
 /* Flush pending hit bookkeeping, checkpoint the WAL and close. NULL ok. */
 void store_close(struct store *s);
 
+/* Unlink the files of removed entries (evicted, replaced, purged) on y's
+ * thread (syncer.h) rather than the caller's: a 64 MB file's unlink takes
+ * 18-24 ms. Not while making room on a full disk, whose retry needs the
+ * room at once. NULL (the default): on the caller's. y must outlive its
+ * use here: set NULL before freeing it. */
+struct syncer;
+void store_set_syncer(struct store *s, struct syncer *y);
+
 /* Look up key. Returns 1 and fills out on a hit, 0 on a miss (including a
  * blob whose checksum or decompression fails: it is deleted and counted),
  * -1 on a database error (treat as a miss). Records the hit in memory. */

@@ -59,6 +59,23 @@ def sanitizer_report(text):
     return None
 
 
+def slow_disk_env(log, sync_ms=0, unlink_ms=0):
+    """The daemon's environment for a slow fsync of a put's temporary file
+    and a slow unlink of a blob file (tests/tools/slowsync.c: no test
+    machine has a slow disk for real); what was slowed goes to log."""
+    shim = os.path.join(BUILD, "slowsync.so")
+    if not os.path.exists(shim):
+        raise Skip("no %s (make all builds it)" % shim)
+    env = {"LD_PRELOAD": shim, "SLOWSYNC_LOG": log}
+    if sync_ms:
+        env.update(SLOWSYNC_MATCH="/.tmp-spool", SLOWSYNC_MS=str(sync_ms))
+    if unlink_ms:
+        env.update(SLOWUNLINK_MATCH="/blobs/", SLOWUNLINK_MS=str(unlink_ms))
+    if SANITIZED:       # the shim comes before the sanitizer's runtime
+        env["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
+    return env
+
+
 SMALL_IR = """target triple = "nvptx64-nvidia-cuda"
 define ptx_kernel void @KERNEL(ptr addrspace(1) %a, ptr addrspace(1) %b, float %x) {
   %v = load float, ptr addrspace(1) %a

@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 
-from harness import BUILD, SANITIZED, Daemon, Raw, ROOT, Skip, frame, mp_pack, mp_unpack
+from harness import SANITIZED, Daemon, Raw, ROOT, Skip, frame, mp_pack, mp_unpack, slow_disk_env
 from sysutil import cli_as, make_reachable, setpriv, tmpfs
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
@@ -623,27 +623,14 @@ def test_a_large_put_is_spooled_and_comes_back_whole_through_python_and_libptxca
         assert d.cli("verify").returncode == 0
 
 
-def _slow_sync_env(ms, log):
-    """The daemon's environment for a slow fsync of a put's temporary file
-    (tests/tools/slowsync.c: no test machine has a slow disk for real)."""
-    shim = os.path.join(BUILD, "slowsync.so")
-    if not os.path.exists(shim):
-        raise Skip("no %s (make all builds it)" % shim)
-    env = {"LD_PRELOAD": shim, "SLOWSYNC_MATCH": "/.tmp-spool", "SLOWSYNC_MS": str(ms),
-           "SLOWSYNC_LOG": log}
-    if SANITIZED:       # the shim comes before the sanitizer's runtime
-        env["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
-    return env
-
-
 def test_a_large_puts_sync_leaves_the_daemon_serving_everyone_else():
     """A put's file is synced off the loop (daemon/syncer.c): while its
     fsync takes seconds, other clients are answered, and the put is
     answered, stored, only once it is done; the file is synced once."""
     v = value(2 * MB, 4)
     with tempfile.TemporaryDirectory() as tmp:
-        log = os.path.join(tmp, "synced")
-        with Daemon(workers=1, env=_slow_sync_env(4000, log)) as d:
+        log = os.path.join(tmp, "slowed")
+        with Daemon(workers=1, env=slow_disk_env(log, sync_ms=4000)) as d:
             done = {}
 
             def put():
@@ -673,14 +660,15 @@ def test_a_large_puts_sync_leaves_the_daemon_serving_everyone_else():
         # The fault was there, and the file was synced once, not again
         # before its rename.
         with open(log) as f:
-            synced = f.read().split()
-        assert len(synced) == 1 and "/.tmp-spool" in synced[0], synced
+            slowed = f.read().splitlines()
+        assert len(slowed) == 1 and slowed[0].startswith("fsync ") and \
+            "/.tmp-spool" in slowed[0], slowed
 
 
 def test_a_stop_during_a_puts_sync_waits_for_it_and_answers_the_put():
     v = value(2 * MB, 7)
     with tempfile.TemporaryDirectory() as tmp:
-        with Daemon(workers=1, env=_slow_sync_env(3000, os.path.join(tmp, "synced"))) as d:
+        with Daemon(workers=1, env=slow_disk_env(os.path.join(tmp, "slowed"), sync_ms=3000)) as d:
             done = {}
 
             def put():
@@ -699,12 +687,37 @@ def test_a_stop_during_a_puts_sync_waits_for_it_and_answers_the_put():
             assert _temporaries(d) == [] and d.cli("verify").returncode == 0
 
 
+def test_a_replaced_values_file_is_unlinked_after_the_answer_off_the_loop():
+    """A removed entry's file (replaced here; evicted and purged go the same
+    way) is renamed out of its name and unlinked on a thread of its own:
+    a 64 MB file's unlink would hold the loop 18-24 ms."""
+    v1, v2 = value(2 * MB, 8), value(2 * MB, 9)
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "slowed")
+        with Daemon(workers=1, env=slow_disk_env(log, unlink_ms=3000)) as d:
+            with Client(d.socket) as c:
+                assert c.artifact_put("t", "k", v1)
+                [old] = blob_files(d)
+                assert c.artifact_put("t", "k", v2)
+                # Answered while the old file's unlink still runs.
+                assert c.artifact_get("t", "k").value == v2
+                files = blob_files(d)
+                retired = [f for f in files if os.path.basename(f).startswith(".tmp-gone")]
+                assert old not in files and len(retired) == 1, files
+                _until(lambda: not os.path.exists(retired[0]), "the retired file's unlink")
+                assert [f for f in blob_files(d) if ".tmp" in f] == []
+            assert d.cli("verify").returncode == 0
+        with open(log) as f:
+            slowed = f.read().splitlines()
+        assert slowed == ["unlink " + retired[0]], slowed
+
+
 def test_a_request_after_a_large_put_on_its_connection_sees_the_put_stored():
     """A connection whose put is being synced reads nothing more until the
     put is answered: its requests are taken in the order it sent them."""
     v = value(MB, 6)
     with tempfile.TemporaryDirectory() as tmp:
-        with Daemon(workers=1, env=_slow_sync_env(1500, os.path.join(tmp, "synced"))) as d:
+        with Daemon(workers=1, env=slow_disk_env(os.path.join(tmp, "slowed"), sync_ms=1500)) as d:
             fc = FdClient(d.socket)
             fc.send(PUT, ns="t", key="k", value=v)
             fc.send(GET, ns="t", key="k")

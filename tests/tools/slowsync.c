@@ -2,10 +2,11 @@
 /*
  * slowsync: a slow disk for tests, which no test machine has for real. An
  * LD_PRELOAD library: fsync() of a file whose path holds $SLOWSYNC_MATCH
- * sleeps $SLOWSYNC_MS milliseconds first, and appends that path to
- * $SLOWSYNC_LOG (so a test knows the fault was there). Every other call
- * goes straight to libc's. tests/test_large.py gives the daemon a slow
- * fsync of a put's file this way.
+ * sleeps $SLOWSYNC_MS milliseconds first, and unlinkat() of a path that
+ * holds $SLOWUNLINK_MATCH sleeps $SLOWUNLINK_MS; each appends a line
+ * ("fsync PATH", "unlink PATH") to $SLOWSYNC_LOG, so a test knows the
+ * fault was there. Every other call goes straight to libc's.
+ * tests/test_large.py gives the daemon slow fsyncs and unlinks this way.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -16,31 +17,66 @@
 #include <time.h>
 #include <unistd.h>
 
+/* If path holds $match, sleep $ms and log "op path". */
+static void slow(const char *op, const char *path, const char *match, const char *ms)
+{
+	const char *log = getenv("SLOWSYNC_LOG");
+	char line[4200];
+
+	if (!match || !ms || !strstr(path, match))
+		return;
+	long t = atol(ms);
+	struct timespec ts = { t / 1000, (t % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+	int fd = log ? open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600) : -1;
+	if (fd >= 0) {
+		int n = snprintf(line, sizeof line, "%s %s\n", op, path);
+		ssize_t w = write(fd, line, n < (int)sizeof line ? (size_t)n : sizeof line - 1);
+		(void)w;
+		close(fd);
+	}
+}
+
+/* The path of fd (dirfd AT_FDCWD: the working directory), then /name. */
+static void path_of(int fd, const char *name, char *out, size_t size)
+{
+	char link[64];
+	ssize_t n = 0;
+
+	if (name && name[0] == '/') {
+		snprintf(out, size, "%s", name);
+		return;
+	}
+	if (fd == AT_FDCWD)
+		snprintf(link, sizeof link, "/proc/self/cwd");
+	else
+		snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+	n = readlink(link, out, size - 1);
+	out[n > 0 ? n : 0] = '\0';
+	if (name)
+		snprintf(out + strlen(out), size - strlen(out), "/%s", name);
+}
+
 int fsync(int fd)
 {
 	static int (*real)(int);
-	const char *match = getenv("SLOWSYNC_MATCH"), *ms = getenv("SLOWSYNC_MS");
-	const char *log = getenv("SLOWSYNC_LOG");
-	char link[64], path[4096];
-	ssize_t n;
+	char path[4096];
 
 	if (!real)
 		real = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
-	snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-	if (match && ms && (n = readlink(link, path, sizeof path - 1)) > 0) {
-		path[n] = '\0';
-		if (strstr(path, match)) {
-			long t = atol(ms);
-			struct timespec ts = { t / 1000, (t % 1000) * 1000000L };
-			nanosleep(&ts, NULL);
-			int lfd = log ? open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600) : -1;
-			if (lfd >= 0) {
-				path[n] = '\n';
-				ssize_t w = write(lfd, path, (size_t)n + 1);
-				(void)w;
-				close(lfd);
-			}
-		}
-	}
+	path_of(fd, NULL, path, sizeof path);
+	slow("fsync", path, getenv("SLOWSYNC_MATCH"), getenv("SLOWSYNC_MS"));
 	return real(fd);
+}
+
+int unlinkat(int dirfd, const char *name, int flags)
+{
+	static int (*real)(int, const char *, int);
+	char path[4096];
+
+	if (!real)
+		real = (int (*)(int, const char *, int))dlsym(RTLD_NEXT, "unlinkat");
+	path_of(dirfd, name, path, sizeof path);
+	slow("unlink", path, getenv("SLOWUNLINK_MATCH"), getenv("SLOWUNLINK_MS"));
+	return real(dirfd, name, flags);
 }
