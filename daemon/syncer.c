@@ -40,11 +40,10 @@ struct syncer {
 	pthread_cond_t cv;
 	struct sync_req *todo, **todo_end;      /* the thread's, in order */
 	struct sync_req *done, **done_end;      /* synced, for the loop */
-	int started, stop;
+	int started, failed, stop;
 	pthread_t thread;
 	int wake[2];            /* the thread writes a byte, the loop reads */
 	struct event *ev;
-	long long synced;       /* the loop's: files told synced */
 };
 
 static void *run(void *arg)
@@ -84,7 +83,6 @@ static void deliver(struct syncer *s)
 	pthread_mutex_unlock(&s->mu);
 	while (r) {
 		struct sync_req *next = r->next;
-		s->synced += r->err == 0;
 		r->done(r->arg, r->err);
 		free(r);
 		r = next;
@@ -123,7 +121,8 @@ static int start(struct syncer *s)
 	int rc;
 
 	if (pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
-		log_warn("syncer: pipe: %s; large puts sync on the loop", strerror(errno));
+		log_warn("syncer: pipe: %s; its files are synced and unlinked on the loop",
+			 strerror(errno));
 		s->wake[0] = s->wake[1] = -1;
 		return -1;
 	}
@@ -135,13 +134,14 @@ static int start(struct syncer *s)
 	rc = pthread_create(&s->thread, NULL, run, s);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc != 0) {
-		log_warn("syncer: cannot start a thread: %s; large puts sync on the loop",
-			 strerror(rc));
+		log_warn("syncer: cannot start a thread: %s; its files are synced and unlinked "
+			 "on the loop", strerror(rc));
 		goto fail;
 	}
 	s->started = 1;
 	return 0;
 fail:
+	s->failed = 1;          /* said once: the loop does the work from now on */
 	if (s->ev)
 		event_free(s->ev);
 	s->ev = NULL;
@@ -155,7 +155,7 @@ int syncer_sync(struct syncer *s, sync_fn sync, sync_done_fn done, void *arg)
 {
 	struct sync_req *r;
 
-	if (!s->started && start(s) < 0)
+	if (!s->started && (s->failed || start(s) < 0))
 		return -1;
 	if (!(r = malloc(sizeof *r)))
 		return -1;
@@ -166,11 +166,6 @@ int syncer_sync(struct syncer *s, sync_fn sync, sync_done_fn done, void *arg)
 	pthread_cond_signal(&s->cv);
 	pthread_mutex_unlock(&s->mu);
 	return 0;
-}
-
-long long syncer_count(const struct syncer *s)
-{
-	return s ? s->synced : 0;
 }
 
 void syncer_free(struct syncer *s)

@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * syncer: fsync() off the event loop. A file the loop has written whole
- * is handed here (syncer_sync()); a thread of the daemon's syncs it, and
- * the loop is told (done(), on the loop's own thread) once its bytes are
- * on the disk. The loop answers every other client meanwhile.
+ * syncer: a file's slow work off the event loop. A file the loop has
+ * written whole is handed here (syncer_sync()); a thread of the daemon's
+ * syncs it (or unlinks it), and the loop is told (done(), on the loop's
+ * own thread) once that is done. The loop answers every other client
+ * meanwhile.
  *
- * Why: an fsync of a 64 MB value's file takes 25-60 ms (bench --large),
- * and while the loop waits in it, every hit of every client waits too.
+ * Why: an fsync of a 64 MB value's file takes 25-60 ms and its unlink
+ * 18-24 ms (bench --large, bench/NOTES.md), and while the loop waits in
+ * either, every hit of every client waits too.
  */
 #ifndef PTXCACHE_SYNCER_H
 #define PTXCACHE_SYNCER_H
@@ -33,8 +35,5 @@ int syncer_sync(struct syncer *s, sync_fn sync, sync_done_fn done, void *arg);
 /* Wait for the sync in progress, call every done() not yet called (with
  * ECANCELED where sync() did not run), free s. NULL ok. */
 void syncer_free(struct syncer *s);
-
-/* Files synced so far. */
-long long syncer_count(const struct syncer *s);
 
 #endif
