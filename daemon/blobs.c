@@ -21,7 +21,11 @@
  *    inode, a change time, a link count shared would tell one scope what
  *    another stored). A value replaced under its key gets a new name, so
  *    the row is switched to the new file by its commit, and the old one
- *    unlinked after it.
+ *    unlinked after it. The same value put again has the same name: the
+ *    new file is exchanged into it (renameat2()), and the old one, left
+ *    under the new one's temporary name, is unlinked by the caller, off
+ *    the loop, rather than freed inside a rename over it (a 64 MB re-put
+ *    took 127 ms that way, 66-79 ms now, on a 2-core VM).
  *
  *  - Durable before its row: written to a temporary name in blobs/ (its
  *    own open file, 0400 from its creation: whole by blobs_write(), or in
@@ -200,7 +204,7 @@ static int fsync_dir(int dfd, const char *sub)
 struct blob_tmp {
 	struct blobs *b;
 	int fd;
-	char name[128];         /* under blobs/, TMP_PREFIX first */
+	char name[BLOBS_RETIRED_MAX];   /* under blobs/, TMP_PREFIX first */
 	char *stage;            /* PIECE bytes, made on first use */
 	size_t staged;          /* of them, not written yet */
 	off_t written;          /* bytes in the file */
@@ -338,14 +342,37 @@ void blobs_tmp_drop(struct blob_tmp *t)
 	free(t);
 }
 
+/* Rename t's file to name. Where name is there already (the same value
+ * put again under its key: the same name), the two are exchanged, so
+ * that the old file's blocks are not freed here, in the rename, but when
+ * the caller unlinks t's temporary name, which now holds it (*replaced
+ * set). A filesystem without renameat2()'s flags gets a plain rename. */
+static int place(struct blob_tmp *t, const char *name, int *replaced)
+{
+	int dfd = t->b->dfd;
+
+	*replaced = 0;
+	if (renameat2(dfd, t->name, dfd, name, RENAME_NOREPLACE) == 0)
+		return 0;
+	if (errno == EEXIST && renameat2(dfd, t->name, dfd, name, RENAME_EXCHANGE) == 0) {
+		*replaced = 1;
+		return 0;
+	}
+	if (errno != EINVAL && errno != ENOSYS && errno != ENOENT && errno != EEXIST)
+		return -1;
+	return renameat(dfd, t->name, dfd, name);
+}
+
 int blobs_tmp_place(struct blob_tmp *t, const unsigned char key[32], int64_t sum,
-		    struct buf *err)
+		    char *replaced, struct buf *err)
 {
 	struct blobs *b = t->b;
 	char sub[3], name[90];
-	int e;
+	int e, swapped;
 
 	name_of(key, sum, sub, name);
+	if (replaced)
+		replaced[0] = '\0';
 	if (blobs_tmp_flush(t, err) < 0) {
 		e = errno;
 		goto fail;
@@ -368,21 +395,24 @@ int blobs_tmp_place(struct blob_tmp *t, const unsigned char key[32], int64_t sum
 		buf_printf(err, "cannot create '%s/%s': %s", b->dir, sub, strerror(e));
 		goto fail;
 	}
-	if (renameat(b->dfd, t->name, b->dfd, name) < 0) {
+	if (place(t, name, &swapped) < 0) {
 		e = errno;
 		buf_printf(err, "cannot rename '%s/%s' to '%s': %s", b->dir, t->name, name,
 			   strerror(e));
 		goto fail;
 	}
-	free(t->stage);
-	free(t);
 	if (fsync_dir(b->dfd, sub) < 0) {
 		e = errno;
 		buf_printf(err, "cannot sync '%s/%s': %s", b->dir, sub, strerror(e));
 		unlinkat(b->dfd, name, 0);
-		errno = e;
-		return -1;
+		goto fail;      /* and the file replaced, if any, with t */
 	}
+	if (swapped && replaced)
+		snprintf(replaced, BLOBS_RETIRED_MAX, "%s", t->name);
+	else if (swapped)
+		unlinkat(b->dfd, t->name, 0);
+	free(t->stage);
+	free(t);
 	return 0;
 fail:
 	blobs_tmp_drop(t);
@@ -391,7 +421,7 @@ fail:
 }
 
 int blobs_write(struct blobs *b, const unsigned char key[32], int64_t sum,
-		const void *data, size_t len, struct buf *err)
+		const void *data, size_t len, char *replaced, struct buf *err)
 {
 	char sub[3], name[90];
 	size_t done;
@@ -406,7 +436,7 @@ int blobs_write(struct blobs *b, const unsigned char key[32], int64_t sum,
 		errno = e;
 		return -1;
 	}
-	return blobs_tmp_place(t, key, sum, err);
+	return blobs_tmp_place(t, key, sum, replaced, err);
 }
 
 static struct seen *seen_slot(struct blobs *b, const struct stat *st)

@@ -27,12 +27,17 @@ struct blobs;
 struct blobs *blobs_open(const char *dir, struct buf *err);
 void blobs_close(struct blobs *b);      /* NULL ok */
 
+/* The longest temporary name a blob file is left under (replaced,
+ * blobs_retire()), with its '\0'. */
+#define BLOBS_RETIRED_MAX 64
+
 /* Make data [0, len) key's file for checksum sum, durable before this
  * returns: a temporary file written and fsync'd, renamed into place, the
  * directory fsync'd. 0, or -1 with errno set (ENOSPC: the disk is full)
- * and a message in err; nothing is left behind on failure. */
+ * and a message in err; nothing is left behind on failure. replaced: as
+ * blobs_tmp_place()'s. */
 int blobs_write(struct blobs *b, const unsigned char key[32], int64_t sum,
-		const void *data, size_t len, struct buf *err);
+		const void *data, size_t len, char *replaced, struct buf *err);
 
 /* A value written in pieces (store.c's spools: a put's value as it
  * arrives): a temporary file in blobs/, 0400 from its creation, which
@@ -61,9 +66,14 @@ int blobs_tmp_sync(struct blob_tmp *t);
 
 /* Make t key's file for checksum sum, durable before this returns: t
  * fsync'd, renamed into place, the directory fsync'd (as blobs_write()).
- * Frees t: 0, or -1 with errno and a message in err, nothing left behind. */
+ * Frees t: 0, or -1 with errno and a message in err, nothing left behind.
+ * Where key's file for sum was there already (the same value put again),
+ * t takes its name and the old file is left under a temporary name in
+ * replaced (BLOBS_RETIRED_MAX bytes; "" when none), for the caller to
+ * remove with blobs_unlink_retired() (off the loop: its blocks are freed
+ * then); a NULL replaced has it removed here. */
 int blobs_tmp_place(struct blob_tmp *t, const unsigned char key[32], int64_t sum,
-		    struct buf *err);
+		    char *replaced, struct buf *err);
 
 /* Remove t's file and free t (NULL ok). */
 void blobs_tmp_drop(struct blob_tmp *t);
@@ -95,7 +105,6 @@ void blobs_unlink(struct blobs *b, const unsigned char key[32], int64_t sum);
  * (BLOBS_RETIRED_MAX bytes): 0, or -1 if there is no such file.
  * blobs_unlink_retired() then removes it, from any thread; a kill between
  * leaves a temporary for the next open's sweep. */
-#define BLOBS_RETIRED_MAX 64
 int blobs_retire(struct blobs *b, const unsigned char key[32], int64_t sum, char *name);
 void blobs_unlink_retired(struct blobs *b, const char *name);
 

@@ -556,22 +556,31 @@ static void retired_free(void *arg, int err)
 	free(arg);
 }
 
-/* Unlink key's file for sum: off the loop where a syncer is set. */
-static void file_unlink(struct store *s, const unsigned char key[32], int64_t sum)
+/* Unlink a blob file left under a temporary name (blobs_retire(),
+ * blobs_tmp_place()'s replaced): off the loop where a syncer is set. */
+static void retired_dispose(struct store *s, const char *name)
 {
 	struct retired *r = s->sync && !s->unlink_now ? malloc(sizeof *r) : NULL;
 
-	if (!r) {
+	if (r) {
+		r->b = s->blobs;
+		snprintf(r->name, sizeof r->name, "%s", name);
+		if (syncer_sync(s->sync, retired_unlink, retired_free, r) == 0)
+			return;
+		free(r);
+	}
+	blobs_unlink_retired(s->blobs, name);
+}
+
+/* Unlink key's file for sum: off the loop where a syncer is set. */
+static void file_unlink(struct store *s, const unsigned char key[32], int64_t sum)
+{
+	char name[BLOBS_RETIRED_MAX];
+
+	if (!s->sync || s->unlink_now)
 		blobs_unlink(s->blobs, key, sum);
-		return;
-	}
-	r->b = s->blobs;
-	if (blobs_retire(s->blobs, key, sum, r->name) < 0) {
-		free(r);
-	} else if (syncer_sync(s->sync, retired_unlink, retired_free, r) < 0) {
-		blobs_unlink_retired(s->blobs, r->name);
-		free(r);
-	}
+	else if (blobs_retire(s->blobs, key, sum, name) == 0)
+		retired_dispose(s, name);
 }
 
 void store_set_syncer(struct store *s, struct syncer *y)
@@ -1344,7 +1353,7 @@ static int put_entry(struct store *s, const unsigned char key[32], const struct 
 	const char *log = e->log ? e->log : "";
 	size_t log_len = e->log ? e->log_len : 0;
 	struct buf ferr = BUF_INIT;
-	char msg[512];
+	char msg[512], replaced[BLOBS_RETIRED_MAX];
 	int rc;
 
 	if (e->kind != STORE_PTX && e->kind != STORE_CUBIN && e->kind != STORE_ARTIFACT) {
@@ -1389,17 +1398,19 @@ again:
 		struct blob_tmp *t = sp->tmp;
 		sp->tmp = NULL;
 		buf_reset(&ferr);
-		if (blobs_tmp_place(t, key, sum, &ferr) < 0) {
+		if (blobs_tmp_place(t, key, sum, replaced, &ferr) < 0) {
 			snprintf(msg, sizeof msg, "%s", ferr.data ? ferr.data : "cannot write");
 			goto fail_nodb;
 		}
 		wrote = 1;
+		if (replaced[0])        /* the same value's file before */
+			retired_dispose(s, replaced);
 		memcpy(s->placed.key, key, 32);
 		s->placed.sum = sum;
 		s->placing = 1;
 	} else if (file && !wrote) {
 		buf_reset(&ferr);
-		if (blobs_write(s->blobs, key, sum, e->data, e->data_len, &ferr) < 0) {
+		if (blobs_write(s->blobs, key, sum, e->data, e->data_len, replaced, &ferr) < 0) {
 			int full = errno == ENOSPC || errno == EDQUOT;
 			struct statvfs v;
 			snprintf(msg, sizeof msg, "%s", ferr.data ? ferr.data : "cannot write");
@@ -1419,6 +1430,8 @@ again:
 			goto fail_nodb;
 		}
 		wrote = 1;
+		if (replaced[0])
+			retired_dispose(s, replaced);
 	}
 	doomed_mark = s->ndoomed;
 	rc = tx_begin(s);
