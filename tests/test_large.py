@@ -757,6 +757,43 @@ def test_a_request_after_a_large_put_on_its_connection_sees_the_put_stored():
             fc.close()
 
 
+def test_a_client_whose_large_value_is_all_there_takes_turns_with_the_others():
+    """One readable event reads at most a turn's worth (conn.c, READ_TURN):
+    a client whose value is in the socket already (or arrives as fast as
+    it is read) would otherwise hold the loop until all of it was read,
+    and another client's hits would wait for it. Here 64 MB wait in the
+    socket (a send buffer that large) while the daemon is stopped, with a
+    second client's get behind them: that get is answered while most of
+    the value is still to be read."""
+    v = value(64 * MB, 7)
+    with Daemon(workers=1) as d:
+        with Client(d.socket) as c:
+            assert c.artifact_put("t", "small", b"s" * 1024)
+        a, b = Raw(d.socket, timeout=60), Raw(d.socket, timeout=60)
+        try:
+            a.s.setsockopt(socket.SOL_SOCKET, 32, 2 * len(v))   # SO_SNDBUFFORCE
+        except PermissionError:
+            raise Skip("a send buffer of 128 MB needs CAP_NET_ADMIN (root)") from None
+        b.send(frame(GET, pack(dict(id=1, ns="t", key="small"))))
+        assert b.recv_frame()[0] == GET | 0x80
+        os.kill(d.proc.pid, signal.SIGSTOP)
+        try:
+            a.send(_head(dict(id=1, ns="t", key="big"), v) + v)
+            b.send(frame(GET, pack(dict(id=2, ns="t", key="small"))))
+        finally:
+            os.kill(d.proc.pid, signal.SIGCONT)
+        t, body = b.recv_frame()
+        read = _spooled_bytes(d)
+        assert t == GET | 0x80 and mp_unpack(body)["value"] == b"s" * 1024, mp_unpack(body)
+        assert 0 <= read < len(v) // 2, read
+        t, body = a.recv_frame()
+        assert t == PUT | 0x80 and mp_unpack(body)["stored"] is True, mp_unpack(body)
+        a.close()
+        b.close()
+        with Client(d.socket) as c:
+            assert c.artifact_get("t", "big").value == v
+
+
 def test_a_put_whose_value_is_not_last_is_read_whole_and_stored():
     """An old client's frame: the value first, the other fields after it."""
     v = value(2 * MB, 5)
