@@ -432,15 +432,20 @@ def test_python_inductor_graph_compiled_once_with_the_environment_alone():
 
 # ---- autotuning on a warm process --------------------------------------------------
 
-# A graph's kernels, as (candidate BLOCKs, {BLOCK: benchmark time}):
-# descent stays on the candidate autotuning chose (k1: case 1 of
-# ptxcache/autotune.py), moves off the candidates (k2: PyTorch's own
-# case), is the only candidate and moves (k3: case 2) or stays (k4).
+# A graph's kernels, as (candidate BLOCKs, {BLOCK: benchmark time},
+# options): descent stays on the candidate autotuning chose (k1: case 1
+# of ptxcache/autotune.py), moves off the candidates (k2: PyTorch's own
+# case), is the only candidate and moves (k3: case 2) or stays (k4); k5
+# is a reduction that _dynamic_scale_rblock halves from BLOCK 16 (case
+# 3): its producer chose 16 over 32 and 8, and a warm process, timing 16
+# against 8 again, would find 8 faster by a hair.
 _KERNELS = json.dumps({
     "k1": [[8, 16], {"8": 5, "16": 3, "32": 4}],
     "k2": [[8, 16], {"8": 5, "16": 4, "32": 2, "64": 3}],
     "k3": [[8], {"8": 5, "16": 3, "32": 4, "4": 9}],
     "k4": [[8], {"8": 2, "16": 3, "4": 3}],
+    "k5": [[32], {"32": 5, "16": 4, "8": 4.1}, {"scale_from": 16,
+                                                "warm_times": {"32": 5, "16": 4, "8": 3.9}}],
 })
 
 
@@ -448,10 +453,12 @@ def test_python_a_warm_process_tunes_nothing_and_a_changed_gpu_tunes_again():
     """Max-autotune's coordinate descent, stored by a cold process, is
     believed by a warm one whose FX graph hit (no benchmark, and a Triton
     compile only for a stored best outside the candidates: from Triton's
-    cache on a real node), with one autotune get a kernel; with
-    PTXCACHE_AUTOTUNE_RECHECK=0 (PyTorch 2.11's own recheck) the warm
-    process tunes 3 of the 4 kernels again; another backend hash (GPU,
-    Triton) misses and tunes everything, as PyTorch means it to."""
+    cache on a real node), with one autotune get a kernel, and runs the
+    producer's choice, not a halved R-block timed again; with
+    PTXCACHE_AUTOTUNE_RECHECK=0 (PyTorch 2.11's own methods) the warm
+    process tunes 4 of the 5 kernels again, and chooses otherwise for the
+    reduction; another backend hash (GPU, Triton) misses and tunes
+    everything, as PyTorch means it to."""
     tmp = tempfile.mkdtemp(prefix="ptxcache-py-")
     try:
         with Daemon(workers=1) as d:
@@ -466,27 +473,31 @@ def test_python_a_warm_process_tunes_nothing_and_a_changed_gpu_tunes_again():
 
             cold = run("cold", "cold")
             assert cold["counters"]["benchmarks"] > 0 and cold["fix"]["installed"], cold
-            assert cold["chosen"] == {"k1": 16, "k2": 32, "k3": 16, "k4": 8}, cold
+            assert cold["chosen"] == {"k1": 16, "k2": 32, "k3": 16, "k4": 8, "k5": 16}, cold
             warm = run("warm", "warm1")
             assert warm["chosen"] == cold["chosen"], warm
             assert warm["counters"]["benchmarks"] == 0, warm
             assert warm["counters"]["coordesc_tuning_bench"] == 0, warm
-            # k2 (PyTorch's own) and k3 (ours): the stored best, outside the
-            # candidates, loaded; nothing else.
-            assert warm["counters"]["compiles"] == 2, warm
-            assert warm["fix"]["marked"] == 2 and warm["fix"]["replaced"] == 1, warm
+            # k2 (PyTorch's own), k3 and k5 (ours): the stored best, outside
+            # the candidates, loaded; nothing else (k5 not halved again).
+            assert warm["counters"]["compiles"] == 3, warm
+            assert warm["fix"]["marked"] == 2 and warm["fix"]["replaced"] == 2, warm
+            assert warm["fix"]["unscaled"] == 5, warm
             lay = warm["layers"]["inductor-autotune"]
-            assert lay["gets"] == 4 and lay["trips"] == 4 and lay["hits"] == 4, warm["layers"]
+            assert lay["gets"] == 5 and lay["trips"] == 5 and lay["hits"] == 5, warm["layers"]
             assert "puts" not in warm["layers"].get("inductor-autotune", {}) or lay["puts"] == 0, warm
-            # PyTorch's own recheck: k1, k3 and k4 tuned again.
+            # PyTorch's own methods: k1, k3, k4 and k5 tuned again, and k5,
+            # halved and timed against the producer's choice, runs another.
             plain = run("warm", "warm2", PTXCACHE_AUTOTUNE_RECHECK="0")
             assert plain["counters"]["coordesc_tuning_bench"] > 0, plain
-            assert plain["chosen"] == cold["chosen"] and plain["fix"]["marked"] == 0, plain
+            assert plain["chosen"] == dict(cold["chosen"], k5=8), plain
+            assert plain["fix"]["marked"] == plain["fix"]["unscaled"] == 0, plain
             # Another GPU or Triton: PyTorch's key differs, everything tunes.
             other = run("warm", "warm3", "--backend-hash", "gpu-b:triton-3.6")
             assert other["layers"]["inductor-autotune"]["hits"] == 0, other
             assert other["counters"]["benchmarks"] >= cold["counters"]["benchmarks"], (other, cold)
-            assert other["fix"]["marked"] == 0 and other["fix"]["replaced"] == 0, other
+            assert other["fix"]["marked"] == other["fix"]["replaced"] == other["fix"]["unscaled"] == 0, \
+                other
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -31,17 +31,32 @@ changed, so whatever makes PyTorch miss (another GPU, PyTorch or Triton
 version: ``backend_hash``, the FX graph's key; other candidates:
 ``configs_hash``) still makes it tune.
 
-``PTXCACHE_AUTOTUNE_RECHECK=0`` leaves PyTorch's method alone.
+3. Then ``precompile()`` runs ``_dynamic_scale_rblock`` whatever the
+   cache said: a reduction whose registers limit its occupancy gets its
+   one config again with the largest R-block halved, and ``run()``
+   benchmarks the two. The producer never timed that pair (its halved
+   configs came from the candidates, before coordinate descent), so where
+   they nearly tie a warm process may take the other one, run other
+   kernels than the producer (other bits), tune again from there and
+   store its choice over the producer's. install() also wraps that
+   method: where the cache narrowed the kernel to the stored best (the
+   autotune cache info says ``hit``, and the one compile result left is
+   its ``best_config``), the kernel keeps that one config, as later
+   PyTorch does (a cache hit skips the scaling there); anywhere else
+   PyTorch's method runs.
+
+``PTXCACHE_AUTOTUNE_RECHECK=0`` leaves PyTorch's methods alone.
 
 PyTorch's names this module touches (private; each looked up, never
 assumed, and without any of them it does nothing):
 ``torch._inductor.runtime.triton_heuristics``: ``CachingAutotuner``
-(``recheck_autotune_cache``, ``compile_results``, ``filename``,
-``inductor_meta``, ``fn``, ``_precompile_config``,
-``autotune_cache_info``), ``check_autotune_cache`` (replaced by a wrapper
-that calls it), ``triton_config_to_hashable``. Measured on an H200
-(tests/gpu/README.md, issue 29): a warm max-autotune process went from 18
-coordinate-descent benchmarks and 9 ptxas compiles to none.
+(``recheck_autotune_cache``, ``_dynamic_scale_rblock``,
+``compile_results``, ``filename``, ``inductor_meta``, ``fn``,
+``_precompile_config``, ``autotune_cache_info``), ``check_autotune_cache``
+(replaced by a wrapper that calls it), ``triton_config_to_hashable``.
+Measured on an H200 (tests/gpu/README.md, issue 29): cases 1 and 2 took
+a warm max-autotune process from 18 coordinate-descent benchmarks and 9
+ptxas compiles to none.
 """
 from __future__ import annotations
 
@@ -60,10 +75,12 @@ MODULE = "torch._inductor.runtime.triton_heuristics"
 ENV = "PTXCACHE_AUTOTUNE_RECHECK"
 _MARK = "_ptxcache_recheck"
 
-# What the wrapper did in this process: kernels whose stored
-# coordinate-descent result it kept marked (a candidate's config), and
-# those of one candidate whose stored result it put in place.
-counts = {"marked": 0, "replaced": 0}
+# What the wrappers did in this process: kernels whose stored
+# coordinate-descent result it kept marked (a candidate's config), those
+# of one candidate whose stored result it put in place, and kernels
+# narrowed to their stored best whose R-block scaling was skipped (case
+# 3; whether or not it would have added a config).
+counts = {"marked": 0, "replaced": 0, "unscaled": 0}
 
 
 def installed(module: Any = None) -> bool:
@@ -139,9 +156,26 @@ def _wrap(module: Any, orig: Callable) -> Callable:
     return recheck_autotune_cache
 
 
+def _wrap_scale(module: Any, orig: Callable) -> Callable:
+    hashable = getattr(module, "triton_config_to_hashable")
+
+    @functools.wraps(orig)
+    def _dynamic_scale_rblock(self: Any) -> Any:
+        info = getattr(self, "autotune_cache_info", None) or {}
+        results = getattr(self, "compile_results", None) or []
+        if (os.environ.get(ENV) != "0" and info.get("autotune_cache_state") == "hit"
+                and len(results) == 1 and hashable(results[0].config) == info.get("best_config")):
+            counts["unscaled"] += 1
+            return None
+        return orig(self)
+
+    setattr(_dynamic_scale_rblock, _MARK, True)
+    return _dynamic_scale_rblock
+
+
 def install(module: Any) -> bool:
-    """Wrap module.CachingAutotuner.recheck_autotune_cache (once). True if
-    it is wrapped."""
+    """Wrap module.CachingAutotuner.recheck_autotune_cache and, where it
+    has one, _dynamic_scale_rblock (once). True if the first is wrapped."""
     cls = getattr(module, "CachingAutotuner", None)
     orig = getattr(cls, "recheck_autotune_cache", None) if cls is not None else None
     if orig is None or not hasattr(module, "triton_config_to_hashable"):
@@ -157,4 +191,7 @@ def install(module: Any) -> bool:
     if not getattr(check, _MARK, False):
         module.check_autotune_cache = _wrap_check(check)
     cls.recheck_autotune_cache = _wrap(module, orig)
+    scale = getattr(cls, "_dynamic_scale_rblock", None)
+    if scale is not None and not getattr(scale, _MARK, False):
+        cls._dynamic_scale_rblock = _wrap_scale(module, scale)
     return True

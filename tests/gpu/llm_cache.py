@@ -34,9 +34,11 @@ machine with --resume uses them instead of compiling again.
 
 Each process runs the lengths, the first length again (through the
 dynamic graph, which a process given the PGO profile runs from its first
-call: the reference for that one), then the training step. The timed span
-is the compiled model's first call to the end of the training step's
-backward (every phase synchronised); each phase's time,
+call: the reference for that one), then the training step, and that step
+twice more after the timed span, on the same inputs and weights (do this
+process's own kernels give the same bits each time? atomic adds need
+not). The timed span is the compiled model's first call to the end of
+the training step's backward (every phase synchronised); each phase's time,
 output hash (logits, or loss and every gradient), Dynamo's counters and
 stage timers, and the package's requests per namespace are kept in
 results.json.
@@ -85,6 +87,18 @@ g = torch.Generator(device=dev).manual_seed(1)
 ids = {n: torch.randint(0, cfg.vocab_size, (batch, n), device=dev, generator=g) for n in lens}
 tr = torch.randint(0, cfg.vocab_size, (batch, train_len), device=dev, generator=g)
 compiled = torch.compile(model, mode=None if mode == "default" else mode)
+# What Inductor's R-block scaling (CachingAutotuner._dynamic_scale_rblock)
+# added in this process: configs timed again at run time.
+import torch._inductor.runtime.triton_heuristics as th
+scaled = {"calls": 0, "added": 0}
+_scale = th.CachingAutotuner._dynamic_scale_rblock
+def _counted_scale(self):
+    before = len(self.compile_results or [])
+    r = _scale(self)
+    scaled["calls"] += 1
+    scaled["added"] += len(self.compile_results or []) - before
+    return r
+th.CachingAutotuner._dynamic_scale_rblock = _counted_scale
 prof = None
 if os.environ.get("TC_PROFILE") == "1":
     import cProfile
@@ -125,20 +139,33 @@ phases.append({"phase": "train%d" % train_len, "s": t1 - ta,
 if prof:
     prof.disable()
     prof.dump_stats(out_path + ".prof")
+def train_hash(loss):
+    h = hashlib.sha256(loss.detach().float().cpu().numpy().tobytes())
+    for p in model.parameters():
+        if p.grad is not None:
+            h.update(p.grad.float().cpu().numpy().tobytes())
+    return h.hexdigest()
 hashes = {}
 for ph, o in zip(phases, outs):
     hashes[ph["phase"]] = hashlib.sha256(o.float().cpu().numpy().tobytes()).hexdigest()
-h = hashlib.sha256(loss.detach().float().cpu().numpy().tobytes())
-for p in model.parameters():
-    if p.grad is not None:
-        h.update(p.grad.float().cpu().numpy().tobytes())
-hashes["train%d" % train_len] = h.hexdigest()
+hashes["train%d" % train_len] = train_hash(loss)
+# The training step twice more, outside the timed span, on the same
+# inputs and weights: where this process's own repeats differ, its kernels
+# are not deterministic (atomic adds), whatever any cache gave it.
+again = []
+for _ in range(2):
+    model.zero_grad(set_to_none=True)
+    loss = compiled(input_ids=tr, labels=tr, use_cache=False).loss
+    loss.backward()
+    torch.cuda.synchronize()
+    again.append(train_hash(loss))
 res = {"compile_s": t1 - t0, "import_s": t_init - t_start, "phases": phases, "hashes": hashes,
        "counters": {k: dict(v) for k, v in counters.items()},
        "torch": torch.__version__, "transformers": transformers.__version__,
        "attn": getattr(model.config, "_attn_implementation", None),
        "params": sum(p.numel() for p in model.parameters()),
-       "job_id": getattr(torch.compiler.config, "job_id", None)}
+       "job_id": getattr(torch.compiler.config, "job_id", None),
+       "train_len": train_len, "train_again": again, "scaled": scaled}
 try:
     from torch._dynamo.utils import compilation_time_metrics as ctm
     res["stages"] = {k: round(sum(v), 4) for k, v in ctm.items()}
@@ -150,8 +177,9 @@ if "ptxcache" in sys.modules:
                        "layers": ptxcache.artifacts.store().layers(),
                        "installed": ptxcache.inductor.installed()}
     try:
-        import ptxcache.triton_key as ptk
+        import ptxcache.triton_key as ptk, ptxcache.autotune as pat
         res["ptxcache"]["triton_key"] = dict(ptk.counts)
+        res["ptxcache"]["autotune"] = dict(pat.counts)
     except Exception:
         pass
 with open(out_path, "w") as f:
@@ -246,12 +274,18 @@ def line(r):
     c = r.get("counters", {})
     ind, aot = c.get("inductor", {}), c.get("aot_autograd", {})
     lay = r.get("ptxcache", {}).get("layers", {})
+    train = r.get("hashes", {}).get("train%d" % r.get("train_len", 0))
+    again = r.get("train_again", [])
+    steady = "-" if not again else "same" if set(again) == {train} else "differ"
     return ("%.1f s (phases %s; graphs %s; fx hit/miss %s/%s; aot hit %s; job %s; requests %s; "
-            "MB in %.1f)" % (r["compile_s"], " ".join("%.1f" % p["s"] for p in r["phases"]),
-                             graphs(r), ind.get("fxgraph_cache_hit", 0), ind.get("fxgraph_cache_miss", 0),
-                             aot.get("autograd_cache_hit", 0), r.get("job_id"),
-                             int(sum(v.get("gets", 0) + v.get("puts", 0) for v in lay.values())),
-                             sum(v.get("bytes_in", 0) for v in lay.values()) / 1e6))
+            "MB in %.1f; coordesc %s; scaled %s; recheck %s; training step repeated: %s)"
+            % (r["compile_s"], " ".join("%.1f" % p["s"] for p in r["phases"]),
+               graphs(r), ind.get("fxgraph_cache_hit", 0), ind.get("fxgraph_cache_miss", 0),
+               aot.get("autograd_cache_hit", 0), r.get("job_id"),
+               int(sum(v.get("gets", 0) + v.get("puts", 0) for v in lay.values())),
+               sum(v.get("bytes_in", 0) for v in lay.values()) / 1e6,
+               ind.get("coordesc_tuning_bench", 0), r.get("scaled"),
+               r.get("ptxcache", {}).get("autotune"), steady))
 
 
 def env_for(work, tools, tag, args, dirs=None, daemon=None, pth=None, **extra):
@@ -499,7 +533,9 @@ def dump_sources(out):
              "_dynamo/precompile_context.py", "_dynamo/guards.py", "_dynamo/eval_frame.py",
              "_dynamo/convert_frame.py", "compiler/__init__.py", "_functorch/_aot_autograd/autograd_cache.py",
              "_inductor/codecache.py", "_inductor/remote_cache.py", "_inductor/output_code.py",
-             "_dynamo/aot_compile_types.py", "_utils_internal.py", "_dynamo/config.py"]
+             "_dynamo/aot_compile_types.py", "_utils_internal.py", "_dynamo/config.py",
+             "_inductor/runtime/triton_heuristics.py", "_inductor/runtime/autotune_cache.py",
+             "_inductor/runtime/coordinate_descent_tuner.py"]
     with tarfile.open(os.path.join(out, "torch-src.tar.gz"), "w:gz") as t:
         for f in files:
             p = os.path.join(root, f)

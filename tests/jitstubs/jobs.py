@@ -100,19 +100,26 @@ def gets(a):
 
 
 def autotune(a):
-    # KERNELS: {name: [[candidate BLOCKs], {BLOCK: time}]}. cold: each
-    # kernel compiled afresh (cached_autotune), run once (benchmarks, then
-    # coordinate descent, results stored). warm: what an FX graph hit does
-    # with the unpickled autotuner: its compiled candidates, then
-    # recheck_autotune_cache, then run().
+    # KERNELS: {name: [[candidate BLOCKs], {BLOCK: time}, {options}]}, the
+    # options: "scale_from" (a reduction whose configs of at least that
+    # BLOCK _dynamic_scale_rblock halves) and "warm_times" (the times a
+    # warm process measures: a near tie that goes the other way there).
+    # cold: each kernel compiled afresh (cached_autotune), run once
+    # (benchmarks, then coordinate descent, results stored). warm: what an
+    # FX graph hit does with the unpickled autotuner (StaticAutotunerFuture):
+    # its compiled candidates, recheck_autotune_cache, precompile(), run().
     import torch._inductor.runtime.triton_heuristics as th
     from ptxcache.artifacts import store
     kernels = json.loads(a.kernels)
-    meta = {"coordinate_descent_tuning": True, "autotune_local_cache": True,
-            "autotune_remote_cache": True, "backend_hash": a.backend_hash}
     chosen = {}
-    for name, (blocks, times) in sorted(kernels.items()):
+    for name, spec in sorted(kernels.items()):
+        blocks, times, opts = spec[0], spec[1], (spec[2] if len(spec) > 2 else {})
+        if a.phase == "warm":
+            times = opts.get("warm_times", times)
         th.TIMES = {int(k): v for k, v in times.items()}
+        meta = {"coordinate_descent_tuning": True, "autotune_local_cache": True,
+                "autotune_remote_cache": True, "backend_hash": a.backend_hash,
+                "stub_scale_from": opts.get("scale_from")}
         configs = [th.Config({"BLOCK": b}) for b in blocks]
         filename = os.path.join(a.dir, "c%s.py" % hashlib.sha256(name.encode()).hexdigest()[:16])
         if a.phase == "cold":
@@ -121,7 +128,7 @@ def autotune(a):
             k = th.CachingAutotuner(configs, filename, meta)
             k.compile_results = [th.CompileResult(c) for c in configs]
             k.recheck_autotune_cache(lambda: th.CachingAutotuner(configs, filename, meta))
-            k.launchers = [r.config for r in k.compile_results]
+            k.precompile()
         chosen[name] = k.run().kwargs["BLOCK"]
     try:
         import ptxcache.autotune as pa

@@ -2,7 +2,10 @@
 """Test stand-in for torch/_inductor/runtime/triton_heuristics.py (PyTorch
 2.11): check_autotune_cache, and CachingAutotuner's
 recheck_autotune_cache (an FX graph cache hit narrowing its compiled
-candidates to the stored best), run() (benchmark the candidates left,
+candidates to the stored best), precompile() (its _dynamic_scale_rblock:
+a reduction whose registers limit its occupancy gets each config again
+with its R-block halved, here every config of at least
+inductor_meta["stub_scale_from"]), run() (benchmark the candidates left,
 then coordinate descent unless the config carries found_by_coordesc) and
 the save hook, as PyTorch has them. Kernels are not compiled or run: a
 "compile" and a "benchmark" are counted, and a benchmark's time is the
@@ -55,6 +58,7 @@ def check_autotune_cache(configs, filename, inductor_meta):
             best = autotune_cache.read_best(inductor_meta, configs)
             if best:
                 configs = [best]
+                info["best_config"] = triton_config_to_hashable(best)
                 info["autotune_cache_state"] = "hit"
             else:
                 info["autotune_cache_state"] = "miss"
@@ -72,7 +76,8 @@ class _Fn:
 
 
 class CachingAutotuner:
-    def __init__(self, configs, filename, inductor_meta, save_cache_hook=None):
+    def __init__(self, configs, filename, inductor_meta, save_cache_hook=None,
+                 autotune_cache_info=None):
         self.configs = configs
         self.filename = filename
         self.inductor_meta = inductor_meta
@@ -80,7 +85,7 @@ class CachingAutotuner:
         self.compile_results = []
         self.launchers = []
         self.fn = _Fn(None)     # dropped when pickled, as PyTorch's
-        self.autotune_cache_info = None
+        self.autotune_cache_info = autotune_cache_info
 
     def _precompile_config(self, cfg):
         counters["compiles"] += 1
@@ -89,7 +94,29 @@ class CachingAutotuner:
     def precompile(self):
         if not self.compile_results:
             self.compile_results = [self._precompile_config(c) for c in self.configs]
-        self.launchers = [r.config for r in self.compile_results]
+        self._make_launchers()
+        self._dynamic_scale_rblock()
+
+    def _make_launchers(self):
+        if len(self.launchers) != len(self.compile_results):
+            self.launchers = [r.config for r in self.compile_results]
+
+    def _dynamic_scale_rblock(self):
+        # PyTorch 2.11's, with the register test a threshold: unconditional
+        # on what the autotune cache said.
+        start = self.inductor_meta.get("stub_scale_from")
+        if not start:
+            return
+        seen = {triton_config_to_hashable(r.config) for r in self.compile_results}
+        for result in list(self.compile_results):
+            if result.config.kwargs["BLOCK"] < start:
+                continue
+            new = copy.deepcopy(result.config)
+            new.kwargs["BLOCK"] //= 2
+            if triton_config_to_hashable(new) not in seen:
+                seen.add(triton_config_to_hashable(new))
+                self.compile_results.append(self._precompile_config(new))
+        self._make_launchers()
 
     def recheck_autotune_cache(self, reload_kernel_from_src):
         # PyTorch 2.11's, line for line.
@@ -157,9 +184,9 @@ class CachingAutotuner:
 def cached_autotune(configs, filename, inductor_meta):
     """A kernel compiled afresh (an FX graph miss): the cache narrows the
     configs before they are compiled."""
-    configs, cache, _ = check_autotune_cache(configs, filename, inductor_meta)
+    configs, cache, info = check_autotune_cache(configs, filename, inductor_meta)
 
     def save(cfg, time_taken_ns, found_by_coordesc=False, **_):
         if cache:
             cache.save(cfg, time_taken_ns, found_by_coordesc=found_by_coordesc)
-    return CachingAutotuner(configs, filename, inductor_meta, save)
+    return CachingAutotuner(configs, filename, inductor_meta, save, info)
