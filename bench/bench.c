@@ -1210,6 +1210,29 @@ static void python_runs(const char *sock, const char *dir, struct large_fig *lf)
 	waitpid(pid, NULL, 0);
 }
 
+/* Wait (at most 5 s) until the daemon has no temporary file in its blob
+ * directory: a replaced value's old file is unlinked on the daemon's
+ * thread after the put's answer, and its blocks freed then would be
+ * counted in whatever is timed next (the floor's write+fsync). */
+static void blobs_settle(const struct daemon *d)
+{
+	char dir[400];
+
+	snprintf(dir, sizeof dir, "%s/blobs", d->cache);
+	for (int i = 0; i < 5000; i++) {
+		DIR *dp = opendir(dir);
+		struct dirent *e;
+		int busy = 0;
+		while (dp && (e = readdir(dp)))
+			busy |= !strncmp(e->d_name, ".tmp-", 5);
+		if (dp)
+			closedir(dp);
+		if (!busy)
+			return;
+		usleep(1000);
+	}
+}
+
 static void large_runs(struct large_fig *lf)
 {
 	struct daemon d;
@@ -1252,6 +1275,7 @@ static void large_runs(struct large_fig *lf)
 			if (ptxcache_artifact_put(pc, "large", key, v, n, 0) < 0)
 				die("large put: %s", ptxcache_errmsg(pc));
 			put[r] = now_ms() - t0;
+			blobs_settle(&d);
 			t0 = now_ms();
 			int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 			if (fd < 0 || write_full(fd, v, n) < 0 || fsync(fd) < 0)
