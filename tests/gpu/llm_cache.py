@@ -91,14 +91,17 @@ compiled = torch.compile(model, mode=None if mode == "default" else mode)
 # added in this process: configs timed again at run time.
 import torch._inductor.runtime.triton_heuristics as th
 scaled = {"calls": 0, "added": 0}
-_scale = th.CachingAutotuner._dynamic_scale_rblock
+_scale = getattr(th.CachingAutotuner, "_dynamic_scale_rblock", None)
 def _counted_scale(self):
     before = len(self.compile_results or [])
     r = _scale(self)
     scaled["calls"] += 1
     scaled["added"] += len(self.compile_results or []) - before
     return r
-th.CachingAutotuner._dynamic_scale_rblock = _counted_scale
+if _scale is not None:
+    th.CachingAutotuner._dynamic_scale_rblock = _counted_scale
+else:
+    scaled = None
 prof = None
 if os.environ.get("TC_PROFILE") == "1":
     import cProfile
