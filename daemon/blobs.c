@@ -371,8 +371,7 @@ int blobs_tmp_place(struct blob_tmp *t, const unsigned char key[32], int64_t sum
 	int e, swapped;
 
 	name_of(key, sum, sub, name);
-	if (replaced)
-		replaced[0] = '\0';
+	replaced[0] = '\0';
 	if (blobs_tmp_flush(t, err) < 0) {
 		e = errno;
 		goto fail;
@@ -407,10 +406,8 @@ int blobs_tmp_place(struct blob_tmp *t, const unsigned char key[32], int64_t sum
 		unlinkat(b->dfd, name, 0);
 		goto fail;      /* and the file replaced, if any, with t */
 	}
-	if (swapped && replaced)
+	if (swapped)
 		snprintf(replaced, BLOBS_RETIRED_MAX, "%s", t->name);
-	else if (swapped)
-		unlinkat(b->dfd, t->name, 0);
 	free(t->stage);
 	free(t);
 	return 0;

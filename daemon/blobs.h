@@ -71,7 +71,7 @@ int blobs_tmp_sync(struct blob_tmp *t);
  * t takes its name and the old file is left under a temporary name in
  * replaced (BLOBS_RETIRED_MAX bytes; "" when none), for the caller to
  * remove with blobs_unlink_retired() (off the loop: its blocks are freed
- * then); a NULL replaced has it removed here. */
+ * then). */
 int blobs_tmp_place(struct blob_tmp *t, const unsigned char key[32], int64_t sum,
 		    char *replaced, struct buf *err);
 

@@ -577,9 +577,7 @@ static void file_unlink(struct store *s, const unsigned char key[32], int64_t su
 {
 	char name[BLOBS_RETIRED_MAX];
 
-	if (!s->sync || s->unlink_now)
-		blobs_unlink(s->blobs, key, sum);
-	else if (blobs_retire(s->blobs, key, sum, name) == 0)
+	if (blobs_retire(s->blobs, key, sum, name) == 0)
 		retired_dispose(s, name);
 }
 
@@ -1353,7 +1351,7 @@ static int put_entry(struct store *s, const unsigned char key[32], const struct 
 	const char *log = e->log ? e->log : "";
 	size_t log_len = e->log ? e->log_len : 0;
 	struct buf ferr = BUF_INIT;
-	char msg[512], replaced[BLOBS_RETIRED_MAX];
+	char msg[512], replaced[BLOBS_RETIRED_MAX] = "";
 	int rc;
 
 	if (e->kind != STORE_PTX && e->kind != STORE_CUBIN && e->kind != STORE_ARTIFACT) {
@@ -1403,8 +1401,6 @@ again:
 			goto fail_nodb;
 		}
 		wrote = 1;
-		if (replaced[0])        /* the same value's file before */
-			retired_dispose(s, replaced);
 		memcpy(s->placed.key, key, 32);
 		s->placed.sum = sum;
 		s->placing = 1;
@@ -1430,8 +1426,10 @@ again:
 			goto fail_nodb;
 		}
 		wrote = 1;
-		if (replaced[0])
-			retired_dispose(s, replaced);
+	}
+	if (replaced[0]) {      /* the same value's file before this one */
+		retired_dispose(s, replaced);
+		replaced[0] = '\0';
 	}
 	doomed_mark = s->ndoomed;
 	rc = tx_begin(s);
