@@ -76,6 +76,7 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 		   "\"header_timeouts\":%lld,\"idle_timeouts\":%lld,"
 		   "\"output_overflows\":%lld,\"refused_jobs\":%lld,"
 		   "\"corrupt_blobs\":%lld,\"evictions\":%lld,\"disk_full_retries\":%lld,"
+		   "\"checkpoints\":%lld,\"checkpoint_errors\":%lld,\"checkpointing\":%d,"
 		   "\"worker_timeouts\":%lld,\"workers_spawned\":%lld,"
 		   "\"workers_recycled\":%lld,\"worker_start_failures\":%lld,"
 		   "\"jobs_dropped\":%lld,\"sandbox_violations\":%lld,"
@@ -100,7 +101,9 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 		   (long long)s->n.denied_connections, (long long)s->n.header_timeouts,
 		   (long long)s->n.idle_timeouts, (long long)s->n.output_overflows,
 		   (long long)s->n.refused_jobs, (long long)sc.corrupt_blobs,
-		   (long long)sc.evictions, (long long)sc.full_retries, (long long)pc.timeouts,
+		   (long long)sc.evictions, (long long)sc.full_retries,
+		   (long long)sc.checkpoints, (long long)sc.checkpoint_errors, sc.checkpointing,
+		   (long long)pc.timeouts,
 		   (long long)pc.spawned, (long long)pc.recycled,
 		   (long long)pc.start_failures, (long long)pc.dropped,
 		   (long long)pc.sandbox_violations, (long long)s->n.confirmations,

@@ -64,6 +64,7 @@ struct server {
 	struct syncer *sync;    /* puts' fsyncs off the loop (syncer.h) */
 	struct syncer *unlinks; /* removed entries' unlinks, on a thread of
 	                           their own: they never hold up a put */
+	struct syncer *checkpoints; /* the WAL's checkpoints (store_ckpt.h) */
 	struct pool *pool;
 	struct flight *flights[FLIGHT_BUCKETS];
 	int nflights;

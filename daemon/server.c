@@ -614,12 +614,14 @@ int server_run(struct server_config *cfg)
 	struct artifact_config ac;
 	artifact_config_of(&s, &ac);
 	if (!(s.sync = syncer_new(s.base)) || !(s.unlinks = syncer_new(s.base)) ||
+	    !(s.checkpoints = syncer_new(s.base)) ||
 	    !(s.fleet = fleet_new(s.base, &s.l2, (int64_t)cfg->l2_lease_timeout_s * 1000)) ||
 	    !(s.arts = artifacts_new(s.base, s.store, &s.l2, s.fleet, s.sync, &ac))) {
 		buf_puts(&err, "out of memory");
 		goto out;
 	}
 	store_set_syncer(s.store, s.unlinks);
+	store_set_checkpointer(s.store, s.checkpoints);
 	/* What a connection's close ends: its queued compiles may have
 	 * nobody left to answer; its leases pass on, its waits end. */
 	conn_on_close(&s, flight_conn_closed, &s);
@@ -702,6 +704,8 @@ out:
 	syncer_free(s.sync);
 	store_set_syncer(s.store, NULL);
 	syncer_free(s.unlinks);
+	syncer_free(s.checkpoints);     /* the checkpoint in progress ends */
+	store_set_checkpointer(s.store, NULL);
 	artifacts_free(s.arts);
 	fleet_free(s.fleet);    /* after everyone ended their waits */
 	if (s.flush_timer)

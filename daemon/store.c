@@ -60,8 +60,8 @@
  *
  *  - A full disk (SQLITE_FULL, in the put or its commit) is not left for
  *    someone to notice: the put is rolled back, the reserve file given
- *    back (<dir>/reserve: 8 MiB, more than the WAL holds between
- *    checkpoints; a quarter of the free space at most when allocated at
+ *    back (<dir>/reserve: 16 MiB, more than the WAL holds between
+ *    checkpoints, store_ckpt.c; a quarter of the free space at most when allocated at
  *    open, half when again from the room each such event makes: without it
  *    a full disk can hold the WAL's committed frames that no checkpoint
  *    can move into the database, which cannot grow, so nothing could be
@@ -130,6 +130,7 @@
 #include "daemon/blobs.h"
 #include "daemon/flat.h"
 #include "daemon/log.h"
+#include "daemon/store_ckpt.h"
 #include "daemon/store_hot.h"
 #include "daemon/syncer.h"
 #include "schema.h"
@@ -255,6 +256,7 @@ struct store {
 	int placing;            /* ... while that is so: never unlinked */
 	struct syncer *sync;    /* unlinks off the loop (store_set_syncer()) */
 	int unlink_now;         /* ... but not while the disk is full */
+	struct ckpt *ckpt;      /* checkpoints off the loop (store_ckpt.h) */
 	sqlite3_stmt *st[ST_N];
 	char *dir;
 	char *path;             /* <dir>/cache.db */
@@ -586,6 +588,12 @@ void store_set_syncer(struct store *s, struct syncer *y)
 	s->sync = y;
 }
 
+void store_set_checkpointer(struct store *s, struct syncer *y)
+{
+	ckpt_free(s->ckpt);
+	s->ckpt = y ? ckpt_new(s->db, s->path, y) : NULL;
+}
+
 static void doomed_commit(struct store *s)
 {
 	for (size_t i = 0; i < s->ndoomed; i++) {
@@ -887,7 +895,7 @@ static int load_totals(struct store *s)
 }
 
 /* The reserve file's size at most (see the design comment). */
-#define RESERVE_BYTES (8 << 20)
+#define RESERVE_BYTES (16 << 20)
 
 /* Allocate <dir>/reserve where it is missing or short (best effort): at
  * most RESERVE_BYTES, and at most share percent of the free space. */
@@ -1010,6 +1018,7 @@ void store_close(struct store *s)
 {
 	if (!s)
 		return;
+	ckpt_free(s->ckpt);
 	if (s->db) {
 		if (s->st[ST_N - 1])
 			store_flush(s);
@@ -1308,12 +1317,14 @@ static void make_room_on_disk(struct store *s, int64_t size)
 	int64_t want = 2 * size + RESERVE_BYTES + (1 << 20), tenth = s->bytes / 10;
 
 	reserve_release(s);
+	ckpt_hold(s->ckpt);     /* the thread's checkpoint first */
 	sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
 	s->unlink_now = 1;      /* the retry needs the room now */
 	int n = store_evict_lru(s, s->bytes - (want > tenth ? want : tenth));
 	s->unlink_now = 0;
 	sqlite3_exec(s->db, "PRAGMA incremental_vacuum", NULL, NULL, NULL);
 	sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+	ckpt_release(s->ckpt);
 	reserve_make(s, 50);    /* for the next time, from the room just made */
 	s->ctr.full_retries++;
 	log_warn("disk full under '%s': evicted %d of the oldest entries to store a new one "
@@ -1806,7 +1817,13 @@ void store_set_artifact_share(struct store *s, int64_t bytes)
 
 void store_counters(struct store *s, struct store_counters *c)
 {
+	struct ckpt_counters k;
+
 	*c = s->ctr;
+	ckpt_counters(s->ckpt, &k);
+	c->checkpoints = k.runs;
+	c->checkpoint_errors = k.errors;
+	c->checkpointing = k.running;
 }
 
 void store_result_free(struct store_result *r)

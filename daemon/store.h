@@ -105,6 +105,12 @@ void store_close(struct store *s);
 struct syncer;
 void store_set_syncer(struct store *s, struct syncer *y);
 
+/* Checkpoint the WAL on y's thread (store_ckpt.h) rather than in the
+ * commit that fills it, on the caller's: the checkpoint's fsyncs take
+ * milliseconds to tens of them. NULL (the default): SQLite's own, in the
+ * commit. Free y first, then set NULL (or close the store). */
+void store_set_checkpointer(struct store *s, struct syncer *y);
+
 /* Look up key. Returns 1 and fills out on a hit, 0 on a miss (including a
  * blob whose checksum or decompression fails: it is deleted and counted),
  * -1 on a database error (treat as a miss). Records the hit in memory. */
@@ -219,6 +225,10 @@ struct store_counters {
 	int64_t share_evictions;/* artifacts removed by their scope's share */
 	int64_t full_retries;   /* puts that found the disk full, evicted the
 	                           oldest entries and tried once more */
+	/* From store_set_checkpointer()'s thread (0 without one): */
+	int64_t checkpoints;    /* the WAL's checkpoints it ran */
+	int64_t checkpoint_errors; /* ... that failed */
+	int checkpointing;      /* one queued or running now */
 };
 void store_counters(struct store *s, struct store_counters *c);
 

@@ -2,11 +2,14 @@
 /*
  * slowsync: a slow disk for tests, which no test machine has for real. An
  * LD_PRELOAD library: fsync() of a file whose path holds $SLOWSYNC_MATCH
- * sleeps $SLOWSYNC_MS milliseconds first, and unlinkat() of a path that
- * holds $SLOWUNLINK_MATCH sleeps $SLOWUNLINK_MS; each appends a line
- * ("fsync PATH", "unlink PATH") to $SLOWSYNC_LOG, so a test knows the
- * fault was there. Every other call goes straight to libc's.
- * tests/test_large.py gives the daemon slow fsyncs and unlinks this way.
+ * sleeps $SLOWSYNC_MS milliseconds first, fdatasync() (SQLite's) of one
+ * that holds $SLOWDATASYNC_MATCH sleeps $SLOWSYNC_MS, and unlinkat() of a
+ * path that holds $SLOWUNLINK_MATCH sleeps $SLOWUNLINK_MS; each appends a
+ * line ("fsync PATH", "fdatasync PATH", "unlink PATH") to $SLOWSYNC_LOG
+ * after its sleep, so a test knows the fault was there and when it ended.
+ * Every other call goes straight to libc's. tests/test_large.py gives the
+ * daemon slow fsyncs and unlinks this way, tests/test_checkpoint.py slow
+ * checkpoints.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -66,6 +69,18 @@ int fsync(int fd)
 		real = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
 	path_of(fd, NULL, path, sizeof path);
 	slow("fsync", path, getenv("SLOWSYNC_MATCH"), getenv("SLOWSYNC_MS"));
+	return real(fd);
+}
+
+int fdatasync(int fd)
+{
+	static int (*real)(int);
+	char path[4096];
+
+	if (!real)
+		real = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
+	path_of(fd, NULL, path, sizeof path);
+	slow("fdatasync", path, getenv("SLOWDATASYNC_MATCH"), getenv("SLOWSYNC_MS"));
 	return real(fd);
 }
 
