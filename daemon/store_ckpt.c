@@ -14,18 +14,17 @@
  * The WAL starts again from its beginning only at a commit that finds
  * every frame of it checkpointed, and while puts keep coming, each
  * checkpoint of the thread's leaves behind those committed while it ran:
- * the WAL would grow for as long as they come. So from CKPT_LOOP_PAGES
- * (SQLite's own mark), with no checkpoint of the thread's queued, the
- * commit checkpoints the rest itself, as SQLite would: only the frames
- * since the thread's last checkpoint, whose syncs have little left to
- * write, once per CKPT_LOOP_PAGES rather than at every 1,000 pages with
- * all of them (bench/NOTES.md has the figures). The WAL thus stays
- * within CKPT_LOOP_PAGES and what one checkpoint of the thread's lets
- * through, inside the full disk's reserve (store.c: 16 MiB). A full
- * disk's own TRUNCATE
- * checkpoints run on the loop, in ckpt_hold(): the mutex the thread
- * holds around its checkpoint makes them wait for it, where they would
- * otherwise find the checkpoint lock taken and do nothing.
+ * the WAL would grow for as long as they come. So from CKPT_LOOP_PAGES,
+ * with no checkpoint of the thread's queued, the commit checkpoints the
+ * rest itself, as SQLite would: only the frames since the thread's last
+ * checkpoint, whose syncs have little left to write, and once per 8 MiB
+ * of WAL rather than all of them at every 4 MiB (bench/NOTES.md has the
+ * figures). The WAL thus stays within CKPT_LOOP_PAGES and what one
+ * checkpoint of the thread's lets through, inside the full disk's reserve
+ * (store.c: 16 MiB). A full disk's own TRUNCATE checkpoints run on the
+ * loop, in ckpt_hold(): the mutex the thread holds around its checkpoint
+ * makes them wait for it, where they would otherwise find the checkpoint
+ * lock taken and do nothing.
  *
  * The thread touches the second connection, the mutex and rc; done()
  * reads rc on the loop after the syncer's own mutex has ordered it. The
@@ -33,7 +32,6 @@
  */
 #include "daemon/store_ckpt.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 
