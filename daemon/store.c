@@ -5,7 +5,8 @@
  *
  * Design:
  *  - One connection, opened by the master, used from its one thread
- *    (SQLITE_OPEN_NOMUTEX). Every statement the hit and put paths run is
+ *    (SQLITE_OPEN_NOMUTEX); a second only checkpoints the WAL, on a thread
+ *    of its own (store_ckpt.c). Every statement the hit and put paths run is
  *    prepared once at open (SQLITE_PREPARE_PERSISTENT) and reused; the
  *    maintenance queries (show, ls, explain, verify) prepare their own.
  *
@@ -21,7 +22,8 @@
  *    the master's single-threaded event loop on every put, stalling every
  *    concurrent hit behind it. After a power loss WAL+NORMAL still leaves a
  *    consistent database that has lost at most the last few puts, and for a
- *    cache a lost entry is just a recompile. Checkpoints do fsync.
+ *    cache a lost entry is just a recompile. Checkpoints do fsync, off
+ *    the loop (store_ckpt.c).
  *
  *  - Integrity: each blob (data and log) is one zstd frame (level 3), and
  *    the checksum column holds XXH64 of the raw data, continued over the raw
@@ -61,8 +63,9 @@
  *  - A full disk (SQLITE_FULL, in the put or its commit) is not left for
  *    someone to notice: the put is rolled back, the reserve file given
  *    back (<dir>/reserve: 16 MiB, more than the WAL holds between
- *    checkpoints, store_ckpt.c; a quarter of the free space at most when allocated at
- *    open, half when again from the room each such event makes: without it
+ *    checkpoints, store_ckpt.c; a quarter of the free space at most when
+ *    allocated at open, half when again from the room each such event
+ *    makes: without it
  *    a full disk can hold the WAL's committed frames that no checkpoint
  *    can move into the database, which cannot grow, so nothing could be
  *    deleted either), the WAL checkpointed and
