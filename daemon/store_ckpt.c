@@ -14,17 +14,17 @@
  * The WAL starts again from its beginning only at a commit that finds
  * every frame of it checkpointed, and while puts keep coming, each
  * checkpoint of the thread's leaves behind those committed while it ran:
- * the WAL would grow for as long as they come. So from CKPT_LOOP_PAGES,
- * with no checkpoint of the thread's queued, the commit checkpoints the
- * rest itself, as SQLite would: only the frames since the thread's last
- * checkpoint, whose syncs have little left to write, and once per 8 MiB
- * of WAL rather than all of them at every 4 MiB (bench/NOTES.md has the
- * figures). The WAL thus stays within CKPT_LOOP_PAGES and what one
- * checkpoint of the thread's lets through, inside the full disk's reserve
- * (store.c: 16 MiB). A full disk's own TRUNCATE checkpoints run on the
- * loop, in ckpt_hold(): the mutex the thread holds around its checkpoint
- * makes them wait for it, where they would otherwise find the checkpoint
- * lock taken and do nothing.
+ * the WAL would grow for as long as they come. So from CKPT_LOOP_PAGES
+ * the commit waits for the thread's checkpoint in progress, if any, and
+ * checkpoints the rest itself, as SQLite would: only the frames since the
+ * thread's last checkpoint, whose syncs have little left to write, and
+ * once per 8 MiB of WAL rather than all of them at every 4 MiB
+ * (bench/NOTES.md has the figures). The WAL thus stays within
+ * CKPT_LOOP_PAGES and one commit, inside the full disk's reserve
+ * (store.c: 16 MiB), however slow the thread. That wait, and a full
+ * disk's own TRUNCATE checkpoints on the loop, are ckpt_hold(): the mutex
+ * the thread holds around its checkpoint, without which they would find
+ * the checkpoint lock taken and do nothing.
  *
  * The thread touches the second connection, the mutex and rc; done()
  * reads rc on the loop after the syncer's own mutex has ordered it. The
@@ -96,12 +96,18 @@ static int on_commit(void *arg, sqlite3 *db, const char *name, int pages)
 {
 	struct ckpt *c = arg;
 
-	if (c->queued || pages < CKPT_PAGES)
+	if (pages < CKPT_PAGES)
 		return SQLITE_OK;
-	if (pages < CKPT_LOOP_PAGES && syncer_sync(c->sync, run, done, c) == 0)
-		c->queued = 1;
-	else    /* the frames since the thread's last: the WAL starts again */
-		sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+	if (pages < CKPT_LOOP_PAGES) {
+		if (!c->queued && syncer_sync(c->sync, run, done, c) == 0)
+			c->queued = 1;
+		return SQLITE_OK;
+	}
+	/* At the bound: the thread's checkpoint in progress ends first, then
+	 * the frames since it here, and the WAL starts again. */
+	ckpt_hold(c);
+	sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+	ckpt_release(c);
 	return SQLITE_OK;
 }
 

@@ -60,27 +60,32 @@ static void path_of(int fd, const char *name, char *out, size_t size)
 		snprintf(out + strlen(out), size - strlen(out), "/%s", name);
 }
 
+/* Sleep first if fd's path holds $match (a sync's slowness). */
+static void slow_fd(const char *op, int fd, const char *match)
+{
+	char path[4096];
+
+	path_of(fd, NULL, path, sizeof path);
+	slow(op, path, getenv(match), getenv("SLOWSYNC_MS"));
+}
+
 int fsync(int fd)
 {
 	static int (*real)(int);
-	char path[4096];
 
 	if (!real)
 		real = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
-	path_of(fd, NULL, path, sizeof path);
-	slow("fsync", path, getenv("SLOWSYNC_MATCH"), getenv("SLOWSYNC_MS"));
+	slow_fd("fsync", fd, "SLOWSYNC_MATCH");
 	return real(fd);
 }
 
 int fdatasync(int fd)
 {
 	static int (*real)(int);
-	char path[4096];
 
 	if (!real)
 		real = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
-	path_of(fd, NULL, path, sizeof path);
-	slow("fdatasync", path, getenv("SLOWDATASYNC_MATCH"), getenv("SLOWSYNC_MS"));
+	slow_fd("fdatasync", fd, "SLOWDATASYNC_MATCH");
 	return real(fd);
 }
 
