@@ -529,14 +529,35 @@ static void lease_pass_on(struct slot *s)
 		slot_finish(s, NULL);
 		return;
 	}
-	struct waiter *w = *pp;
+	struct waiter *w = *pp, *own = NULL, *o;
 	*pp = w->next;
 	lease_grant(s, w->conn);
 	s->a->n.lease_handoffs++;
-	/* Last: the reply may close w's connection, and so end this lease
-	 * and free s. */
-	reply_get(w->conn, w->id, NULL, s->token);
+	/* The new holder's other gets of this key would wait on its own
+	 * lease: off the list, to be answered as artifact_get() answers a
+	 * holder (a miss with the token). */
+	for (pp = &s->waiters; *pp;) {
+		o = *pp;
+		if (o->conn == w->conn) {
+			*pp = o->next;
+			o->next = own;
+			own = o;
+		} else {
+			pp = &o->next;
+		}
+	}
+	struct artifacts *a = s->a;
+	uint64_t token = s->token;
+	/* Last: a reply may close w's connection, and so end this lease and
+	 * free s (the waiters hold the connection, not s). */
+	reply_get(w->conn, w->id, NULL, token);
 	waiter_free(w);
+	for (; own; own = o) {
+		o = own->next;
+		a->n.misses++;
+		reply_get(own->conn, own->id, NULL, token);
+		waiter_free(own);
+	}
 }
 
 static void on_expiry(evutil_socket_t fd, short what, void *arg)
@@ -557,11 +578,13 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
 
 	s->a->n.wait_timeouts++;
 	waiter_unlink(w);
-	reply_get(w->conn, w->id, NULL, 0);
-	waiter_free(w);
-	/* Nobody left to answer: stop asking the tier for it. */
+	/* Nobody left to answer: stop asking the tier for it. Before the
+	 * reply, which may close w's connection and so, through a lease
+	 * passed on, free s. */
 	if (s->fetching && !s->waiters)
 		slot_finish(s, NULL);
+	reply_get(w->conn, w->id, NULL, 0);
+	waiter_free(w);
 }
 
 static struct waiter *waiter_add(struct slot *s, struct conn *c, uint64_t id,

@@ -266,6 +266,29 @@ time.sleep(600)
         assert s["artifact_lease_closes"] == 1 and s["artifact_lease_handoffs"] == 1, s
 
 
+def test_a_lease_handed_on_answers_the_new_holders_other_gets_of_the_key():
+    # A connection that waits twice for a key and is handed its lease
+    # would wait on itself: its other get is answered at once, as a
+    # holder's get is (a miss with its token), and another connection's
+    # wait goes on until the put.
+    with Daemon(workers=1) as d:
+        x, c, o = Client(d.socket), Client(d.socket), Client(d.socket)
+        assert x.get("triton", "k", lease=True)["lease"]
+        # (The second's own bound, 20 s, would answer it without the token.)
+        cids = [c.send(GET, ns="triton", key="k", lease=True, wait_ms=ms) for ms in (600000, 20000)]
+        assert [c.raw.recv_frame(progress=True)[0] for _ in cids] == [PROGRESS] * 2
+        oid = o.send(GET, ns="triton", key="k", lease=True, wait_ms=600000)
+        assert o.raw.recv_frame(progress=True)[0] == PROGRESS
+        x.close()
+        first, second = (c.reply(i)[1] for i in cids)
+        assert not first["found"] and first["lease"], first
+        assert second == {"id": cids[1], "found": False, "lease": first["lease"]}, second
+        assert c.put("triton", "k", b"v", lease=first["lease"])["stored"]
+        assert o.reply(oid)[1]["value"] == b"v"
+        s = d.stats()
+        assert s["artifact_lease_handoffs"] == 1 and s["artifact_wait_timeouts"] == 0, s
+
+
 def test_release_and_expiry_end_a_lease_early_or_at_its_bound():
     with Daemon(workers=1, extra=["--artifact-lease-timeout", "2"]) as d:
         p, w = Client(d.socket), Client(d.socket)
