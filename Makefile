@@ -210,7 +210,7 @@ $(B)/relocdrive: $(call obj,tests/tools/relocdrive.c daemon/cubin_debug.c proto/
 	@echo "  LD  $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lm
 
-# slowsync.so: a slow fsync() for the daemon, by LD_PRELOAD
+# slowsync.so: a slow or failing fsync() for the daemon, by LD_PRELOAD
 # (tests/test_large.py). Plain flags: no sanitizer runtime of its own.
 all: $(B)/slowsync.so
 $(B)/slowsync.so: tests/tools/slowsync.c

@@ -1142,8 +1142,9 @@ static int spool_sync(void *arg)
 	return store_spool_sync(p->sp);
 }
 
-/* The file is synced (or err: store_put_spool() syncs it again, and says
- * why it cannot): store it, answer, read the connection's next request. */
+/* The file is synced (or err, which store_put_spool() answers: a sync
+ * that failed is not tried again): store it, answer, read the
+ * connection's next request. */
 static void spool_synced(void *arg, int err)
 {
 	struct spooled_put *p = arg;

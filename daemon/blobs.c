@@ -210,6 +210,7 @@ struct blob_tmp {
 	off_t written;          /* bytes in the file */
 	off_t queued;           /* of them, handed to writeback */
 	off_t synced;           /* of them, on the disk (blobs_tmp_sync()) */
+	int sync_err;           /* blobs_tmp_sync()'s failure: final */
 };
 
 struct blob_tmp *blobs_tmp_new(struct blobs *b, const char *tag, struct buf *err)
@@ -326,7 +327,7 @@ int blobs_tmp_sync(struct blob_tmp *t)
 	off_t written = t->written;
 
 	if (fsync(t->fd) < 0)
-		return errno;
+		return t->sync_err = errno;
 	t->synced = written;
 	return 0;
 }
@@ -376,8 +377,11 @@ int blobs_tmp_place(struct blob_tmp *t, const unsigned char key[32], int64_t sum
 		e = errno;
 		goto fail;
 	}
-	if ((t->synced < t->written || t->written == 0) && fsync(t->fd) < 0) {
-		e = errno;
+	/* A failed sync is never tried again: Linux reports a write-back
+	 * error to one fsync() of the file only, and the next one would
+	 * say 0 for pages that never reached the disk. */
+	if (t->sync_err || ((t->synced < t->written || t->written == 0) && fsync(t->fd) < 0)) {
+		e = t->sync_err ? t->sync_err : errno;
 		buf_printf(err, "cannot sync '%s/%s': %s", b->dir, t->name, strerror(e));
 		goto fail;
 	}
@@ -403,8 +407,12 @@ int blobs_tmp_place(struct blob_tmp *t, const unsigned char key[32], int64_t sum
 	if (fsync_dir(b->dfd, sub) < 0) {
 		e = errno;
 		buf_printf(err, "cannot sync '%s/%s': %s", b->dir, sub, strerror(e));
-		unlinkat(b->dfd, name, 0);
-		goto fail;      /* and the file replaced, if any, with t */
+		/* A file exchanged for another under its name stays: its row
+		 * names it (the same key and sum: the same bytes), and the
+		 * one it replaced goes with t's temporary name. */
+		if (!swapped)
+			unlinkat(b->dfd, name, 0);
+		goto fail;
 	}
 	if (swapped)
 		snprintf(replaced, BLOBS_RETIRED_MAX, "%s", t->name);

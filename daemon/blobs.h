@@ -61,7 +61,7 @@ int blobs_tmp_flush(struct blob_tmp *t, struct buf *err);
 /* Sync what t has written (not what it has staged): 0, or an errno. For
  * a caller that syncs off the loop (syncer.h), on another thread, while
  * nothing else touches t; blobs_tmp_place() then syncs only what was
- * written after it. */
+ * written after it, and fails with the errno where this failed. */
 int blobs_tmp_sync(struct blob_tmp *t);
 
 /* Make t key's file for checksum sum, durable before this returns: t

@@ -59,10 +59,11 @@ def sanitizer_report(text):
     return None
 
 
-def slow_disk_env(log, sync_ms=0, unlink_ms=0):
-    """The daemon's environment for a slow fsync of a put's temporary file
-    and a slow unlink of a blob file (tests/tools/slowsync.c: no test
-    machine has a slow disk for real); what was slowed goes to log."""
+def slow_disk_env(log, sync_ms=0, unlink_ms=0, fail_sync=False):
+    """The daemon's environment for a slow fsync of a put's temporary file,
+    a slow unlink of a blob file, and (fail_sync) a failing first fsync of
+    each put's temporary file (tests/tools/slowsync.c: no test machine has
+    a slow or failing disk for real); what was done goes to log."""
     shim = os.path.join(BUILD, "slowsync.so")
     if not os.path.exists(shim):
         raise Skip("no %s (make all builds it)" % shim)
@@ -71,6 +72,8 @@ def slow_disk_env(log, sync_ms=0, unlink_ms=0):
         env.update(SLOWSYNC_MATCH="/.tmp-spool", SLOWSYNC_MS=str(sync_ms))
     if unlink_ms:
         env.update(SLOWUNLINK_MATCH="/blobs/", SLOWUNLINK_MS=str(unlink_ms))
+    if fail_sync:
+        env["FAILSYNC_MATCH"] = "/.tmp-spool"
     if SANITIZED:       # the shim comes before the sanitizer's runtime
         env["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
     return env

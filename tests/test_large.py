@@ -23,7 +23,7 @@ from harness import SANITIZED, Daemon, Raw, ROOT, Skip, frame, mp_pack, mp_unpac
 from sysutil import cli_as, make_reachable, setpriv, tmpfs
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
-from ptxcache import Client  # noqa: E402
+from ptxcache import Client, ServerError  # noqa: E402
 from ptxcache.wire import frame_parts, pack  # noqa: E402
 
 GET, PUT, PROGRESS, ERROR = 10, 11, 0xfe, 0xff
@@ -663,6 +663,53 @@ def test_a_large_puts_sync_leaves_the_daemon_serving_everyone_else():
             slowed = f.read().splitlines()
         assert len(slowed) == 1 and slowed[0].startswith("fsync ") and \
             "/.tmp-spool" in slowed[0], slowed
+
+
+def test_a_put_whose_file_fails_to_sync_is_refused_and_leaves_nothing():
+    # The disk fails the sync of a spooled value's file (slowsync.c: its
+    # first fsync fails with EIO and a second says 0, as Linux reports a
+    # write-back error once): the put is an error, never "stored"; no row
+    # or file of it is left; the daemon serves on and stores it again.
+    v = os.urandom(8 * MB)
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "faults")
+        with Daemon(workers=1, env=slow_disk_env(log, fail_sync=True)) as d:
+            with Client(d.socket) as c:
+                try:
+                    stored = c.artifact_put("t", "big", v)
+                except ServerError as e:
+                    stored = e
+                assert isinstance(stored, ServerError) and "Input/output error" in str(stored), \
+                    stored
+                assert "fsync-failed" in open(log).read()
+                assert c.artifact_get("t", "big").value is None
+                assert blob_files(d) == []
+                assert c.artifact_put("t", "big", v)
+                assert c.artifact_get("t", "big").value == v
+
+
+def test_the_same_value_put_again_keeps_its_file_when_its_directory_fails_to_sync():
+    # A put of the value an entry holds exchanges the two files under the
+    # one name; if the directory's sync then fails, the put is an error
+    # and the entry keeps a file (the new one, the same bytes), not none.
+    v = os.urandom(8 * MB)
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = os.path.join(tmp, "cache")
+        with Daemon(workers=1, cache_dir=cache) as d, Client(d.socket) as c:
+            assert c.artifact_put("t", "k", v)
+            [f] = blob_files(d)
+        log = os.path.join(tmp, "faults")
+        env = slow_disk_env(log)
+        env["FAILSYNC_MATCH"] = os.path.dirname(f)     # blobs/<kk>
+        with Daemon(workers=1, cache_dir=cache, env=env) as d, Client(d.socket) as c:
+            try:
+                stored = c.artifact_put("t", "k", v)
+            except ServerError as e:
+                stored = e
+            assert isinstance(stored, ServerError), stored
+            assert open(log).read() == "fsync-failed %s\n" % os.path.dirname(f)
+            assert c.artifact_get("t", "k").value == v
+            assert d.stats()["corrupt_blobs"] == 0
 
 
 def test_a_stop_during_a_puts_sync_waits_for_it_and_answers_the_put():

@@ -7,30 +7,30 @@
  * path that holds $SLOWUNLINK_MATCH sleeps $SLOWUNLINK_MS; each appends a
  * line ("fsync PATH", "fdatasync PATH", "unlink PATH") to $SLOWSYNC_LOG
  * after its sleep, so a test knows the fault was there and when it ended.
+ * And a failing disk: the first fsync() of a path that holds
+ * $FAILSYNC_MATCH fails with EIO ("fsync-failed PATH" logged) and every
+ * later one succeeds, that file's too, as Linux reports a write-back
+ * error to one fsync() only.
  * Every other call goes straight to libc's. tests/test_large.py gives the
- * daemon slow fsyncs and unlinks this way, tests/test_checkpoint.py slow
- * checkpoints.
+ * daemon slow and failing fsyncs and slow unlinks this way,
+ * tests/test_checkpoint.py slow checkpoints.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-/* If path holds $match, sleep $ms and log "op path". */
-static void slow(const char *op, const char *path, const char *match, const char *ms)
+/* Append "op path" to $SLOWSYNC_LOG. */
+static void note(const char *op, const char *path)
 {
 	const char *log = getenv("SLOWSYNC_LOG");
 	char line[4200];
-
-	if (!match || !ms || !strstr(path, match))
-		return;
-	long t = atol(ms);
-	struct timespec ts = { t / 1000, (t % 1000) * 1000000L };
-	nanosleep(&ts, NULL);
 	int fd = log ? open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600) : -1;
 	if (fd >= 0) {
 		int n = snprintf(line, sizeof line, "%s %s\n", op, path);
@@ -38,6 +38,17 @@ static void slow(const char *op, const char *path, const char *match, const char
 		(void)w;
 		close(fd);
 	}
+}
+
+/* If path holds $match, sleep $ms and log "op path". */
+static void slow(const char *op, const char *path, const char *match, const char *ms)
+{
+	if (!match || !ms || !strstr(path, match))
+		return;
+	long t = atol(ms);
+	struct timespec ts = { t / 1000, (t % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+	note(op, path);
 }
 
 /* The path of fd (dirfd AT_FDCWD: the working directory), then /name. */
@@ -72,10 +83,27 @@ static void slow_fd(const char *op, int fd, const char *match)
 int fsync(int fd)
 {
 	static int (*real)(int);
+	static int failed;              /* the one failure is done */
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	const char *fail = getenv("FAILSYNC_MATCH");
+	char path[4096];
+	int first = 0;
 
 	if (!real)
 		real = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
 	slow_fd("fsync", fd, "SLOWSYNC_MATCH");
+	path_of(fd, NULL, path, sizeof path);
+	if (fail && strstr(path, fail)) {
+		pthread_mutex_lock(&lock);
+		first = !failed;
+		failed = 1;
+		pthread_mutex_unlock(&lock);
+	}
+	if (first) {
+		note("fsync-failed", path);
+		errno = EIO;
+		return -1;
+	}
 	return real(fd);
 }
 
