@@ -109,6 +109,7 @@ struct blobs {
 	uint64_t tmp_serial;
 	struct seen *seen;      /* SEEN_SLOTS, made on first use */
 	char *chunk;            /* CHUNK bytes of read buffer, made on first use */
+	char why[96];           /* a file that cannot be opened now: why */
 };
 
 static void name_of(const unsigned char key[32], int64_t sum, char sub[3], char name[90])
@@ -457,7 +458,7 @@ static int same_times(const struct timespec *a, const struct timespec *b)
 }
 
 /* Hash fd's len bytes, CHUNK at a time, with pread (the offset is left
- * alone). 0, or -1 with *why. */
+ * alone). 0, or with *why -1 (the file cannot be read) or -2 (memory). */
 static int hash_fd(struct blobs *b, int fd, int64_t len, uint64_t *hash, const char **why)
 {
 	XXH64_state_t *h = XXH64_createState();
@@ -466,7 +467,7 @@ static int hash_fd(struct blobs *b, int fd, int64_t len, uint64_t *hash, const c
 	if (!h || (!b->chunk && !(b->chunk = malloc(CHUNK)))) {
 		XXH64_freeState(h);
 		*why = "out of memory";
-		return -1;
+		return -2;
 	}
 	XXH64_reset(h, 0);
 	while (off < len) {
@@ -487,7 +488,21 @@ static int hash_fd(struct blobs *b, int fd, int64_t len, uint64_t *hash, const c
 	return 0;
 }
 
-/* Open key's file for sum and check its type and size: fd, or -1. */
+/* Why fd cannot be had now, errno's: -2 with *why. */
+static int not_now(struct blobs *b, int fd, const char **why)
+{
+	int e = errno;
+
+	if (fd >= 0)
+		close(fd);
+	snprintf(b->why, sizeof b->why, "blob file cannot be opened now: %s", strerror(e));
+	*why = b->why;
+	return -2;
+}
+
+/* Open key's file for sum and check its type and size: fd, or with *why
+ * -1 (damage: missing, not a plain file, of another size) or -2 (nothing
+ * wrong with the file: out of descriptors or memory, say). */
 static int open_checked(struct blobs *b, const unsigned char key[32], int64_t sum, int64_t len,
 			struct stat *st, const char **why)
 {
@@ -495,11 +510,15 @@ static int open_checked(struct blobs *b, const unsigned char key[32], int64_t su
 
 	name_of(key, sum, sub, name);
 	int fd = openat(b->dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0 && errno != ENOENT && errno != ELOOP && errno != ENOTDIR)
+		return not_now(b, -1, why);
 	if (fd < 0) {
-		*why = errno == ENOENT ? "blob file missing" : "blob file cannot be opened";
+		*why = errno == ENOENT ? "blob file missing" : "blob file is not a regular file";
 		return -1;
 	}
-	if (fstat(fd, st) < 0 || !S_ISREG(st->st_mode)) {
+	if (fstat(fd, st) < 0)
+		return not_now(b, fd, why);
+	if (!S_ISREG(st->st_mode)) {
 		*why = "blob file is not a regular file";
 		close(fd);
 		return -1;
@@ -520,7 +539,7 @@ int blobs_open_file(struct blobs *b, const unsigned char key[32], int64_t sum, i
 	int fd = open_checked(b, key, sum, len, &st, why);
 
 	if (fd < 0)
-		return -1;
+		return fd;
 	struct seen *s = seen_slot(b, &st);
 	if (s && s->used && s->dev == st.st_dev && s->ino == st.st_ino &&
 	    s->size == st.st_size && same_times(&s->mtime, &st.st_mtim) &&
@@ -529,9 +548,10 @@ int blobs_open_file(struct blobs *b, const unsigned char key[32], int64_t sum, i
 		return fd;
 	}
 	clock_gettime(CLOCK_REALTIME, &start);
-	if (hash_fd(b, fd, len, hash, why) < 0) {
+	int rc = hash_fd(b, fd, len, hash, why);
+	if (rc < 0) {
 		close(fd);
-		return -1;
+		return rc;
 	}
 	/* Remembered only once settled: a change within the same timestamp
 	 * tick as the one hashed would not show in the times. */
@@ -558,9 +578,10 @@ int blobs_read(struct blobs *b, const unsigned char key[32], int64_t sum, int64_
 	buf_reset(dst);
 	int fd = open_checked(b, key, sum, len, &st, why);
 	if (fd < 0)
-		return 1;
+		return fd == -1 ? 1 : -1;
 	if (buf_reserve(dst, (size_t)len) < 0) {
 		close(fd);
+		*why = "out of memory";
 		return -1;
 	}
 	while (off < len) {

@@ -83,14 +83,17 @@ void blobs_tmp_drop(struct blob_tmp *t);
  * hashed unless this very file (device, inode, size, modification and
  * change times) was hashed before, settled (see blobs.c). Returns the
  * descriptor (the caller owns it; a new open file description each call,
- * so its offset is its own), or -1 with *why: missing, of another size,
- * unreadable. The caller compares *hash with the row's checksum. */
+ * so its offset is its own), or with *why -1 (damage: missing, of another
+ * size, unreadable) or -2 (nothing known wrong with the file: it cannot
+ * be had now, out of descriptors or memory). The caller compares *hash
+ * with the row's checksum. */
 int blobs_open_file(struct blobs *b, const unsigned char key[32], int64_t sum,
 		    int64_t len, uint64_t *hash, const char **why);
 
 /* Read key's file for sum into dst (replacing its contents; exactly len
  * bytes, one copy) and give *hash of them. 0, 1 if the file is missing or
- * of another size (*why says which), -1 if memory runs out. */
+ * of another size (*why says which), -1 if it cannot be read now (out of
+ * memory or descriptors: *why says which). */
 int blobs_read(struct blobs *b, const unsigned char key[32], int64_t sum,
 	       int64_t len, struct buf *dst, uint64_t *hash, const char **why);
 

@@ -59,6 +59,7 @@ struct server {
 	struct fleet *fleet;    /* fleet leases, through l2 */
 	struct artifacts *arts; /* the JIT's own entries (artifact.c) */
 	struct evconnlistener *listener;       /* the main socket (tenant "-") */
+	struct event *accept_resume;    /* after a failed accept (tenant.h) */
 	struct tenants *tenants;        /* the tenants' sockets (tenant.h) */
 	struct store *store;
 	struct syncer *sync;    /* puts' fsyncs off the loop (syncer.h) */

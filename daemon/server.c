@@ -393,6 +393,23 @@ static void on_stop(evutil_socket_t sig, short what, void *arg)
 	stop_if_quiet(s);
 }
 
+static void on_accept_error(struct evconnlistener *l, void *arg)
+{
+	struct server *s = arg;
+
+	tenant_accept_failed(l, s->accept_resume, s->cfg->socket_path);
+}
+
+/* After a failed accept's pause: accepting again, unless a stop turned
+ * systemd's socket off meanwhile. */
+static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
+{
+	struct server *s = arg;
+
+	if (!(s->stopping && s->socket_from_systemd))
+		evconnlistener_enable(s->listener);
+}
+
 /* Every worker of the first round is warm (or failed to start): only now
  * is the daemon ready, to systemd and to the clients waiting in the
  * backlog. Answering earlier would hand the first request to a cold
@@ -653,11 +670,14 @@ int server_run(struct server_config *cfg)
 	 * in the socket's backlog meanwhile, under systemd or not. */
 	s.listener = evconnlistener_new(s.base, on_accept, &s,
 					LEV_OPT_CLOSE_ON_FREE | LEV_OPT_DISABLED, -1, lfd);
-	if (!s.listener) {
+	s.accept_resume = evtimer_new(s.base, on_accept_resume, &s);
+	if (!s.listener || !s.accept_resume) {
 		buf_puts(&err, "cannot watch the listening socket");
-		close(lfd);
+		if (!s.listener)
+			close(lfd);
 		goto out;
 	}
+	evconnlistener_set_error_cb(s.listener, on_accept_error);
 	struct timeval second = { 1, 0 };
 	s.flush_timer = event_new(s.base, -1, EV_PERSIST, on_flush, &s);
 	s.progress_timer = event_new(s.base, -1, EV_PERSIST, on_progress, &s);
@@ -708,6 +728,8 @@ out:
 	store_set_checkpointer(s.store, NULL);
 	artifacts_free(s.arts);
 	fleet_free(s.fleet);    /* after everyone ended their waits */
+	if (s.accept_resume)
+		event_free(s.accept_resume);
 	if (s.flush_timer)
 		event_free(s.flush_timer);
 	if (s.progress_timer)

@@ -1146,8 +1146,11 @@ static int open_row_file(struct store *s, sqlite3_stmt *st, const unsigned char 
 	if (rc)
 		return rc;
 	*fd = blobs_open_file(s->blobs, key, sum, sqlite3_column_int64(st, 2), &hash, why);
-	if (*fd < 0)
-		return 1;
+	if (*fd < 0) {
+		rc = *fd == -2 ? -1 : 1;        /* -2: the file is not at fault */
+		*fd = -1;
+		return rc;
+	}
 	if ((int64_t)XXH64(out->log.data ? out->log.data : "", out->log.len, hash) != sum) {
 		*why = "checksum mismatch";
 		close(*fd);
@@ -1205,7 +1208,7 @@ static int lookup(struct store *s, const unsigned char key[32], struct store_res
 		store_result_free(out);
 		memset(out, 0, sizeof *out);
 		if (bad < 0) {
-			log_warn("cache lookup: out of memory");
+			log_warn("cache lookup in '%s': %s", s->path, why ? why : "out of memory");
 			return -1;
 		}
 		drop_corrupt(s, key, size, sum, file, why);
@@ -2275,7 +2278,8 @@ int store_verify(struct store *s, const struct store_filter *f, struct buf *repo
 			key_hex(k, hex);
 		int bad = check_row(s, st, ok_key ? k : NULL, 1, 2, 3, 4, 5, 6, &data, &log, &why);
 		if (bad < 0) {
-			buf_printf(report, "out of memory while checking entry %s\n", hex);
+			buf_printf(report, "cannot check entry %s: %s\n", hex,
+				   why ? why : "out of memory");
 			problems = -1;
 			break;
 		}

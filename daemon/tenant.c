@@ -28,6 +28,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -42,6 +43,7 @@ struct listener {
 	struct tenant t;
 	char path[sizeof ((struct sockaddr_un *)0)->sun_path];
 	struct evconnlistener *l;
+	struct event *resume;   /* after a failed accept (tenant_accept_failed()) */
 	struct tenants *ts;
 	struct listener *next;
 };
@@ -164,6 +166,22 @@ int tenant_listen(const char *path, const struct socket_perm *perm, struct buf *
 	return fd;
 }
 
+void tenant_accept_failed(struct evconnlistener *l, struct event *resume, const char *path)
+{
+	static time_t logged;
+	int e = EVUTIL_SOCKET_ERROR();
+	struct timeval pause = { 0, 100 * 1000 };
+	time_t now = time(NULL);
+
+	if (now - logged >= 60) {
+		logged = now;
+		log_warn("cannot accept connections on '%s': %s; pausing (logged once a minute)",
+			 path, strerror(e));
+	}
+	evconnlistener_disable(l);
+	evtimer_add(resume, &pause);
+}
+
 /* ---- the tenants' listeners ------------------------------------------ */
 
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
@@ -172,6 +190,21 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 	struct listener *li = arg;
 
 	li->ts->accept(li->ts->arg, fd, &li->t);
+}
+
+static void on_accept_error(struct evconnlistener *l, void *arg)
+{
+	struct listener *li = arg;
+
+	tenant_accept_failed(l, li->resume, li->path);
+}
+
+static void on_resume(evutil_socket_t fd, short what, void *arg)
+{
+	struct listener *li = arg;
+
+	if (li->l && li->ts->enabled)
+		evconnlistener_enable(li->l);
 }
 
 struct tenants *tenants_new(struct event_base *base, struct store *store,
@@ -192,6 +225,8 @@ struct tenants *tenants_new(struct event_base *base, struct store *store,
 
 static void listener_free(struct listener *li)
 {
+	if (li->resume)
+		event_free(li->resume);
 	if (li->l) {
 		evconnlistener_free(li->l);     /* closes the socket */
 		unlink(li->path);
@@ -236,6 +271,11 @@ static struct listener *listener_new(struct tenants *ts, const char *dir, const 
 		free(li);
 		return NULL;
 	}
+	if (!(li->resume = evtimer_new(ts->base, on_resume, li))) {
+		buf_puts(err, "out of memory");
+		free(li);
+		return NULL;
+	}
 	return li;
 }
 
@@ -259,6 +299,7 @@ static int bind_listener(struct tenants *ts, struct listener *li, struct buf *er
 		unlink(li->path);
 		return -1;
 	}
+	evconnlistener_set_error_cb(li->l, on_accept_error);
 	return 0;
 }
 
@@ -324,6 +365,9 @@ int tenants_configure(struct tenants *ts, const char *dir, const char *list,
 			li->l = old->l;
 			evconnlistener_set_cb(li->l, on_accept, li);
 			old->l = NULL;
+			/* old's pause, if one runs, ends with old. */
+			if (ts->enabled)
+				evconnlistener_enable(li->l);
 		} else {
 			log_info("tenant '%s': listening on '%s'", li->t.name, li->path);
 		}

@@ -34,7 +34,9 @@
 
 #include "proto/buf.h"
 
+struct event;
 struct event_base;
+struct evconnlistener;
 struct store;
 
 #define TENANT_NAME_MAX 32
@@ -89,6 +91,13 @@ struct socket_perm {
  * The descriptor (nonblocking, close-on-exec), or -1 with a message in
  * err. */
 int tenant_listen(const char *path, const struct socket_perm *perm, struct buf *err);
+
+/* From a listener's error callback: accept() on l failed (out of
+ * descriptors or memory), and l, readable still, would spin the loop.
+ * It is turned off (its connections wait in the backlog) until resume,
+ * an event of the caller's that turns it on again where it should be,
+ * fires in a tenth of a second; logged at most once a minute. */
+void tenant_accept_failed(struct evconnlistener *l, struct event *resume, const char *path);
 
 /* mkdir -p path, its last component 0700. 0, or -1 with err set. */
 int tenant_make_dir(const char *path, struct buf *err);

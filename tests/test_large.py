@@ -376,6 +376,40 @@ def test_a_client_out_of_descriptors_gets_a_clear_error_and_the_daemon_serves_on
             assert c.artifact_get("t", "k").value == v
 
 
+def test_a_daemon_out_of_descriptors_pauses_accepting_and_keeps_its_entries():
+    # Idle connections take every descriptor the daemon may have: it
+    # neither spins on accept() (it pauses, and says so once) nor takes a
+    # blob file it cannot open now for a damaged one (the get misses, the
+    # entry stays), and it serves the value once descriptors come back.
+    v = value(1 * MB)
+    with Daemon(workers=1, wrap=["prlimit", "--nofile=64:64", "--"]) as d:
+        def until(pred, what):
+            for _ in range(300):
+                if pred():
+                    return
+                time.sleep(0.1)
+            raise AssertionError("not within 30 s: " + what)
+        with Client(d.socket) as c:
+            assert c.artifact_put("t", "k", v)
+            idle = []
+            try:
+                for _ in range(80):
+                    idle.append(socket.socket(socket.AF_UNIX))
+                    idle[-1].connect(d.socket)
+                until(lambda: len(os.listdir("/proc/%d/fd" % d.proc.pid)) == 64,
+                      "the daemon's descriptors all taken")
+                assert c.artifact_get("t", "k").value is None
+                time.sleep(1)
+                assert c.stats()["corrupt_blobs"] == 0 and len(blob_files(d)) == 1
+                log = d.logtext()
+                assert log.count("cannot accept connections") == 1, log[-2000:]
+                assert "accept() call" not in log, log[-2000:]
+            finally:
+                for s in idle:
+                    s.close()
+            until(lambda: c.artifact_get("t", "k").value == v, "the value served again")
+
+
 _OTHER = r"""
 import os, socket, sys
 sys.path.insert(0, sys.argv[3])
