@@ -318,20 +318,46 @@ void conn_sendv(struct conn *c, const struct buf *out, const void *tail, size_t 
 	}
 }
 
+/* A file's frame (out) and its len bytes behind the file on its way, in
+ * c->after: read from fd once, into their place, and counted against
+ * max-output before any byte is read. */
+static void send_behind(struct conn *c, const struct buf *out, int fd, size_t len)
+{
+	size_t queued = conn_mem_queued(c), got = 0;
+
+	if (queued + out->len + len > (size_t)c->srv->cfg->max_output) {
+		c->srv->n.output_overflows++;
+		log_warn("conn %llu: client does not read its replies (%zu bytes queued); closing",
+			 (unsigned long long)c->serial, queued);
+		conn_close(c);
+		return;
+	}
+	if (buf_append(&c->after, out->data, out->len) < 0 || buf_reserve(&c->after, len) < 0) {
+		conn_close(c);
+		return;
+	}
+	while (got < len) {
+		ssize_t r = pread(fd, c->after.data + c->after.len + got, len - got, (off_t)got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			log_warn("conn %llu: cannot read a value's file: %s; closing",
+				 (unsigned long long)c->serial, r < 0 ? strerror(errno) : "it is short");
+			conn_close(c);
+			return;
+		}
+		got += (size_t)r;
+	}
+	c->after.len += len;
+}
+
 void conn_send_file(struct conn *c, const struct buf *out, int fd, size_t len)
 {
 	if (c->state == CONN_CLOSED || c->file_fd >= 0) {
 		/* Closed, or a file already on its way: that one's frame says
 		 * so before this one could, so this one goes from memory. */
-		if (c->state != CONN_CLOSED) {
-			struct buf v = BUF_INIT;
-			ssize_t r = 0;
-			if (buf_reserve(&v, len) == 0 && (r = pread(fd, v.data, len, 0)) == (ssize_t)len)
-				conn_sendv(c, out, v.data, len);
-			else
-				conn_close(c);
-			buf_free(&v);
-		}
+		if (c->state != CONN_CLOSED)
+			send_behind(c, out, fd, len);
 		close(fd);
 		return;
 	}

@@ -588,6 +588,30 @@ def test_a_large_get_never_holds_the_value_in_the_daemons_memory():
             assert SANITIZED or peak - base < n // 4, (fd_wanted, base, peak)
 
 
+def test_inline_gets_behind_a_file_hold_one_copy_each_within_max_output():
+    """Gets without descriptors, sent together to a client that reads
+    nothing: the first goes from its file; the second, queued behind it,
+    is read into memory once (it was twice: read, then copied); the third
+    would pass max-output and closes the connection before it is read."""
+    n = 96 * MB
+    with Daemon(workers=1, extra=["--max-output", "150M"]) as d:
+        with Client(d.socket) as c:
+            assert c.artifact_put("t", "big", value(n))
+        pid = d.proc.pid
+        with open("/proc/%d/clear_refs" % pid, "w") as f:
+            f.write("5")            # VmHWM starts again from VmRSS
+        base = _rss(pid)["VmRSS"]
+        c = FdClient(d.socket)
+        for _ in range(3):
+            c.send(GET, ns="t", key="big")
+        d.wait_stats(lambda s: s["output_overflows"] == 1, "the third get's overflow")
+        c.close()
+        peak = _rss(pid)["VmHWM"]
+        assert SANITIZED or peak - base < n * 3 // 2, (base, peak)
+        with Client(d.socket) as c:
+            assert len(c.artifact_get("t", "big").value) == n
+
+
 # ---- a large put's value, spooled as it arrives (conn.c, artifact.c) ----
 
 def _temporaries(d):
