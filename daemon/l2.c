@@ -171,8 +171,6 @@
 /* head, chunk_len u32, total u64, n_chunks u32 */
 #define L2_MANIFEST_BODY (L2_HEAD + 4 + 8 + 4)
 #define L2_MANIFEST_LEN (L2_MANIFEST_BODY + L2_TAG_LEN)
-#define L2_CHUNK_MIN (4 << 10)          /* a reader's bounds on a writer's */
-#define L2_CHUNK_MAX (64 << 20)
 /* The nonce's first byte: what a value key seals under it. */
 enum { N_CHUNK = 0, N_RECORD = 1, N_MANIFEST = 2 };
 

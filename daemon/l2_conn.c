@@ -450,7 +450,83 @@ struct l2_ev {
 	struct event *rev, *wev;
 	uint64_t progress;
 	int *alive;                     /* cleared when hiredis frees ac */
+	long objs;                      /* of the reply being parsed (guarded_*()) */
 };
+
+/*
+ * hiredis 0.14 takes a reply's headers on trust: "*N" allocates N
+ * pointers at once (13 bytes, "*2000000000", made it allocate 16 GB and
+ * then hold the loop 40 s freeing them), "$N" buffers until N bytes came.
+ * Redis is not trusted: a reply of more than L2_REPLY_OBJS objects and
+ * element slots (CLUSTER SLOTS of 16,384 ranges with a replica each is a
+ * third of it), or whose bytes not parsed yet pass L2_REPLY_BYTES (the
+ * largest chunk a writer may make, and framing), ends its connection, as
+ * one that broke.
+ */
+#define L2_REPLY_OBJS (1L << 20)
+#define L2_REPLY_BYTES ((size_t)L2_CHUNK_MAX + (64 << 10))
+
+static redisReplyObjectFunctions plain_fns, guarded_fns;
+
+/* Count n more objects of t's reply: whether it stays within the bound. */
+static int guarded_take(const redisReadTask *t, long n)
+{
+	struct l2_ev *e = t->privdata;
+
+	if (!t->parent)
+		e->objs = 0;            /* a reply's first object */
+	e->objs += n;
+	return e->objs <= L2_REPLY_OBJS;
+}
+
+static void *guarded_string(const redisReadTask *t, char *s, size_t len)
+{
+	return guarded_take(t, 1) ? plain_fns.createString(t, s, len) : NULL;
+}
+
+static void *guarded_array(const redisReadTask *t, int n)
+{
+	return guarded_take(t, 1 + (long)n) ? plain_fns.createArray(t, n) : NULL;
+}
+
+static void *guarded_integer(const redisReadTask *t, long long v)
+{
+	return guarded_take(t, 1) ? plain_fns.createInteger(t, v) : NULL;
+}
+
+static void *guarded_nil(const redisReadTask *t)
+{
+	return guarded_take(t, 1) ? plain_fns.createNil(t) : NULL;
+}
+
+/* ac's reader made to count for e (a NULL object: hiredis's "out of
+ * memory", which ends the connection). */
+static void reader_guard(redisAsyncContext *ac, struct l2_ev *e)
+{
+	redisReader *r = ac->c.reader;
+
+	if (!r || !r->fn)
+		return;
+	if (!guarded_fns.createArray) {
+		plain_fns = *r->fn;
+		guarded_fns = plain_fns;
+		guarded_fns.createString = guarded_string;
+		guarded_fns.createArray = guarded_array;
+		guarded_fns.createInteger = guarded_integer;
+		guarded_fns.createNil = guarded_nil;
+	}
+	r->fn = &guarded_fns;
+	r->privdata = e;
+}
+
+/* Whether ac's reader holds more of a reply, not parsed yet, than one may
+ * have. */
+static int reply_too_long(const redisAsyncContext *ac)
+{
+	const redisReader *r = ac->c.reader;
+
+	return r && r->buf && sdslen(r->buf) - r->pos > L2_REPLY_BYTES;
+}
 
 /* hiredis reads 16 KiB a call: while more has arrived, read on, up to
  * L2_READ_TURN bytes an event, so a large reply takes a few turns of the
@@ -471,6 +547,13 @@ static void ev_read(evutil_socket_t fd, short what, void *arg)
 		redisAsyncHandleRead(ac);       /* may free ac, and e */
 		if (!alive)
 			return;
+		if (reply_too_long(ac)) {
+			struct l2_node *nd = ac->data;
+			note_error(nd->l2, "a reply longer than any chunk; dropping the connection");
+			drop_ac(nd, ac, OUT_ERROR);     /* frees ac, and e */
+			node_failed(nd);
+			return;
+		}
 		if ((ac->c.flags & (REDIS_DISCONNECTING | REDIS_FREEING)) ||
 		    ioctl(fd, FIONREAD, &avail) < 0 || avail <= 0)
 			break;
@@ -527,6 +610,7 @@ static int ev_attach(redisAsyncContext *ac, struct event_base *base)
 	ac->ev.delWrite = ev_del_write;
 	ac->ev.cleanup = ev_cleanup;
 	ac->ev.data = e;
+	reader_guard(ac, e);
 	event_add(e->rev, NULL);
 	event_add(e->wev, NULL);
 	return 0;

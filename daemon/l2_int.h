@@ -29,6 +29,8 @@
 #define L2_PREFIX_MAX 256
 #define L2_ID_LEN 16                    /* a value's random id: its key, its chunks' names */
 #define L2_SEEDS_MAX 64                 /* seeds in one redis-cluster:// URL */
+#define L2_CHUNK_MIN (4 << 10)          /* a reader's bounds on a writer's chunks */
+#define L2_CHUNK_MAX (64 << 20)
 
 /* How a command ended. Only a connection that failed (OUT_ERROR: no
  * connection, or it went away under the command) or was silent for a whole

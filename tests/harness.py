@@ -59,6 +59,15 @@ def sanitizer_report(text):
     return None
 
 
+def status_kb(pid, field):
+    """A field of /proc/PID/status in KiB (VmRSS, VmHWM)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError("no %s in /proc/%d/status" % (field, pid))
+
+
 def slow_disk_env(log, sync_ms=0, unlink_ms=0, fail_sync=False):
     """The daemon's environment for a slow fsync of a put's temporary file,
     a slow unlink of a blob file, and (fail_sync) a failing first fsync of

@@ -5,12 +5,18 @@ import concurrent.futures
 import json
 import os
 import signal
+import socket
+import sys
 import tempfile
+import threading
 import time
 
-from harness import TRITON_FLAGS, Daemon, Skip, llc, triton_kernels
+from harness import ROOT, TRITON_FLAGS, Daemon, Skip, llc, status_kb, triton_kernels
 from redis_fixture import RedisServer
 from test_l2_live import unseal
+
+sys.path.insert(0, os.path.join(ROOT, "python"))
+from ptxcache import Client  # noqa: E402
 
 SECRET = b"cluster secret for the tests\n"
 
@@ -32,6 +38,83 @@ def wait_for(pred, what, limit=60):
     while not pred():
         assert time.time() < deadline, "timed out waiting for " + what
         time.sleep(0.05)
+
+
+class HostileRedis:
+    """A Redis on a loopback port that answers every GETRANGE with a reply
+    whose header claims billions: "*2000000000" and then nothing (array),
+    or "$3000000000" and zeros as fast as they go (bulk); +OK to anything
+    else. No real Redis sends these; one under an attacker's control may."""
+
+    def __init__(self, mode):
+        self.mode = mode
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.url = "redis://127.0.0.1:%d/0" % self.sock.getsockname()[1]
+        self.sent = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        f = c.makefile("rb")
+        try:
+            while True:
+                line = f.readline()
+                if not line:
+                    return
+                args = [f.read(int(f.readline()[1:]) + 2)[:-2] for _ in range(int(line[1:]))]
+                if args[0].upper() != b"GETRANGE":
+                    c.sendall(b"+OK\r\n")
+                elif self.mode == "array":
+                    c.sendall(b"*2000000000\r\n")
+                else:
+                    c.sendall(b"$3000000000\r\n")
+                    block = bytes(1 << 20)
+                    while True:
+                        c.sendall(block)
+                        self.sent += len(block)
+        except OSError:
+            return
+        finally:
+            c.close()
+
+    def close(self):
+        self.sock.close()
+
+
+def test_a_redis_whose_replies_claim_billions_holds_neither_the_loop_nor_memory():
+    # hiredis takes a reply's header on trust: an array of 2e9 allocated at
+    # once and freed for 40 s on the loop; a bulk of 3 GB buffered whole.
+    # A reply past what the tier can ask for ends its connection: the get
+    # misses, the daemon answers everyone, its memory stays near a chunk.
+    with tempfile.TemporaryDirectory() as t:
+        secret = os.path.join(t, "secret")
+        with open(secret, "wb") as f:
+            f.write(SECRET)
+        for mode in ("array", "bulk"):
+            redis = HostileRedis(mode)
+            try:
+                with Daemon(workers=1, extra=["--l2", redis.url, "--l2-secret-file", secret]) as d:
+                    base = status_kb(d.proc.pid, "VmRSS")
+                    with Client(d.socket, timeout=5) as c:
+                        assert c.artifact_get("t", "k").value is None
+                        for _ in range(3):
+                            c.ping()    # within 5 s: the loop is not held
+                            time.sleep(1)
+                        s = c.stats()
+                    assert s["l2_errors"] >= 1, s
+                    peak = status_kb(d.proc.pid, "VmHWM") - base
+                    assert peak < 160 << 10, (mode, peak, redis.sent)
+            finally:
+                redis.close()
 
 
 def test_second_node_gets_first_nodes_kernels_without_compiling():
