@@ -792,7 +792,9 @@ static void node_send(struct l2_node *nd, struct l2_cmd *cmd, int asking,
 	cmd->refs++;                    /* hiredis's callback */
 	cmd->seen = progress_of(cmd->ac);
 	cmd->outq = outq_of(cmd->ac);
-	cmd->armed_us = cmd->sent_us = now_us();
+	cmd->armed_us = now_us();
+	if (!cmd->sent_us)              /* its first send: a redirect's keeps it */
+		cmd->sent_us = cmd->armed_us;
 	if (nd->single) {               /* never sent again: no redirects */
 		redisFreeSdsCommand(cmd->wire);
 		cmd->wire = NULL;

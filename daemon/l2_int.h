@@ -103,7 +103,7 @@ struct l2_cmd {
 	int64_t timeout_ms;             /* of silence on its connection */
 	uint64_t seen;                  /* the connection's progress when armed */
 	int64_t armed_us;               /* when its timer was armed */
-	int64_t sent_us;                /* when it was sent (L2_CMD_MAX_MS) */
+	int64_t sent_us;                /* when it was first sent (L2_CMD_MAX_MS) */
 	int outq;                       /* and its kernel send queue's bytes */
 	sds wire;                       /* a cluster's: the command, to resend */
 	unsigned slot;                  /* a cluster's: argv[1]'s */

@@ -43,15 +43,19 @@ def wait_for(pred, what, limit=60):
 class HostileRedis:
     """A Redis on a loopback port that answers every GETRANGE with a reply
     whose header claims billions: "*2000000000" and then nothing (array),
-    or "$3000000000" and zeros as fast as they go (bulk); +OK to anything
-    else. No real Redis sends these; one under an attacker's control may."""
+    or "$3000000000" and zeros as fast as they go (bulk); or, a cluster of
+    itself alone (ask), with an ASK redirection to itself, whose ASKING's
+    "+OK" trickles for 3 s; +OK to anything else. No real Redis sends
+    these; one under an attacker's control may."""
 
     def __init__(self, mode):
         self.mode = mode
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(8)
-        self.url = "redis://127.0.0.1:%d/0" % self.sock.getsockname()[1]
+        self.port = self.sock.getsockname()[1]
+        self.url = ("redis-cluster://127.0.0.1:%d" if mode == "ask" else
+                    "redis://127.0.0.1:%d/0") % self.port
         self.sent = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -71,8 +75,20 @@ class HostileRedis:
                 if not line:
                     return
                 args = [f.read(int(f.readline()[1:]) + 2)[:-2] for _ in range(int(line[1:]))]
-                if args[0].upper() != b"GETRANGE":
+                cmd = args[0].upper()
+                if cmd == b"CLUSTER":
+                    c.sendall(b"*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n"
+                              % self.port)
+                elif cmd == b"ASKING":
+                    c.sendall(b"+")
+                    for _ in range(150):
+                        time.sleep(0.02)
+                        c.sendall(b"O")
+                    c.sendall(b"K\r\n")
+                elif cmd != b"GETRANGE":
                     c.sendall(b"+OK\r\n")
+                elif self.mode == "ask":
+                    c.sendall(b"-ASK 1 127.0.0.1:%d\r\n" % self.port)
                 elif self.mode == "array":
                     c.sendall(b"*2000000000\r\n")
                 else:
@@ -115,6 +131,28 @@ def test_a_redis_whose_replies_claim_billions_holds_neither_the_loop_nor_memory(
                     assert peak < 160 << 10, (mode, peak, redis.sent)
             finally:
                 redis.close()
+
+
+def test_redirections_that_trickle_end_within_a_commands_bound():
+    # Each ASK sends the command again, and each ASKING answer trickles
+    # for 3 s: the command's 10 s bound counts from its first send (it
+    # started again at each, up to 60 s), so the get is answered within it.
+    with tempfile.TemporaryDirectory() as t:
+        secret = os.path.join(t, "secret")
+        with open(secret, "wb") as f:
+            f.write(SECRET)
+        redis = HostileRedis("ask")
+        try:
+            with Daemon(workers=1, extra=["--l2", redis.url, "--l2-secret-file", secret]) as d:
+                with Client(d.socket) as c:
+                    t0 = time.time()
+                    assert c.artifact_get("t", "k").value is None
+                    took = time.time() - t0
+                    s = c.stats()
+                assert took < 14, took      # the bound is 10 s: at 60 s, redirections' sum
+                assert s["l2_redirects"] >= 2 and s["l2_misses"] == 0, s
+        finally:
+            redis.close()
 
 
 def test_second_node_gets_first_nodes_kernels_without_compiling():
