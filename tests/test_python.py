@@ -838,6 +838,68 @@ def test_python_a_value_the_daemon_refuses_is_not_stored_and_not_an_outage():
         assert "ptxcache:" not in logs.getvalue(), logs.getvalue()
 
 
+# ---- a hostile daemon ------------------------------------------------------------------
+
+def test_python_a_hostile_daemons_descriptors_are_closed_and_its_sizes_refused():
+    # A daemon may send a descriptor with any frame: those the client does
+    # not take (with progress frames here) are closed, not kept. And a
+    # value's descriptor must be of at most REPLY_MAX bytes, as an inline
+    # value: a sparse file of more is refused before a byte of it is read.
+    import socket
+    import struct
+    import threading
+    tmp = tempfile.mkdtemp(prefix="ptxcache-py-")
+    path, big = os.path.join(tmp, "s.sock"), os.path.join(tmp, "sparse")
+    with open(big, "wb") as f:
+        f.truncate(client.REPLY_MAX + 1)
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(1)
+
+    def serve():
+        c, _ = srv.accept()
+        fd = os.open(big, os.O_RDONLY)
+        for first in (True, False):
+            hdr = c.recv(wire.HEADER, socket.MSG_WAITALL)
+            rid = wire.unpack(c.recv(wire.parse_header(hdr, 1 << 20)[1], socket.MSG_WAITALL))["id"]
+            if first:
+                for _ in range(40):
+                    c.sendmsg([wire.frame(wire.T_PROGRESS, {"id": rid, "fd": True})],
+                              [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", fd))])
+                c.sendall(wire.frame(wire.T_ARTIFACT_GET | wire.REPLY, {"id": rid, "found": False}))
+            else:
+                reply = {"id": rid, "found": True, "fd": True, "value_len": client.REPLY_MAX + 1}
+                c.sendmsg([wire.frame(wire.T_ARTIFACT_GET | wire.REPLY, reply)],
+                          [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", fd))])
+        c.recv(1)
+        c.close()
+
+    def open_on_big():          # the daemon's own one, and any the client kept
+        fds = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                fds += [fd] if os.readlink("/proc/self/fd/" + fd) == big else []
+            except OSError:
+                pass
+        return len(fds)
+
+    threading.Thread(target=serve, daemon=True).start()
+    c = client.Client(path)
+    try:
+        assert c.artifact_get("t", "k").value is None
+        assert open_on_big() == 1
+        try:
+            c.artifact_get("t", "k")
+            raise AssertionError("a value of more than REPLY_MAX bytes was taken")
+        except errors.ProtocolError as e:
+            assert "at most %d bytes" % client.REPLY_MAX in str(e), e
+        assert open_on_big() == 1
+    finally:
+        c.close()
+        srv.close()
+        shutil.rmtree(tmp)
+
+
 # ---- a daemon of another version ---------------------------------------------------
 
 class OldDaemon:

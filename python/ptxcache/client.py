@@ -290,13 +290,13 @@ class Client:
                 raise ConnectError("ptxcached at '%s' closed the connection" % self.path) from None
             heard = True
             rid = body.get("id")
-            if ftype == wire.T_PROGRESS:
-                continue        # the silence bound restarts with every frame
             fd = body.pop("_fd", None)
             if fd is not None and (rid not in ids or results[ids[rid]] is not None
                                    or ftype != types[ids[rid]] | wire.REPLY):
-                os.close(fd)    # a reply we do not wait for: its descriptor too
+                os.close(fd)    # a frame we do not wait for: its descriptor too
                 fd = None
+            if ftype == wire.T_PROGRESS:
+                continue        # the silence bound restarts with every frame
             if ftype == wire.T_ERROR:
                 err = server_error(str(body.get("code", "")), str(body.get("message", "")),
                                    _NAMES.get(types[ids[rid]], "") if rid in ids else "")
@@ -540,8 +540,9 @@ _READ_AHEAD = 64 << 10
 def _read_value(fd: int, n: object) -> bytes:
     """A value sent as a descriptor: checked (a regular file of exactly the
     reply's value_len bytes), read into bytes with one copy."""
-    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-        raise ProtocolError("malformed artifact_get reply: a descriptor without 'value_len'")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0 or n > REPLY_MAX:
+        raise ProtocolError("malformed artifact_get reply: a descriptor without 'value_len' "
+                            "(of at most %d bytes)" % REPLY_MAX)
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_size != n:
         raise ProtocolError("malformed artifact_get reply: its descriptor is not a file of "
