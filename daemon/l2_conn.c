@@ -125,13 +125,15 @@ enum breaker { BR_CLOSED, BR_OPEN, BR_HALF_OPEN };
 
 /* One server: the Redis of a redis:// or unix: URL (single), or a node of
  * a cluster. Its connection, made on demand, and its own breaker: one dead
- * shard turns itself off, not the others. Nodes are freed by l2_free()
- * alone, so commands, timers and connections may point to them. */
+ * shard turns itself off, not the others. Nodes are freed by l2_free(),
+ * and by map_room() those that no connection, timer, command, slot or
+ * seed names, so that whatever points to a node may go on doing so. */
 struct l2_node {
 	struct l2 *l2;
 	struct l2_node *next;           /* l2->nodes */
 	int single;                     /* its address is l2->conf's */
 	int seed, in_map;               /* a cluster's: asked for the slot map */
+	int keep;                       /* map_install()'s mark */
 	int down;                       /* failed since it last connected */
 	struct cluster_addr addr;       /* a cluster's node: numeric */
 	char where[CLUSTER_HOST_MAX + 16];
@@ -891,13 +893,20 @@ static struct l2_node *node_new(struct l2 *l2, const struct cluster_addr *a)
 	return nd;
 }
 
-/* The node at a, made if new; NULL: no memory, or too many nodes. */
-static struct l2_node *node_get(struct l2 *l2, const struct cluster_addr *a)
+static struct l2_node *node_find(struct l2 *l2, const struct cluster_addr *a)
 {
 	for (struct l2_node *nd = l2->nodes; nd; nd = nd->next)
 		if (!nd->single && nd->addr.port == a->port && !strcmp(nd->addr.host, a->host))
 			return nd;
-	return node_new(l2, a);
+	return NULL;
+}
+
+/* The node at a, made if new; NULL: no memory, or too many nodes. */
+static struct l2_node *node_get(struct l2 *l2, const struct cluster_addr *a)
+{
+	struct l2_node *nd = node_find(l2, a);
+
+	return nd ? nd : node_new(l2, a);
 }
 
 /* The next node to ask for the map (or to take a command whose slot has
@@ -955,6 +964,7 @@ static int follow_redirect(struct l2_cmd *cmd, const redisReply *reply)
 	if (!(to = node_get(l2, &rd.to))) {
 		note_error(l2, "too many cluster nodes");
 		complete(cmd, OUT_ERROR, NULL);
+		map_refresh(l2);        /* a new map makes room (map_room()) */
 		return 1;
 	}
 	if (!rd.ask) {
@@ -1023,14 +1033,68 @@ static void unpark_all(struct l2 *l2)
 	free(list);
 }
 
-/* Install m: each slot's owner a node of ours. 0, or -1 (no memory, too
- * many nodes: the old map stays). */
+/*
+ * Room for m's new nodes: the nodes m and the seeds do not name, with no
+ * connection, connect or command of theirs, are freed, where more room
+ * is needed (a fleet whose masters come back at new addresses, month
+ * after month; a map that named 1,024 nodes once). 0, or -1 if m would
+ * not fit even so, nothing freed. Then the old map's owners are gone:
+ * the caller installs m.
+ */
+static int map_room(struct l2 *l2, const struct cluster_map *m)
+{
+	int fresh = 0, spare = 0;
+
+	for (int i = 0; i < m->nnodes; i++)
+		fresh += !node_find(l2, &m->node[i]);
+	if (l2->nnodes + fresh <= L2_NODES_MAX)
+		return 0;
+	for (struct l2_node *nd = l2->nodes; nd; nd = nd->next) {
+		nd->keep = nd->single || nd->seed || nd->ac ||
+			   evtimer_pending(nd->connect_timer, NULL);
+		for (int i = 0; i < L2_RETIRED_MAX; i++)
+			nd->keep |= nd->retired[i] != NULL;
+	}
+	for (int i = 0; i < m->nnodes; i++) {
+		struct l2_node *nd = node_find(l2, &m->node[i]);
+		if (nd)
+			nd->keep = 1;
+	}
+	for (struct l2_cmd *c = l2->pending; c; c = c->next)
+		if (c->node)
+			c->node->keep = 1;
+	for (struct l2_node *nd = l2->nodes; nd; nd = nd->next)
+		spare += !nd->keep;
+	if (l2->nnodes - spare + fresh > L2_NODES_MAX)
+		return -1;
+	memset(l2->owner, 0, sizeof l2->owner);
+	for (struct l2_node **pp = &l2->nodes; *pp;) {
+		struct l2_node *nd = *pp;
+		if (nd->keep) {
+			pp = &nd->next;
+			continue;
+		}
+		*pp = nd->next;
+		if (l2->rr == nd)
+			l2->rr = NULL;
+		event_free(nd->connect_timer);
+		free(nd);
+		l2->nnodes--;
+	}
+	return 0;
+}
+
+/* Install m: each slot's owner a node of ours. 0, or -1: too many nodes
+ * (the old map stays), or no memory (no slot may have a known owner until
+ * the next map). */
 static int map_install(struct l2 *l2, const struct cluster_map *m)
 {
 	struct l2_node **by = calloc((size_t)m->nnodes + 1, sizeof *by);
 
-	if (!by)
+	if (!by || map_room(l2, m) < 0) {
+		free(by);
 		return -1;
+	}
 	for (int i = 0; i < m->nnodes; i++)
 		if (!(by[i] = node_get(l2, &m->node[i]))) {
 			free(by);
@@ -1081,7 +1145,7 @@ static void on_slots_reply(redisAsyncContext *ac, void *r, void *privdata)
 		struct cluster_map *m = cluster_map_parse(reply, nd->addr.host, why, sizeof why);
 		if (!m || map_install(l2, m) < 0) {
 			snprintf(l2->last_error, sizeof l2->last_error, "unusable slot map: %s",
-				 m ? "out of memory" : why);
+				 m ? "more nodes than the daemon keeps, or out of memory" : why);
 			log_warn("l2: %s: %s", nd->where, l2->last_error);
 			complete(cmd, OUT_REFUSED, NULL);
 		} else {

@@ -4,6 +4,8 @@ directories) and one real redis-server."""
 import concurrent.futures
 import json
 import os
+import resource
+import selectors
 import signal
 import socket
 import sys
@@ -40,34 +42,58 @@ def wait_for(pred, what, limit=60):
         time.sleep(0.05)
 
 
+def secret_file(tmp):
+    path = os.path.join(tmp, "secret")
+    with open(path, "wb") as f:
+        f.write(SECRET)
+    return path
+
+
 class HostileRedis:
-    """A Redis on a loopback port that answers every GETRANGE with a reply
+    """A Redis on loopback ports that answers every GETRANGE with a reply
     whose header claims billions: "*2000000000" and then nothing (array),
-    or "$3000000000" and zeros as fast as they go (bulk); or, a cluster of
+    or "$3000000000" and zeros as fast as they go (bulk). Or a cluster: of
     itself alone (ask), with an ASK redirection to itself, whose ASKING's
-    "+OK" trickles for 3 s; +OK to anything else. No real Redis sends
-    these; one under an attacker's control may."""
+    "+OK" trickles for 3 s; or whose first slot map names 1,023 masters
+    of its own ports, and every later one a master at a port of its own
+    no map named before, which answers gets with nil, where every other
+    port sends them with a MOVED (churn). +OK to anything else. No real
+    Redis sends these; one under an attacker's control may."""
 
     def __init__(self, mode):
-        self.mode = mode
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.port = self.sock.getsockname()[1]
-        self.url = ("redis-cluster://127.0.0.1:%d" if mode == "ask" else
+        self.mode, self.sent, self.maps = mode, 0, 0
+        self.socks = [self._listen() for _ in range(1025 if mode == "churn" else 1)]
+        self.port = self.socks[0].getsockname()[1]
+        self.other = self.socks[-1].getsockname()[1]
+        self.url = ("redis-cluster://127.0.0.1:%d" if mode in ("ask", "churn") else
                     "redis://127.0.0.1:%d/0") % self.port
-        self.sent = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
-    def _accept(self):
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+    def _listen(self):
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        return sock
 
-    def _serve(self, c):
+    def _accept(self):
+        with selectors.DefaultSelector() as sel:
+            for sock in self.socks:
+                sel.register(sock, selectors.EVENT_READ)
+            while True:
+                for key, _ in sel.select():
+                    try:
+                        c, _ = key.fileobj.accept()
+                    except OSError:
+                        return
+                    threading.Thread(target=self._serve,
+                                     args=(c, key.fileobj.getsockname()[1]), daemon=True).start()
+
+    @staticmethod
+    def _slots(ranges):
+        return b"*%d\r\n" % len(ranges) + b"".join(
+            b"*3\r\n:%d\r\n:%d\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n" % r for r in ranges)
+
+    def _serve(self, c, port):
         f = c.makefile("rb")
         try:
             while True:
@@ -77,8 +103,11 @@ class HostileRedis:
                 args = [f.read(int(f.readline()[1:]) + 2)[:-2] for _ in range(int(line[1:]))]
                 cmd = args[0].upper()
                 if cmd == b"CLUSTER":
-                    c.sendall(b"*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n"
-                              % self.port)
+                    self.maps += 1
+                    c.sendall(self._slots([(i, i, sock.getsockname()[1])
+                                           for i, sock in enumerate(self.socks[1:-1])]
+                                          if self.mode == "churn" and self.maps == 1 else
+                                          [(0, 16383, self.other)]))
                 elif cmd == b"ASKING":
                     c.sendall(b"+")
                     for _ in range(150):
@@ -89,6 +118,9 @@ class HostileRedis:
                     c.sendall(b"+OK\r\n")
                 elif self.mode == "ask":
                     c.sendall(b"-ASK 1 127.0.0.1:%d\r\n" % self.port)
+                elif self.mode == "churn":
+                    c.sendall(b"$-1\r\n" if port == self.other else
+                              b"-MOVED %d 127.0.0.1:%d\r\n" % (self.slot(args[1]), self.other))
                 elif self.mode == "array":
                     c.sendall(b"*2000000000\r\n")
                 else:
@@ -102,8 +134,19 @@ class HostileRedis:
         finally:
             c.close()
 
+    @staticmethod
+    def slot(key):
+        """The cluster's hash slot of key (no hash tags in the tier's keys)."""
+        crc = 0
+        for b in key:
+            crc ^= b << 8
+            for _ in range(8):
+                crc = (crc << 1) ^ 0x1021 if crc & 0x8000 else crc << 1
+        return (crc & 0xffff) % 16384
+
     def close(self):
-        self.sock.close()
+        for sock in self.socks:
+            sock.close()
 
 
 def test_a_redis_whose_replies_claim_billions_holds_neither_the_loop_nor_memory():
@@ -112,13 +155,11 @@ def test_a_redis_whose_replies_claim_billions_holds_neither_the_loop_nor_memory(
     # A reply past what the tier can ask for ends its connection: the get
     # misses, the daemon answers everyone, its memory stays near a chunk.
     with tempfile.TemporaryDirectory() as t:
-        secret = os.path.join(t, "secret")
-        with open(secret, "wb") as f:
-            f.write(SECRET)
         for mode in ("array", "bulk"):
             redis = HostileRedis(mode)
             try:
-                with Daemon(workers=1, extra=["--l2", redis.url, "--l2-secret-file", secret]) as d:
+                with Daemon(workers=1, extra=["--l2", redis.url, "--l2-secret-file",
+                                              secret_file(t)]) as d:
                     base = status_kb(d.proc.pid, "VmRSS")
                     with Client(d.socket, timeout=5) as c:
                         assert c.artifact_get("t", "k").value is None
@@ -138,12 +179,10 @@ def test_redirections_that_trickle_end_within_a_commands_bound():
     # for 3 s: the command's 10 s bound counts from its first send (it
     # started again at each, up to 60 s), so the get is answered within it.
     with tempfile.TemporaryDirectory() as t:
-        secret = os.path.join(t, "secret")
-        with open(secret, "wb") as f:
-            f.write(SECRET)
         redis = HostileRedis("ask")
         try:
-            with Daemon(workers=1, extra=["--l2", redis.url, "--l2-secret-file", secret]) as d:
+            with Daemon(workers=1, extra=["--l2", redis.url, "--l2-secret-file",
+                                          secret_file(t)]) as d:
                 with Client(d.socket) as c:
                     t0 = time.time()
                     assert c.artifact_get("t", "k").value is None
@@ -151,6 +190,34 @@ def test_redirections_that_trickle_end_within_a_commands_bound():
                     s = c.stats()
                 assert took < 14, took      # the bound is 10 s: at 60 s, redirections' sum
                 assert s["l2_redirects"] >= 2 and s["l2_misses"] == 0, s
+        finally:
+            redis.close()
+
+
+def test_a_slot_map_of_1023_masters_once_does_not_keep_the_cluster_out():
+    # The first map names 1,023 masters (with the seed, the most nodes the
+    # daemon keeps: a hostile map, or a fleet whose masters came back at new
+    # addresses month after month); then the cluster's one master is at a
+    # new address. The nodes no map names any longer make room for it: gets
+    # reach it (misses) rather than failing until a restart.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        raise Skip("1,025 listening sockets need a descriptor limit of 2,048")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
+    with tempfile.TemporaryDirectory() as t:
+        redis = HostileRedis("churn")
+        try:
+            with Daemon(workers=1, extra=["--l2", redis.url, "--l2-secret-file",
+                                          secret_file(t)]) as d:
+                with Client(d.socket) as c:
+                    for _ in range(50):
+                        assert c.artifact_get("t", "k").value is None
+                        s = c.stats()
+                        if s["l2_misses"]:
+                            break
+                        time.sleep(0.2)
+                assert s["l2_misses"] >= 1 and s["l2_map_refreshes"] >= 2, s
+                assert redis.maps >= 2 and "unusable slot map" not in d.logtext()
         finally:
             redis.close()
 
