@@ -16,7 +16,7 @@
  * where the socket takes them, a blob from where it lies
  * (conn_write_now()); a client that lets more than max-output pile up is
  * closed. One timer per connection bounds a frame's arrival (spooled or
- * not) and the time it may idle.
+ * not), the time it may idle, and a refused one's reading of its error.
  *
  * A connection that closes while requests wait keeps its struct alive
  * until its last waiter is answered (refcount), so no callback ever
@@ -181,7 +181,8 @@ void conn_close(struct conn *c)
  * One timer per connection: while a frame is partly read, it must arrive
  * whole within header_timeout (slowloris); while nothing is in flight and
  * nothing is partly read, the connection may idle for idle_timeout; while
- * the connection waits on compiles, no timer runs.
+ * the connection waits on compiles, no timer runs. A refused connection
+ * (conn_refuse()) has header_timeout to read what it was sent.
  */
 void conn_arm(struct conn *c)
 {
@@ -483,8 +484,13 @@ void conn_refuse(struct conn *c, const char *code, const char *message)
 		conn_set_state(c, CONN_CLOSING);
 		tail_drop(c);   /* its file goes now, not once the error is sent */
 		event_del(c->rev);
-		if (c->timer)
+		if (c->timer) {
+			/* What is queued, the error last, has header-timeout to
+			 * be read; then the connection goes all the same. */
+			struct timeval tv = { c->srv->cfg->header_timeout_s, 0 };
 			evtimer_del(c->timer);
+			evtimer_add(c->timer, &tv);
+		}
 		if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0 && c->file_fd < 0)
 			conn_close(c);
 	}
@@ -763,7 +769,11 @@ static void on_conn_timer(evutil_socket_t fd, short what, void *arg)
 {
 	struct conn *c = arg;
 
-	if (c->partial) {
+	if (c->state == CONN_CLOSING) {
+		log_info("conn %llu: refused, and its error not read within %d s; closing",
+			 (unsigned long long)c->serial, c->srv->cfg->header_timeout_s);
+		conn_close(c);
+	} else if (c->partial) {
 		c->srv->n.header_timeouts++;
 		log_info("conn %llu: request not complete after %d s; closing",
 			 (unsigned long long)c->serial, c->srv->cfg->header_timeout_s);

@@ -260,6 +260,28 @@ def test_header_timeout_closes_slowloris():
         d.cli("ping")
 
 
+def test_a_refused_client_that_never_reads_is_closed_after_header_timeout():
+    """A client piles up replies it does not read, then sends a bad frame:
+    it is refused, and its queued output (the error last) has
+    --header-timeout to be read; then the connection goes all the same (it
+    stayed, its output held, for as long as the client liked)."""
+    import select
+    value = os.urandom(200 << 10)       # inline: stored in its row
+    with Daemon(workers=1, extra=["--header-timeout", "1", "--log-level", "info"]) as d:
+        c = Raw(d.socket, timeout=30)
+        c.send(frame(11, mp_pack({"id": 1, "ns": "t", "key": "k", "value": value})))
+        assert mp_unpack(c.recv_frame()[1]).get("stored") is True
+        slow = Raw(d.socket, timeout=30)
+        slow.s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        for i in range(20):             # 4 MB of replies: more than the socket holds
+            slow.send(frame(10, mp_pack({"id": 10 + i, "ns": "t", "key": "k"})))
+        slow.send(b"NOT A FRAME")
+        p = select.poll()
+        p.register(slow.s, select.POLLRDHUP)
+        assert p.poll(10000), "a refused connection was kept past --header-timeout"
+        assert "its error not read within 1 s" in d.logtext()
+
+
 def test_idle_timeout_closes_idle_but_not_waiting_connections():
     with Daemon(workers=1, extra=["--idle-timeout", "1"]) as d:
         idle = Raw(d.socket, timeout=20)
