@@ -17,6 +17,9 @@
  * the worker with SIGSYS instead, which the master counts as a violation.
  * "compromise" stands for a worker already taken over: from then on it
  * answers every compile with altered PTX (confirmation must catch it).
+ * "fatal-linger MB": the worker answers as after LLVM's fatal error (which
+ * promises its exit), then writes MB MiB of junk to the master and sleeps
+ * instead of exiting (worker_loop.c does it: probe_linger_mb).
  * "spin MS" is no attack: a compile that takes MS ms of CPU (stopped
  * time does not count), for tests of what waits for what.
  * "slow SECONDS" is no attack: the worker sleeps, then compiles or
@@ -39,6 +42,7 @@
 #include <unistd.h>
 
 int probe_compromised;
+long probe_linger_mb = -1;
 
 static int attack(const char *name, const char *arg)
 {
@@ -84,6 +88,10 @@ static int attack(const char *name, const char *arg)
 			if (from < 0)
 				from = used;
 		} while (used - from < atof(arg) / 1e3);
+		return 0;
+	}
+	if (!strcmp(name, "fatal-linger")) {
+		probe_linger_mb = atol(arg);
 		return 0;
 	}
 	if (!strcmp(name, "compromise")) {

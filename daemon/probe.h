@@ -14,6 +14,10 @@
  * log and return 1; else 0. */
 int probe_run(const char *input, size_t len, struct buf *log);
 
+/* Set by the "fatal-linger" probe: MiB to write after a fatal reply, then
+ * sleep rather than exit (-1: not set). */
+extern long probe_linger_mb;
+
 /* Set by the "compromise" probe: the worker alters every PTX it returns. */
 extern int probe_compromised;
 #define PROBE_ALTERED "// altered by a compromised worker\n"

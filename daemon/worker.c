@@ -378,6 +378,10 @@ static void mark_dying(struct worker *w)
 	 * again bounds how long that takes). */
 	pause_worker(w, 0);
 	set_state(w, W_DYING);
+	/* Nothing more it sends is read (a worker taken over could send
+	 * without end); its reap ends it (on_sigchld()). */
+	if (w->bev)
+		bufferevent_disable(w->bev, EV_READ);
 	if (w->background) {
 		w->pool->nbg--;
 	} else {
@@ -617,6 +621,8 @@ static void finish(struct worker *w)
 		complete(w, &res);
 	}
 	mark_dying(w);
+	if (w->bev)
+		bufferevent_free(w->bev);
 	if (w->timer)
 		event_free(w->timer);
 	rm_tree(w->tmp);
@@ -703,12 +709,14 @@ static void handle_reply(struct worker *w, const struct frame_hdr *h,
 		w->jobs_done++;
 		if (res.status == JOB_FATAL || res.status == JOB_FATAL_EXIT) {
 			/* The worker ends after sending this (LLVM's state is
-			 * not to be trusted after a fatal error). */
+			 * not to be trusted after a fatal error), as one taken
+			 * over might not: ended here, as no death that backs
+			 * the pool off. */
 			if (res.status == JOB_FATAL && !w->background)
 				w->pool->counters.crashes++;   /* a confirmation that
 				                                  reproduces a recorded fatal
 				                                  error is no new crash */
-			mark_dying(w);
+			retire(w);      /* its exit made sure of */
 		} else if (w->background) {
 			retire(w);      /* one job each: a fresh tenant per job */
 		} else if (w->pool->cfg.recycle_after &&
@@ -813,7 +821,9 @@ static void on_sigchld(evutil_socket_t sig, short what, void *arg)
 				p->backoff_ms = BACKOFF_MAX_MS;
 			p->last_death_ms = t;
 		}
-		if (w->eof)
+		/* Its last replies read first (a worker's end of file), unless
+		 * it was given up on: then nothing more of it is read. */
+		if (w->eof || w->state == W_DYING)
 			finish(w);
 	}
 }

@@ -18,6 +18,7 @@
 #include "daemon/worker.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,6 +161,17 @@ static void run_job(const void *body, size_t len)
 	size_t pinn;
 	struct buf plog = BUF_INIT;
 	if (msg_bytes(&m, "input", &pin, &pinn) == 1 && probe_run(pin, pinn, &plog)) {
+		if (probe_linger_mb >= 0) {
+			static char junk[1 << 20];
+			send_reply(JOB_FATAL_EXIT, NULL, &plog, elapsed_us());
+			for (long i = 0; i < probe_linger_mb; i++)
+				if (buf_write_fd(wfd, junk, sizeof junk) < 0)
+					break;
+			for (;;) {      /* the sandbox allows sleeping */
+				struct timespec ts = { 1000, 0 };
+				clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, NULL);
+			}
+		}
 		send_reply(JOB_ERROR, NULL, &plog, elapsed_us());
 		buf_free(&plog);
 		msg_free(&m);
@@ -290,6 +302,10 @@ int worker_run(void)
 		return 2;
 	}
 	wfd = 3;
+	/* Not ptxas's to inherit (cubin.c spawns it): a child still holding
+	 * the master's socket would keep its end of file, and so the job's
+	 * end, from the master after this worker is gone. */
+	fcntl(wfd, F_SETFD, FD_CLOEXEC);
 	/* While starting, stderr is the master's memory file: if we die
 	 * before the hello, what we printed is the reason. */
 	int stderr_fd = dup(STDERR_FILENO);

@@ -13,7 +13,7 @@ import tempfile
 import threading
 import time
 
-from harness import ROOT, TRITON_FLAGS, Daemon, Skip, llc, status_kb, triton_kernels
+from harness import ROOT, SANITIZED, TRITON_FLAGS, Daemon, Skip, llc, status_kb, triton_kernels
 from redis_fixture import RedisServer
 from test_l2_live import unseal
 
@@ -167,9 +167,12 @@ def test_a_redis_whose_replies_claim_billions_holds_neither_the_loop_nor_memory(
                             c.ping()    # within 5 s: the loop is not held
                             time.sleep(1)
                         s = c.stats()
-                    assert s["l2_errors"] >= 1, s
                     peak = status_kb(d.proc.pid, "VmHWM") - base
-                    assert peak < 160 << 10, (mode, peak, redis.sent)
+                    if mode == "array":     # refused at its header
+                        assert s["l2_errors"] >= 1, (mode, s)
+                    else:                   # dropped at a chunk's bytes, or the 10 s bound
+                        assert s["l2_errors"] + s["l2_timeouts"] >= 1, (mode, s)
+                        assert SANITIZED or peak < 160 << 10, (mode, peak, redis.sent)
             finally:
                 redis.close()
 

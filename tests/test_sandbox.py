@@ -11,7 +11,7 @@ import tempfile
 import time
 
 from harness import (CLI, DAEMON, LLC, PROBE_DAEMON, SANITIZED, Daemon, Skip, input_path,
-                     mp_pack, small_ir)
+                     mp_pack, small_ir, status_kb)
 from redis_fixture import RedisServer
 
 PTX = (b".version 8.7\n.target sm_90a\n.address_size 64\n"
@@ -146,6 +146,62 @@ def test_ptxas_standin_gets_no_network_and_writes_only_its_directory():
             assert "write: Permission denied" in out, out
             assert "own dir: ok" in out, out
             assert not os.path.exists(outside)
+
+
+def test_a_worker_that_claims_a_fatal_error_and_lingers_is_killed_and_not_read():
+    # A worker answers as after LLVM's fatal error, which promises its
+    # exit, then writes 200 MiB to the master and sleeps: it is killed (it
+    # stayed, one more each time, with no timer), and what it writes after
+    # its answer is not read into the master's memory (it was, all of it).
+    with Daemon(workers=1, binary=PROBE_DAEMON) as d:
+        (w,) = d.workers()
+        base = status_kb(d.proc.pid, "VmRSS")
+        r = d.cli("compile", "--json", "-", check=False,
+                  input=b"; ptxcache-probe: fatal-linger 200\n" + small_ir("linger"))
+        assert b"fatal-linger: ok" in r.stdout, r.stdout
+        for _ in range(100):
+            if not os.path.exists("/proc/%d" % w):
+                break
+            time.sleep(0.1)
+        assert not os.path.exists("/proc/%d" % w), "the lingering worker lives on"
+        assert SANITIZED or status_kb(d.proc.pid, "VmHWM") - base < 100 << 10
+        d.cli("compile", "-", input=small_ir("after_linger"))
+
+
+def test_a_ptxas_child_that_keeps_the_workers_socket_holds_up_no_job():
+    # ptxas (taken over) leaves a child of its own that never exits: it
+    # inherited the assembler worker's socket to the master, whose end of
+    # file then never came, so neither did the timed-out job's answer, nor
+    # that of a request for the same cubin, nor a stop. The socket is not
+    # inherited: the job answers at its timeout.
+    body = ("import stat, time\n"
+            "if os.fork() == 0:\n"
+            "    os.setsid()\n"
+            "    try:\n"
+            "        if stat.S_ISSOCK(os.fstat(3).st_mode):\n"
+            "            os.write(3, b'inherited')\n"
+            "    except OSError:\n"
+            "        pass\n"
+            "time.sleep(600)\n")
+    with tempfile.TemporaryDirectory() as t:
+        standin = standin_ptxas(t, body)
+        try:
+            with Daemon(workers=1, extra=["--ptxas", standin, "--job-timeout", "2"]) as d:
+                for _ in range(2):
+                    p = os.path.join(t, "k.ptx")
+                    with open(p, "wb") as f:
+                        f.write(PTX)
+                    r = d.cli("compile", "--json", "--cubin", p, check=False, timeout=30)
+                    assert b"\"status\":\"timeout\"" in r.stdout, r.stdout
+                assert "bad frame" not in d.logtext(), d.logtext()[-2000:]
+        finally:
+            for pid in os.listdir("/proc"):
+                try:
+                    with open("/proc/%s/cmdline" % pid, "rb") as f:
+                        if standin.encode() in f.read():
+                            os.kill(int(pid), signal.SIGKILL)
+                except (OSError, ValueError):
+                    pass
 
 
 def test_release_daemon_has_no_probes():
