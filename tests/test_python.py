@@ -252,6 +252,111 @@ def test_python_a_forked_child_gets_its_own_connection():
         assert st.get("triton", "fork") == b"parent"   # the parent's connection is intact
 
 
+def test_python_a_child_forked_mid_request_is_not_stuck_and_holds_no_lease():
+    # Another thread of the parent is inside a request (it holds the
+    # connection's lock, and the socket is open) when the process forks:
+    # the child's copy of the client gets a lock and a connection of its
+    # own, and the parent's connection is not the child's to keep open, so
+    # the parent's lease ends when the parent closes it (the child lives on).
+    import threading
+    with Daemon(workers=1) as d:
+        need_artifacts(d)
+        holder, other = client.Client(d.socket), client.Client(d.socket)
+        assert holder.artifact_get("triton", "busy", lease=True).lease
+        c = client.Client(d.socket)
+        assert c.artifact_get("triton", "forked", lease=True).lease
+        t = threading.Thread(target=lambda: c.artifact_get("triton", "busy", wait_ms=3000))
+        t.start()
+        time.sleep(0.3)         # the thread waits, in the request, c's lock held
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                c.ping()        # on a connection of its own, at once
+                code = 0
+            except BaseException:
+                code = 2
+            os.write(w, b"%d" % code)
+            time.sleep(10)      # the child lives on
+            os._exit(code)
+        try:
+            import select
+            assert select.select([r], [], [], 10)[0], "the child is stuck on the parent's lock"
+            assert os.read(r, 1) == b"0"
+            t.join()
+            c.close()           # the parent's end of its lease on "forked"
+            got = other.artifact_get("triton", "forked", lease=True, wait_ms=5000)
+            assert got.lease is not None, "the child kept the parent's connection open"
+        finally:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            holder.close()
+            other.close()
+
+
+def test_python_a_finalizers_release_inside_the_stores_lock_waits_for_nothing():
+    # A garbage collection inside a block that holds the store's lock runs
+    # a finalizer that releases a lease (a Triton backend's): it must not
+    # wait for that lock (it deadlocked); the next call releases it.
+    import threading
+    with Daemon(workers=1) as d:
+        need_artifacts(d)
+        st = artifacts.ArtifactStore(d.socket)
+        assert st.get("triton", "gc", lease=True) is None and st.holds("triton", "gc")
+        done = threading.Event()
+        with st._lock:          # as a `with self._lock:` block of the store's own
+            t = threading.Thread(target=lambda: (st.release("triton", "gc"), done.set()))
+            t.start()           # (another thread here: this one holds the lock)
+            t.join(5)
+            assert done.is_set(), "release waited for the store's lock"
+        assert st.holds("triton", "gc")             # deferred, not lost
+        st.get("triton", "other")                   # the next call releases it
+        with client.Client(d.socket) as o:
+            assert o.artifact_get("triton", "gc", lease=True, wait_ms=0).lease is not None
+
+
+def test_python_a_lease_of_a_connection_gone_is_never_released_on_its_successor():
+    # The daemon restarts: a lease taken before is gone with its
+    # connection, and the new daemon numbers its leases from 1 again. The
+    # old lease's release must not give up the new one of the same number.
+    with tempfile.TemporaryDirectory() as t:
+        cache = os.path.join(t, "cache")
+        st = artifacts.ArtifactStore(os.path.join(t, "run", "ptxcached.sock"), retry_s=0)
+        d = Daemon(workers=1, cache_dir=cache)
+        try:
+            need_artifacts(d)
+            st.path = d.socket
+            assert st.get("triton", "old", lease=True) is None and st.holds("triton", "old")
+        finally:
+            d.stop()
+        with Daemon(workers=1, cache_dir=cache) as d:
+            st.path = d.socket
+            st._client().path = d.socket
+            assert st.get("triton", "new", lease=True) is None and st.holds("triton", "new")
+            st.release("triton", "old")
+            with client.Client(d.socket) as o:
+                got = o.artifact_get("triton", "new", lease=True, wait_ms=0)
+                assert got.lease is None, "the old lease's release gave up the new one"
+
+
+def test_python_a_malformed_message_is_a_wire_error_in_either_codec():
+    # An array as a map's key, and nesting past any stack: a WireError
+    # (the built-in codec let TypeError and RecursionError out).
+    saved = wire._msgpack
+    try:
+        for codec in [None] + ([saved] if saved else []):
+            wire._msgpack = codec
+            for bad in (b"\x81\x90\x01", b"\x91" * 100000 + b"\xc0"):
+                try:
+                    wire.unpack(bad)
+                    raise AssertionError("%r decoded" % bad[:8])
+                except wire.WireError:
+                    pass
+    finally:
+        wire._msgpack = saved
+
+
 # ---- Triton ------------------------------------------------------------------------
 
 def test_python_triton_processes_compile_a_kernel_once():

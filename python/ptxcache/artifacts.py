@@ -25,6 +25,7 @@ The rules:
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import logging
@@ -70,6 +71,15 @@ class _Lease:
     token: int
     thread: int
     since: float
+    generation: int     # the client's connection that took it: it ends with it
+
+    def live(self) -> bool:
+        """Whether the connection that took it is still the client's."""
+        return self.client.generation == self.generation
+
+
+# Every ArtifactStore, for a child after fork() (_after_fork()).
+_stores: "weakref.WeakSet[ArtifactStore]" = weakref.WeakSet()
 
 
 class ArtifactStore:
@@ -85,6 +95,9 @@ class ArtifactStore:
                                                                         DEFAULT_RETRY_S)
         self._local = threading.local()
         self._lock = threading.Lock()
+        # Releases asked for while _lock was held (a finalizer that ran in
+        # a block of this very thread's): done by the next call.
+        self._deferred: collections.deque[tuple[str, str]] = collections.deque()
         self._leases: dict[tuple[str, str], _Lease] = {}
         self._pending: dict[int, list[int]] = {}    # id(client) -> tokens to release
         self._clients: "weakref.WeakValueDictionary[int, Client]" = weakref.WeakValueDictionary()
@@ -98,6 +111,15 @@ class ArtifactStore:
         # Per namespace: requests, round trips and the seconds and bytes
         # they took, as this process saw them (`layers()`).
         self._layers: dict[str, dict[str, float]] = {}
+        _stores.add(self)
+
+    def _forked(self) -> None:
+        """In a child after fork(): the parent's leases and locks are not
+        the child's (its clients let go of the parent's connections)."""
+        self._lock = threading.Lock()
+        self._deferred.clear()
+        self._leases.clear()
+        self._pending.clear()
 
     def layers(self) -> dict[str, dict[str, float]]:
         """{namespace: {gets, hits, trips, get_s, bytes_in, puts, put_s,
@@ -212,6 +234,7 @@ class ArtifactStore:
         keys = [k for k in keys]
         if not keys:
             return {}
+        self._release_deferred()
         if not self.available():
             self.counts["skipped"] += len(keys)
             return {}
@@ -253,7 +276,8 @@ class ArtifactStore:
                 self.counts["leases"] += 1
                 with self._lock:
                     old = self._leases.get((ns, k))
-                    self._leases[(ns, k)] = _Lease(c, r.lease, threading.get_ident(), now)
+                    self._leases[(ns, k)] = _Lease(c, r.lease, threading.get_ident(), now,
+                                                   c.generation)
                 if old is not None and old.token != r.lease:
                     self._release_lease(old)
         self._flush(c)
@@ -262,11 +286,14 @@ class ArtifactStore:
     def put(self, ns: str, key: str, value: bytes) -> bool:
         """Store value under ns/key; fills this process's lease on it if it
         holds one. True if the daemon stored it."""
+        self._release_deferred()
         with self._lock:
             held = self._leases.pop((ns, key), None)
         if not self.available():
             self.counts["skipped"] += 1
             return False
+        if held is not None and not held.live():
+            held = None         # it ended with its connection: a plain put
         c = held.client if held is not None else self._client()
         wk = artifact_key(key)
         t0 = time.monotonic()
@@ -316,11 +343,28 @@ class ArtifactStore:
 
     def release(self, ns: str, key: str) -> None:
         """Give up this process's lease on ns/key, if it holds one (it will
-        not put that key): another process waiting for it may produce it."""
-        with self._lock:
+        not put that key): another process waiting for it may produce it.
+        Waits for the store's lock a moment only (another thread holds it
+        for microseconds): a finalizer may call this inside a block of
+        this very thread that holds it (a garbage collection there), and
+        the next call of the store then releases it."""
+        if not self._lock.acquire(timeout=0.1):
+            self._deferred.append((ns, key))
+            return
+        try:
             held = self._leases.pop((ns, key), None)
+        finally:
+            self._lock.release()
         if held is not None:
             self._release_lease(held)
+
+    def _release_deferred(self) -> None:
+        while self._deferred:
+            try:
+                ns, key = self._deferred.popleft()
+            except IndexError:
+                return
+            self.release(ns, key)
 
     def release_thread(self, ns: str, keep: str | None = None) -> None:
         """Release every lease in ns that this thread took, but keep."""
@@ -330,6 +374,9 @@ class ArtifactStore:
                 self.release(ns, k)
 
     def _release_lease(self, held: _Lease) -> None:
+        if not held.live():
+            return              # it ended with its connection (a new daemon's
+                                # token of the same number is another lease)
         c = held.client
         if not c.lock.acquire(blocking=False):
             # In use: by this thread (a finalizer run inside a request) or
@@ -374,9 +421,12 @@ def reset_store() -> None:
 
 def _after_fork() -> None:
     # The child has one thread, and maybe a copy of a lock another thread
-    # of the parent held: new ones, and a new store (new connections).
+    # of the parent held: new ones, and a new store (new connections); a
+    # store still referenced (a backend's) forgets the parent's leases.
     global _store, _store_lock
     _store, _store_lock = None, threading.Lock()
+    for st in list(_stores):
+        st._forked()
 
 
 if hasattr(os, "register_at_fork"):

@@ -34,6 +34,7 @@ import socket
 import stat
 import threading
 import time
+import weakref
 from typing import Any, Iterable
 
 from . import autostart, wire
@@ -109,6 +110,10 @@ _NAMES = {wire.T_HELLO: "hello", wire.T_PING: "ping", wire.T_STATS: "stats",
           wire.T_ARTIFACT_RELEASE: "artifact_release"}
 
 
+# Every Client, for a child after fork() (_after_fork()).
+_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
+
+
 class Client:
     """One connection to ptxcached. Connects on first use."""
 
@@ -126,6 +131,25 @@ class Client:
         self._fds: list[int] = []   # descriptors received, not yet claimed
         self._pending = bytearray()     # bytes read past the frame taken last
         self._scratch = memoryview(bytearray(_READ_AHEAD))     # what reads ahead land in
+        # Which connection this is (a lease lives as long as the one that
+        # took it: ArtifactStore checks).
+        self.generation = 0
+        _clients.add(self)
+
+    def _forked(self) -> None:
+        """In a child after fork(): the parent's connection is not the
+        child's. Its descriptors are closed here (the parent's stay open:
+        the daemon sees the parent's end, and its leases end, when the
+        parent ends), and the lock is a new one (another of the parent's
+        threads may have held it)."""
+        self.lock = threading.Lock()
+        s, self._sock = self._sock, None
+        if s is not None:
+            s.close()
+        fds, self._fds = self._fds, []
+        for fd in fds:
+            os.close(fd)
+        self._pending = bytearray()
 
     # ---- connection ---------------------------------------------------
 
@@ -142,6 +166,7 @@ class Client:
                 raise
             s = self._find_or_start()
         self._sock, self._pid, self._used = s, os.getpid(), False
+        self.generation += 1
 
     def _open(self, path: str) -> socket.socket:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -559,6 +584,15 @@ def _read_value(fd: int, n: object) -> bytes:
         parts.append(more)
         got += len(more)
     return b"".join(parts)
+
+
+def _after_fork() -> None:
+    for c in list(_clients):
+        c._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 class _Closed(Exception):

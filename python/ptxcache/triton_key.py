@@ -93,14 +93,27 @@ def _triton_root() -> str | None:
     return locs[0] if locs else None
 
 
+# Held while the key is looked up (the daemon, then Triton's own hash): a
+# child after fork() gets a new one (another thread may have held it).
+_lock = threading.Lock()
+
+
+def _after_fork() -> None:
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
 def _wrap(orig: Callable[[], str]) -> Callable[[], str]:
-    lock = threading.Lock()
     memo: list[str] = []
 
     def triton_key() -> str:
         if memo:
             return memo[0]
-        with lock:
+        with _lock:
             if memo:
                 return memo[0]
             memo.append(_lookup(orig))

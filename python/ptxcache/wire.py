@@ -114,7 +114,7 @@ def unpack(data: bytes | bytearray) -> Any:
             raise WireError("malformed message: %s" % e) from None
     try:
         obj, end = _unpack(memoryview(data), 0)
-    except (IndexError, UnicodeDecodeError, struct.error) as e:
+    except (IndexError, UnicodeDecodeError, struct.error, TypeError, RecursionError) as e:
         raise WireError("malformed message: %s" % e) from None
     if end != len(data):
         raise WireError("malformed message: trailing bytes")
