@@ -16,12 +16,16 @@ The rules:
   still held when their connection closes (process exit) end with it.
 - One connection per thread (a get that waits for another process's
   producer must not hold up this process's other threads), made again in
-  a child after fork(). A lease belongs to the connection that took it;
-  put() and release() from another thread go through that connection.
+  a child after fork(), which lets go of the parent's connections, locks
+  and leases at once (client.py). A lease belongs to the connection that
+  took it, and ends with it; put() and release() from another thread go
+  through that connection, never through its successor.
 - release() may be called from a finalizer (the Triton adapter releases
-  what a compile that raised left unfilled): if the lease's connection is
-  busy in this very thread, the release is queued and sent as soon as that
-  connection is free.
+  what a compile that raised left unfilled), so it never waits on this
+  thread: where the store's lock is held (by a block of this thread's that
+  a garbage collection interrupted) the next call of the store releases
+  it; where the lease's connection is busy in this very thread, the
+  release is queued and sent as soon as that connection is free.
 """
 from __future__ import annotations
 
