@@ -890,7 +890,9 @@ def test_a_client_whose_large_value_is_all_there_takes_turns_with_the_others():
         t, body = b.recv_frame()
         read = _spooled_bytes(d)
         assert t == GET | 0x80 and mp_unpack(body)["value"] == b"s" * 1024, mp_unpack(body)
-        assert 0 <= read < len(v) // 2, read
+        # No temporary file yet is fine (the loop took b's turn first); one
+        # gone because the put is done is not.
+        assert read < len(v) // 2 and (read >= 0 or d.stats()["artifact_spooled_puts"] == 0), read
         t, body = a.recv_frame()
         assert t == PUT | 0x80 and mp_unpack(body)["stored"] is True, mp_unpack(body)
         a.close()
