@@ -289,21 +289,27 @@ static int conn_pump_file(struct conn *c)
 	return 0;
 }
 
+/* Whether more bytes in memory would take c past max-output: then it is
+ * closed (a reader this slow would make us hold unbounded memory). */
+static int overflows(struct conn *c, size_t more)
+{
+	size_t queued = conn_mem_queued(c);
+
+	if (queued + more <= (size_t)c->srv->cfg->max_output)
+		return 0;
+	c->srv->n.output_overflows++;
+	log_warn("conn %llu: client does not read its replies (%zu bytes queued); closing",
+		 (unsigned long long)c->serial, queued);
+	conn_close(c);
+	return 1;
+}
+
 /* Queue a finished frame from out, and tail bytes after it, on c (dropped
  * if c has gone). */
 void conn_sendv(struct conn *c, const struct buf *out, const void *tail, size_t tail_len)
 {
-	if (c->state == CONN_CLOSED)
+	if (c->state == CONN_CLOSED || overflows(c, out->len + tail_len))
 		return;
-	size_t queued = conn_mem_queued(c);
-	if (queued + out->len + tail_len > (size_t)c->srv->cfg->max_output) {
-		/* A reader this slow would make us hold unbounded memory. */
-		c->srv->n.output_overflows++;
-		log_warn("conn %llu: client does not read its replies (%zu bytes queued); closing",
-			 (unsigned long long)c->serial, queued);
-		conn_close(c);
-		return;
-	}
 	if (c->file_fd >= 0) {
 		/* Behind the file being sent. */
 		if (buf_append(&c->after, out->data, out->len) < 0 ||
@@ -324,15 +330,10 @@ void conn_sendv(struct conn *c, const struct buf *out, const void *tail, size_t 
  * max-output before any byte is read. */
 static void send_behind(struct conn *c, const struct buf *out, int fd, size_t len)
 {
-	size_t queued = conn_mem_queued(c), got = 0;
+	size_t got = 0;
 
-	if (queued + out->len + len > (size_t)c->srv->cfg->max_output) {
-		c->srv->n.output_overflows++;
-		log_warn("conn %llu: client does not read its replies (%zu bytes queued); closing",
-			 (unsigned long long)c->serial, queued);
-		conn_close(c);
+	if (overflows(c, out->len + len))
 		return;
-	}
 	if (buf_append(&c->after, out->data, out->len) < 0 || buf_reserve(&c->after, len) < 0) {
 		conn_close(c);
 		return;
@@ -362,12 +363,8 @@ void conn_send_file(struct conn *c, const struct buf *out, int fd, size_t len)
 		close(fd);
 		return;
 	}
-	if (conn_mem_queued(c) + out->len > (size_t)c->srv->cfg->max_output) {
-		c->srv->n.output_overflows++;
-		log_warn("conn %llu: client does not read its replies; closing",
-			 (unsigned long long)c->serial);
+	if (overflows(c, out->len)) {
 		close(fd);
-		conn_close(c);
 		return;
 	}
 	if (conn_write_now(c, out->data, out->len, NULL, 0) < 0) {

@@ -2,6 +2,7 @@
 """The shared tier end to end: two real daemons (two nodes, separate cache
 directories) and one real redis-server."""
 import concurrent.futures
+import contextlib
 import json
 import os
 import resource
@@ -149,52 +150,52 @@ class HostileRedis:
             sock.close()
 
 
+@contextlib.contextmanager
+def on_hostile_redis(mode):
+    """A daemon whose tier is a HostileRedis(mode): (daemon, redis)."""
+    with tempfile.TemporaryDirectory() as t:
+        redis = HostileRedis(mode)
+        try:
+            with Daemon(workers=1, extra=["--l2", redis.url, "--l2-secret-file",
+                                          secret_file(t)]) as d:
+                yield d, redis
+        finally:
+            redis.close()
+
+
 def test_a_redis_whose_replies_claim_billions_holds_neither_the_loop_nor_memory():
     # hiredis takes a reply's header on trust: an array of 2e9 allocated at
     # once and freed for 40 s on the loop; a bulk of 3 GB buffered whole.
     # A reply past what the tier can ask for ends its connection: the get
     # misses, the daemon answers everyone, its memory stays near a chunk.
-    with tempfile.TemporaryDirectory() as t:
-        for mode in ("array", "bulk"):
-            redis = HostileRedis(mode)
-            try:
-                with Daemon(workers=1, extra=["--l2", redis.url, "--l2-secret-file",
-                                              secret_file(t)]) as d:
-                    base = status_kb(d.proc.pid, "VmRSS")
-                    with Client(d.socket, timeout=5) as c:
-                        assert c.artifact_get("t", "k").value is None
-                        for _ in range(3):
-                            c.ping()    # within 5 s: the loop is not held
-                            time.sleep(1)
-                        s = c.stats()
-                    peak = status_kb(d.proc.pid, "VmHWM") - base
-                    if mode == "array":     # refused at its header
-                        assert s["l2_errors"] >= 1, (mode, s)
-                    else:                   # dropped at a chunk's bytes, or the 10 s bound
-                        assert s["l2_errors"] + s["l2_timeouts"] >= 1, (mode, s)
-                        assert SANITIZED or peak < 160 << 10, (mode, peak, redis.sent)
-            finally:
-                redis.close()
+    for mode in ("array", "bulk"):
+        with on_hostile_redis(mode) as (d, redis):
+            base = status_kb(d.proc.pid, "VmRSS")
+            with Client(d.socket, timeout=5) as c:
+                assert c.artifact_get("t", "k").value is None
+                for _ in range(3):
+                    c.ping()    # within 5 s: the loop is not held
+                    time.sleep(1)
+                s = c.stats()
+            peak = status_kb(d.proc.pid, "VmHWM") - base
+            if mode == "array":     # refused at its header
+                assert s["l2_errors"] >= 1, (mode, s)
+            else:                   # dropped at a chunk's bytes, or the 10 s bound
+                assert s["l2_errors"] + s["l2_timeouts"] >= 1, (mode, s)
+                assert SANITIZED or peak < 160 << 10, (mode, peak, redis.sent)
 
 
 def test_redirections_that_trickle_end_within_a_commands_bound():
     # Each ASK sends the command again, and each ASKING answer trickles
     # for 3 s: the command's 10 s bound counts from its first send (it
     # started again at each, up to 60 s), so the get is answered within it.
-    with tempfile.TemporaryDirectory() as t:
-        redis = HostileRedis("ask")
-        try:
-            with Daemon(workers=1, extra=["--l2", redis.url, "--l2-secret-file",
-                                          secret_file(t)]) as d:
-                with Client(d.socket) as c:
-                    t0 = time.time()
-                    assert c.artifact_get("t", "k").value is None
-                    took = time.time() - t0
-                    s = c.stats()
-                assert took < 14, took      # the bound is 10 s: at 60 s, redirections' sum
-                assert s["l2_redirects"] >= 2 and s["l2_misses"] == 0, s
-        finally:
-            redis.close()
+    with on_hostile_redis("ask") as (d, _), Client(d.socket) as c:
+        t0 = time.time()
+        assert c.artifact_get("t", "k").value is None
+        took = time.time() - t0
+        s = c.stats()
+    assert took < 14, took      # the bound is 10 s: at 60 s, redirections' sum
+    assert s["l2_redirects"] >= 2 and s["l2_misses"] == 0, s
 
 
 def test_a_slot_map_of_1023_masters_once_does_not_keep_the_cluster_out():
@@ -207,22 +208,16 @@ def test_a_slot_map_of_1023_masters_once_does_not_keep_the_cluster_out():
     if hard != resource.RLIM_INFINITY and hard < 2048:
         raise Skip("1,025 listening sockets need a descriptor limit of 2,048")
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
-    with tempfile.TemporaryDirectory() as t:
-        redis = HostileRedis("churn")
-        try:
-            with Daemon(workers=1, extra=["--l2", redis.url, "--l2-secret-file",
-                                          secret_file(t)]) as d:
-                with Client(d.socket) as c:
-                    for _ in range(50):
-                        assert c.artifact_get("t", "k").value is None
-                        s = c.stats()
-                        if s["l2_misses"]:
-                            break
-                        time.sleep(0.2)
-                assert s["l2_misses"] >= 1 and s["l2_map_refreshes"] >= 2, s
-                assert redis.maps >= 2 and "unusable slot map" not in d.logtext()
-        finally:
-            redis.close()
+    with on_hostile_redis("churn") as (d, redis):
+        with Client(d.socket) as c:
+            for _ in range(50):
+                assert c.artifact_get("t", "k").value is None
+                s = c.stats()
+                if s["l2_misses"]:
+                    break
+                time.sleep(0.2)
+        assert s["l2_misses"] >= 1 and s["l2_map_refreshes"] >= 2, s
+        assert redis.maps >= 2 and "unusable slot map" not in d.logtext()
 
 
 def test_second_node_gets_first_nodes_kernels_without_compiling():
