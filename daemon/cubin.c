@@ -2,8 +2,9 @@
 /*
  * cubin: the assembler back ends (see cubin.h).
  *
- * ptxas runs as a subprocess: posix_spawn (no fork of a large worker), the
- * PTX written to a private temporary directory, stdout and stderr sent to
+ * ptxas runs as a subprocess, started as posix_spawn does (no fork of a
+ * large worker) but killed with its worker (PR_SET_PDEATHSIG): the PTX
+ * written to a private temporary directory, stdout and stderr sent to
  * files there, the wait bounded by a deadline (pidfd + poll) after which the
  * assembler is killed; RLIMIT_CPU on the child bounds it even if its worker
  * is killed first. The temporary path appears in ptxas's messages, so it is
@@ -24,12 +25,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -40,6 +42,7 @@
 #include <openssl/evp.h>
 
 #include "daemon/log.h"
+#include "daemon/worker.h"
 
 extern char **environ;
 
@@ -103,6 +106,46 @@ static int64_t now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* The assembler's child until its exec (see spawn_wait()). */
+struct asm_child {
+	char *const *argv;
+	const char *out, *err;
+	sigset_t mask;
+	pid_t parent;
+	int exec_errno;         /* written by the child: its exec failed */
+};
+
+/*
+ * The child runs on a stack of its own in our memory (clone() with
+ * CLONE_VM | CLONE_VFORK, as posix_spawn() does; we wait until its exec),
+ * so it makes system calls alone and writes only to its stack and
+ * exec_errno. Unlike posix_spawn(), it asks for SIGKILL when its parent
+ * dies: a ptxas whose worker was killed (a job's deadline, a crash, a
+ * stop) goes with it, however it spends its time.
+ */
+static int asm_child(void *arg)
+{
+	struct asm_child *c = arg;
+	/* Close-on-exec: only their copies as 0, 1 and 2 go on. */
+	int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	int out = open(c->out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	int err = open(c->err, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+	child_signals_default(&c->mask);
+	if (null < 0 || out < 0 || err < 0 || dup2(null, 0) < 0 || dup2(out, 1) < 0 ||
+	    dup2(err, 2) < 0) {
+		c->exec_errno = errno;
+		_exit(127);
+	}
+	/* Killed with its parent; and no run at all if the parent died first
+	 * (nobody waits for it). */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != c->parent)
+		_exit(127);
+	execve(c->argv[0], c->argv, environ);
+	c->exec_errno = errno;
+	_exit(127);
+}
+
 /*
  * Run argv with stdin from /dev/null and stdout, stderr into dir/stdout,
  * dir/stderr; wait at most timeout_ms (0: forever), then kill it. Returns 0
@@ -112,22 +155,29 @@ static int64_t now_ms(void)
 static int spawn_wait(char *const argv[], const char *dir, int timeout_ms,
 		      int *wstatus, int *timed_out)
 {
-	posix_spawn_file_actions_t fa;
+	/* One run at a time in a process; we wait until its exec. */
+	static char stack[64 << 10] __attribute__((aligned(16)));
 	char out[4200], err[4200];
+	struct asm_child c = { .argv = argv, .out = out, .err = err, .parent = getpid() };
+	sigset_t all;
 	pid_t pid;
-	int r;
 
 	*timed_out = 0;
 	snprintf(out, sizeof out, "%s/stdout", dir);
 	snprintf(err, sizeof err, "%s/stderr", dir);
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	r = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
-	if (r != 0) {
-		errno = r;
+	sigfillset(&all);
+	sigprocmask(SIG_SETMASK, &all, &c.mask);
+	pid = clone(asm_child, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD, &c);
+	int clone_errno = errno;
+	sigprocmask(SIG_SETMASK, &c.mask, NULL);
+	if (pid < 0) {
+		errno = clone_errno;
+		return -1;
+	}
+	if (c.exec_errno) {
+		while (waitpid(pid, wstatus, 0) < 0 && errno == EINTR)
+			;
+		errno = c.exec_errno;
 		return -1;
 	}
 	if (timeout_ms > 0) {

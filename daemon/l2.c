@@ -623,6 +623,12 @@ static void xfer_finish(struct l2_xfer *x, enum outcome o, const struct l2_value
 	if (x->finished)
 		return;
 	x->finished = 1;
+	if (x->probe) {
+		/* Ended before its first command (no memory, a seal that
+		 * failed): the probe it was admitted as went nowhere. */
+		probe_unsent(x->l2);
+		x->probe = 0;
+	}
 	if (!l2->freeing && x->claim) {
 		if (x->claim_cb)
 			x->claim_cb(x->arg, o == OUT_WRITTEN ? L2_CLAIM_WON :

@@ -1206,13 +1206,20 @@ static void on_refresh_timer(evutil_socket_t fd, short what, void *arg)
 	map_refresh(arg);
 }
 
-/* A request that could not even be set up (no memory): an error. */
+/* A request that could not even be set up (no memory): an error here,
+ * none of Redis's. */
 void fail_unsent(struct l2 *l2, int probe)
 {
 	note_error(l2, "out of memory");
 	l2->n.errors++;
-	if (l2->single)
-		breaker_note(l2->single, probe, 0);
+	if (probe)
+		probe_unsent(l2);
+}
+
+void probe_unsent(struct l2 *l2)
+{
+	if (l2->single && l2->single->state == BR_HALF_OPEN)
+		l2->single->probing = 0;
 }
 
 /* ---- transfers: a value whole, or its chunks and manifest --------------- */

@@ -3,7 +3,7 @@
  * l2_int: what the tier's files share, and nothing else includes.
  * l2.c (values: envelopes, manifests, transfers, claims) stands on
  * l2_conn.c (nodes, routing, timers, breakers) through send_cmd(),
- * admit() and fail_unsent(); l2_conn.c answers a command through the
+ * admit(), probe_unsent() and fail_unsent(); l2_conn.c answers a command through the
  * struct l2_xfer_ops its transfer gave it, never by name. Both hold
  * generations of the settings that l2_conf.c makes (conf_new(),
  * conf_unref(), conf_moved()). The structures here are a generation of
@@ -203,6 +203,10 @@ int admit(struct l2 *l2, int *probe);
 void send_cmd(struct l2 *l2, struct l2_cmd *cmd, int argc, const char **argv,
 	      const size_t *argvlen, int64_t timeout_ms);
 void fail_unsent(struct l2 *l2, int probe);
+/* A half-open breaker's probe that admit() gave but no command carried
+ * (the transfer failed here first): Redis said nothing, so the next
+ * request probes. */
+void probe_unsent(struct l2 *l2);
 
 /* The settings (l2_conf.c), for both: a new generation from cfg (one
  * reference; known: the current one, whose resolved address is reused),

@@ -896,10 +896,8 @@ struct spawn_child {
  * before giving back the master's mask, so that no handler of the master
  * runs here.
  */
-static int spawn_child(void *arg)
+void child_signals_default(const sigset_t *mask)
 {
-	const struct spawn_child *c = arg;
-
 	for (int sig = 1; sig < NSIG; sig++) {
 		struct sigaction sa;
 		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) < 0 ||
@@ -909,7 +907,14 @@ static int spawn_child(void *arg)
 		sa.sa_handler = SIG_DFL;
 		sigaction(sig, &sa, NULL);
 	}
-	sigprocmask(SIG_SETMASK, &c->mask, NULL);
+	sigprocmask(SIG_SETMASK, mask, NULL);
+}
+
+static int spawn_child(void *arg)
+{
+	const struct spawn_child *c = arg;
+
+	child_signals_default(&c->mask);
 	if (dup2(c->sock, 3) < 0 || dup2(c->start_log, 4) < 0)
 		_exit(1);
 	close_from(5);

@@ -38,6 +38,7 @@
 #ifndef PTXCACHE_WORKER_H
 #define PTXCACHE_WORKER_H
 
+#include <signal.h>
 #include <stdint.h>
 #include <sys/queue.h>
 
@@ -214,5 +215,13 @@ void pool_free(struct pool *p);
  * as: its socket is fd 3, its start log fd 4; it reads its settings from
  * the socket. Returns only an exit status for a misuse by hand. */
 int worker_run(void);
+
+/*
+ * In a child made by clone(CLONE_VM | CLONE_VFORK) with every signal
+ * blocked, before its exec: each signal the parent catches put back to
+ * its default, so that no handler of the parent's runs on the child's
+ * stack, then mask (the parent's own) given back.
+ */
+void child_signals_default(const sigset_t *mask);
 
 #endif

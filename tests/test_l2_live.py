@@ -368,6 +368,43 @@ def test_l2_redis_stopped_breaker_and_recovery():
         assert "going on without it" in err and "answers again" in err
 
 
+def test_l2_a_probe_that_fails_here_leaves_the_next_request_to_probe():
+    """A half-open breaker admits one probe. When that request fails in
+    this process before it sends anything (here: no memory to seal a
+    put), Redis has not been asked, and the next request must probe; it
+    must not find the tier waiting on a probe that never went."""
+    if harness.SANITIZED:
+        raise harness.Skip("the sanitizer's runtime reserves more address space than any limit")
+    import resource
+    with _setup() as r:
+        d = Drive(r.url, r.tmp)
+        try:
+            _published(d, r, KEY, b"ptx before")
+            r.stop()
+            for _ in range(5):
+                assert d.get(KEY)[0] == "miss"
+            assert d.counters()["breaker_open"] == 1
+            r.start()
+            r.set("ptxcache:" + KEY, seal(KEY, b"ptx after"))
+            d.cmd("sleep 1100")             # past the first open period
+            # What l2drive has mapped now, and room for a 48 MiB value
+            # read (in a 64 MiB buffer) but not for the put's own copy.
+            with open("/proc/%d/status" % d.proc.pid) as f:
+                vm = next(int(x.split()[1]) << 10 for x in f if x.startswith("VmSize:"))
+            _, hard = resource.prlimit(d.proc.pid, resource.RLIMIT_AS)
+            resource.prlimit(d.proc.pid, resource.RLIMIT_AS, (vm + (96 << 20), hard))
+            c0 = d.counters()
+            d.put(KEY2, os.urandom(48 << 20))
+            c1 = d.counters()
+            assert c1["errors"] == c0["errors"] + 1 and c1["breaker_open"] == 1, (c0, c1)
+            resource.prlimit(d.proc.pid, resource.RLIMIT_AS, (hard, hard))
+            assert d.get(KEY)[0] == "hit", d.counters()
+            assert d.counters()["breaker_open"] == 0
+        finally:
+            err = d.close()
+        assert "answers again" in err, err
+
+
 def _slow(make_slow):
     with _setup() as r:
         d = Drive(r.url, r.tmp, "--timeout", "50")

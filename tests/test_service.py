@@ -174,6 +174,70 @@ def test_worker_killed_mid_job_fails_only_that_job():
         assert b'"status":"ok"' in r.stdout and b'"cached":false' in r.stdout
 
 
+def _children(pid):
+    """The processes whose parent is pid."""
+    out = []
+    for e in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/stat" % e) as f:
+                st = f.read()
+        except (OSError, ValueError):
+            continue
+        if e.isdigit() and int(st.rsplit(")", 1)[1].split()[1]) == pid:
+            out.append(int(e))
+    return out
+
+
+def _alive(pid):
+    """Running (not gone, not a zombie)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_ptxas_whose_worker_is_killed_goes_with_it():
+    """An assembler that waits (not spending CPU, so RLIMIT_CPU never ends
+    it) must not outlive the worker that started it: the worker killed
+    mid-job (a crash, a job's deadline, a stop) takes its ptxas along."""
+    real = "/usr/local/cuda/bin/ptxas"
+    if not os.access(real, os.X_OK):
+        raise Skip("no ptxas at %s" % real)
+    with tempfile.TemporaryDirectory() as t:
+        fake = os.path.join(t, "ptxas")
+        with open(fake, "w") as f:
+            f.write("#!/bin/sh\n"
+                    'case " $* " in *" --version "*) exec %s "$@";; esac\n'
+                    "exec sleep 600\n" % real)
+        os.chmod(fake, 0o755)
+        with Daemon(workers=1, extra=["--ptxas", fake]) as d:
+            out = {}
+            t1 = threading.Thread(target=lambda: out.update(r=d.cli(
+                "compile", "--cubin", "--json", "-", input=small_ir("orphan"), check=False)))
+            t1.start()
+            asm = None
+            for _ in range(600):
+                asm = next((w for w in _children(d.proc.pid)
+                            if any(_alive(c) for c in _children(w))), None)
+                if asm:
+                    break
+                time.sleep(0.05)
+            assert asm, "no worker ever ran the assembler"
+            (sleeper,) = [c for c in _children(asm) if _alive(c)]
+            os.kill(asm, signal.SIGKILL)
+            t1.join(60)
+            assert b'"status":"crash"' in out["r"].stdout, out["r"].stdout
+            for _ in range(200):
+                if not _alive(sleeper):
+                    break
+                time.sleep(0.05)
+            else:
+                os.kill(sleeper, signal.SIGKILL)
+                raise AssertionError("the assembler outlived its worker")
+            d.cli("ping")
+
+
 def test_job_timeout_kills_worker_and_daemon_serves_on():
     with Daemon(workers=1, extra=["--job-timeout", "1"]) as d:
         (w,) = d.workers()
