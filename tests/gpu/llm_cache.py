@@ -332,10 +332,12 @@ def own_env(work, tools, args, tag):
 
 def series(args, tools, work, results, deadline):
     """The cold runs (at once: their times are not compared), then rounds
-    of the warm runs against local, then the profiles. With --resume and
+    of the warm runs against local, then the profiles. With --resume,
     the state-MODE.json that an earlier call on this machine left in
-    --work, that call's cold directories and first daemon are used again
-    and the cold runs skipped."""
+    --work gives that call's cold directories, first daemon, Redis and
+    cold results: the cold runs it made are not made again, so they can
+    be split over calls (--cold-runs) where one call's limit is too short
+    for them at once."""
     mode = args.mode
     res = results.setdefault(mode, {})
     t = args.timeout
@@ -344,48 +346,63 @@ def series(args, tools, work, results, deadline):
     state_path = os.path.join(work, "state-%s.json" % mode)
     d1_name = "d1-llm-%s" % mode.replace("-", "")
     redis = d1 = d3 = None
-    resumed = args.resume and os.path.exists(state_path)
+    state = {}
+    if args.resume and os.path.exists(state_path):
+        with open(state_path) as f:
+            state = json.load(f)
+        res["resumed"] = state["dirs"]
+    have = state.get("runs", {})        # cold runs made by earlier calls: tag -> result
+    res.update(have)
+    wanted = set(args.cold_runs.split(",")) | ({"own-first"} if "own" in runs else set())
+    todo = [k for k in ("cold", "pkg-cold", "own-first") if k in wanted and k not in have]
     # With --work, Redis saves its data there when stopped, for a resumed
     # call's pkg-l2.
     redis_dir = os.path.join(work, "redis-" + mode) if args.work else tempfile.mkdtemp(dir=work)
     secret = os.path.join(work, "l2-secret-" + mode)
     try:
-        jobs = []
-        if resumed:
-            with open(state_path) as f:
-                dirs = json.load(f)["dirs"]
-            res["resumed"] = dirs
-            d1 = tc.Daemon(tools, work, d1_name, reuse=True)
-            if os.path.exists(os.path.join(redis_dir, "dump.rdb")):
-                redis = tc.Redis(tools, redis_dir, keep=True)
-            else:
-                runs.discard("pkg-l2")
-        else:
+        env, dirs = env_for(work, tools, "cold", args, dirs=state.get("dirs"))
+        state["dirs"] = dirs
+        jobs = [("cold", env, None)] if "cold" in todo else []
+        if "pkg-cold" in todo or "pkg-cold" in have:
             os.makedirs(redis_dir, exist_ok=True)
             redis = tc.Redis(tools, redis_dir, keep=bool(args.work))
-            with open(secret, "w") as f:
-                f.write(os.urandom(16).hex())
-            d1 = tc.Daemon(tools, work, d1_name, redis, secret)
-            env, dirs = env_for(work, tools, "cold", args)
-            jobs += [("cold", env, None),
-                     ("pkg-cold", env_for(work, tools, "pkgcold", args, daemon=d1, pth=pth)[0], d1)]
-        if "own" in runs:
+        if "pkg-cold" in todo:
+            if not os.path.exists(secret):
+                with open(secret, "w") as f:
+                    f.write(os.urandom(16).hex())
+            d1 = tc.Daemon(tools, work, d1_name, redis, secret,
+                           reuse=os.path.isdir(os.path.join(work, d1_name)))
+            jobs.append(("pkg-cold", env_for(work, tools, "pkgcold", args, daemon=d1, pth=pth)[0], d1))
+        elif "pkg-cold" in have:
+            d1 = tc.Daemon(tools, work, d1_name, reuse=True)
+            if not os.path.exists(os.path.join(redis_dir, "dump.rdb")):
+                runs.discard("pkg-l2")      # Redis's data was not saved
+        else:
+            runs -= {"pkg-warm", "nopgo", "pkg-l2", "profile"}
+        if "own-first" in todo:
             jobs.append(("own-first", own_env(work, tools, args, "ownfirst"), None))
         if "four" in runs:
             d3 = tc.Daemon(tools, work, "d3-llm-%s-%d" % (mode.replace("-", ""), time.time_ns()))
             jobs += [("four%d" % i, env_for(work, tools, "four%d" % i, args, daemon=d3, pth=pth)[0], None)
                      for i in range(4)]
-        res.update(together(work, mode, jobs, max(t, args.cold_timeout)))
+        with open(state_path, "w") as f:
+            json.dump(state, f)
+        made = together(work, mode, jobs, max(t, args.cold_timeout))
+        res.update(made)
         if "four" in runs:
             four(res, d3)
-        if not resumed:
+        state["runs"] = dict(have, **{k: v for k, v in made.items() if k in todo and "compile_s" in v})
+        with open(state_path, "w") as f:
+            json.dump(state, f)
+        if "pkg-cold" in made:
             # Each FX graph entry's size (issue 36 asks for one over 8 MB).
             res["fx_entries"] = subprocess.run(
                 [tools.cli, "--socket", d1.sock, "ls", "--namespace", "inductor-fx"],
                 capture_output=True, text=True).stdout[-4000:]
-            with open(state_path, "w") as f:
-                json.dump({"dirs": dirs}, f)
             settle(d1)
+        if not {"cold", "pkg-cold"} <= set(state["runs"]):
+            res["cut"] = "the cold runs are not all made yet: %s" % sorted(state["runs"])
+            return
         save(args, results)
         for i in range(args.repeat):
             if time.time() > deadline:
@@ -564,6 +581,8 @@ def main():
     ap.add_argument("--resume", action="store_true",
                     help="reuse the cold directories and first daemon of an earlier call's --work")
     ap.add_argument("--cold-timeout", type=int, default=300, help="for the runs started at once")
+    ap.add_argument("--cold-runs", default="cold,pkg-cold",
+                    help="which of cold and pkg-cold this call makes (a resumed call skips those made)")
     ap.add_argument("--nopgo-rounds", type=int, default=1, help="rounds that run nopgo too")
     ap.add_argument("--timeout", type=int, default=240)
     ap.add_argument("--budget", type=int, default=480, help="no new round after this many seconds")
