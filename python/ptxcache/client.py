@@ -32,6 +32,7 @@ import os
 import select
 import socket
 import stat
+import struct
 import threading
 import time
 import weakref
@@ -131,6 +132,8 @@ class Client:
         self._fds: list[int] = []   # descriptors received, not yet claimed
         self._pending = bytearray()     # bytes read past the frame taken last
         self._scratch = memoryview(bytearray(_READ_AHEAD))     # what reads ahead land in
+        self._bound_s = 0.0     # the socket's timeouts when below self.timeout
+        self._last = 0.0        # when the last exchange ended (monotonic)
         # Which connection this is (a lease lives as long as the one that
         # took it: ArtifactStore checks).
         self.generation = 0
@@ -181,10 +184,12 @@ class Client:
             s.close()
             raise ConnectError("cannot connect to ptxcached at '%s': %s"
                                % (path, e.strerror or e)) from None
-        # Non-blocking from here: a send or a read is tried at once and
-        # waited for (_wait()) only when it cannot go on, rather than each
-        # one polled first as a socket with a timeout is.
-        s.setblocking(False)
+        # Blocking from here, the silence bound the socket's own (SO_RCVTIMEO,
+        # SO_SNDTIMEO): a read or a send waits in the kernel, with no poll()
+        # before it and no exception for a read tried too soon; one that
+        # hears nothing for the bound fails with EAGAIN (_bound()).
+        s.settimeout(None)
+        _socket_bound(s, self.timeout)
         return s
 
     def _find_or_start(self) -> socket.socket:
@@ -236,9 +241,15 @@ class Client:
 
     def _stale(self) -> bool:
         """True if the daemon has written to or closed a connection on which
-        nothing is outstanding (an idle close, a shutdown): it is of no use."""
+        nothing is outstanding (an idle close, a shutdown): it is of no use.
+        Asked only of a connection idle for a second or more: the daemon
+        closes no connection for idling less (idle-timeout is at least 1 s),
+        and one closed for another reason is tried again all the same
+        (_Retry)."""
         if self._pending:
             return True
+        if time.monotonic() - self._last < 1.0:
+            return False
         try:
             r, _, _ = select.select([self._sock], [], [], 0)
         except (OSError, ValueError):
@@ -262,7 +273,9 @@ class Client:
                     fresh = True
                 self.connect()
                 try:
-                    return self._exchange(requests, wait_s)
+                    out = self._exchange(requests, wait_s)
+                    self._last = time.monotonic()
+                    return out
                 except _Retry:
                     # The daemon had closed this idle connection before it
                     # saw our request: once more on a new one.
@@ -367,11 +380,12 @@ class Client:
         assert sock is not None
         views = [memoryview(p).cast("B") for p in parts if len(p)]
         while views:
+            self._bound(deadline)
             try:
                 n = sock.sendmsg(views[:64])
             except BlockingIOError:
-                self._wait(select.POLLOUT, deadline)
-                continue
+                raise DaemonTimeout("timed out after %.0f ms sending to ptxcached at '%s'"
+                                    % (self.timeout * 1000, self.path)) from None
             except OSError as e:
                 if e.errno in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN):
                     raise _Closed(e.strerror) from None
@@ -381,42 +395,43 @@ class Client:
             if n:
                 views[0] = views[0][n:]
 
-    def _wait(self, event: int, deadline: float) -> None:
-        """Wait until the socket can be read (POLLIN) or written (POLLOUT):
-        at most the silence bound, and not past deadline."""
+    def _bound(self, deadline: float) -> None:
+        """Before a read or a send: its wait on the socket ends at the
+        silence bound, and not past deadline once that is nearer than half
+        the bound (nearer, a system call each time would shorten it)."""
         left = deadline - time.monotonic()
         if left <= 0:
             raise DaemonTimeout("ptxcached at '%s' did not answer in time" % self.path)
-        p = select.poll()
-        p.register(self._sock, event)
-        if not p.poll(min(left, self.timeout) * 1000 + 1):
-            if event == select.POLLIN:
-                raise DaemonTimeout("no answer from ptxcached at '%s' for %.0f ms"
-                                    % (self.path, self.timeout * 1000))
-            raise DaemonTimeout("timed out after %.0f ms sending to ptxcached at '%s'"
-                                % (self.timeout * 1000, self.path))
+        if left < self.timeout / 2 or self._bound_s:
+            bound = left if left < self.timeout / 2 else 0.0
+            if bound != self._bound_s:
+                assert self._sock is not None
+                _socket_bound(self._sock, bound or self.timeout)
+                self._bound_s = bound
 
     def _recv(self, view: memoryview, deadline: float) -> int:
         """One read into view (more than 0 bytes), its descriptors queued."""
         sock = self._sock
         assert sock is not None
-        while True:
-            try:
-                # recvmsg: a reply may bring its value's descriptor
-                # (SCM_RIGHTS on its first byte; PROTOCOL.md).
-                r, anc, flags, _ = sock.recvmsg_into([view], _ANC_SPACE, socket.MSG_CMSG_CLOEXEC)
-            except BlockingIOError:
-                self._wait(select.POLLIN, deadline)
-                continue
-            except OSError as e:
-                if e.errno in (errno.ECONNRESET, errno.EPIPE):
-                    raise _Closed(e.strerror) from None
-                raise ConnectError("cannot read from ptxcached at '%s': %s" % (self.path, e)) from None
-            if anc or flags & socket.MSG_CTRUNC:
-                self._take_fds(anc, flags)
-            if r == 0:
-                raise _Closed("end of stream")
-            return r
+        self._bound(deadline)
+        try:
+            # recvmsg: a reply may bring its value's descriptor
+            # (SCM_RIGHTS on its first byte; PROTOCOL.md).
+            r, anc, flags, _ = sock.recvmsg_into([view], _ANC_SPACE, socket.MSG_CMSG_CLOEXEC)
+        except BlockingIOError:
+            if self._bound_s:
+                raise DaemonTimeout("ptxcached at '%s' did not answer in time" % self.path) from None
+            raise DaemonTimeout("no answer from ptxcached at '%s' for %.0f ms"
+                                % (self.path, self.timeout * 1000)) from None
+        except OSError as e:
+            if e.errno in (errno.ECONNRESET, errno.EPIPE):
+                raise _Closed(e.strerror) from None
+            raise ConnectError("cannot read from ptxcached at '%s': %s" % (self.path, e)) from None
+        if anc or flags & socket.MSG_CTRUNC:
+            self._take_fds(anc, flags)
+        if r == 0:
+            raise _Closed("end of stream")
+        return r
 
     def _read_exact(self, n: int, deadline: float) -> bytearray:
         """The stream's next n bytes. Up to _READ_AHEAD at a time, so that a
@@ -560,6 +575,15 @@ class Client:
 _ANC_SPACE = socket.CMSG_SPACE(4 * 4)
 # What one read asks for when a frame's end is near (_read_exact()).
 _READ_AHEAD = 64 << 10
+
+
+def _socket_bound(s: socket.socket, seconds: float) -> None:
+    """A blocking socket's reads and sends fail with EAGAIN after seconds
+    without progress."""
+    us = max(1000, int(seconds * 1e6))
+    tv = struct.pack("@ll", us // 1000000, us % 1000000)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
 
 
 def _read_value(fd: int, n: object) -> bytes:
