@@ -139,8 +139,10 @@ static int asm_child(void *arg)
 	}
 	/* Killed with its parent; and no run at all if the parent died first
 	 * (nobody waits for it). */
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != c->parent)
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != c->parent) {
+		c->exec_errno = ESRCH;
 		_exit(127);
+	}
 	execve(c->argv[0], c->argv, environ);
 	c->exec_errno = errno;
 	_exit(127);

@@ -168,7 +168,7 @@ class Client:
             if self.explicit:
                 raise
             s = self._find_or_start()
-        self._sock, self._pid, self._used = s, os.getpid(), False
+        self._sock, self._pid, self._used, self._bound_s = s, os.getpid(), False, 0.0
         self.generation += 1
 
     def _open(self, path: str) -> socket.socket:
