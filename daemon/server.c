@@ -83,6 +83,7 @@ static void handle_hello(struct conn *c, uint64_t id, const struct msg *m)
 	msg_put_str(&w, "version", PTXCACHE_VERSION);
 	msg_put_str(&w, "compiler", codegen_identity());
 	msg_put_int(&w, "pid", getpid());
+	msg_put_int(&w, "artifact_max_value", c->srv->cfg->artifact_max_value);
 	if (c->srv->asm_be[CUBIN_PTXAS].version)
 		msg_put_str(&w, "assembler", c->srv->asm_be[CUBIN_PTXAS].version);
 	if (c->srv->asm_be[CUBIN_NVJITLINK].version)

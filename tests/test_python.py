@@ -943,6 +943,25 @@ def test_python_a_value_the_daemon_refuses_is_not_stored_and_not_an_outage():
         assert "ptxcache:" not in logs.getvalue(), logs.getvalue()
 
 
+def test_python_a_value_over_every_limit_is_refused_here_and_the_store_stays_up():
+    """A put over artifact-max-value and max-request both is refused at
+    its header with the connection, which reads as the daemon gone (every
+    get a miss for retry_s). The package has the daemon's limit from its
+    hello and refuses such a value itself, its lease handed on."""
+    with Daemon(workers=1, extra=["--artifact-max-value", "4096", "--max-request", "2048"]) as d:
+        need_artifacts(d)
+        st = artifacts.ArtifactStore(d.socket)
+        assert st.put("inductor-fx", "small", b"s" * 100)
+        assert st.get("inductor-fx", "huge", lease=True) is None and st.holds("inductor-fx", "huge")
+        # Past what any put frame may be (artifact-max-value and 64 KiB).
+        assert not st.put("inductor-fx", "huge", b"x" * (200 << 10))
+        assert st.available() and st.counts["errors"] == 0, st.counts
+        assert st.get("inductor-fx", "small") == b"s" * 100
+        other = artifacts.ArtifactStore(d.socket)
+        assert other.get("inductor-fx", "huge", lease=True) is None
+        assert other.holds("inductor-fx", "huge")      # handed on at once
+
+
 # ---- a hostile daemon ------------------------------------------------------------------
 
 def test_python_a_hostile_daemons_descriptors_are_closed_and_its_sizes_refused():

@@ -108,6 +108,7 @@ class ArtifactStore:
         self._down_until = 0.0
         self._version_checked = False
         self.daemon_version: str | None = None
+        self.max_value: int | None = None   # the daemon's artifact-max-value (hello)
         self._gone = False          # the daemon serves no artifacts: never ask again
         self._warned = False
         self.counts = {"hits": 0, "misses": 0, "puts": 0, "leases": 0, "releases": 0,
@@ -190,10 +191,13 @@ class ArtifactStore:
             return
         self._version_checked = True
         try:
-            v = version_of(c.hello())
+            h = c.hello()
         except PtxcacheError:
             return          # the request that follows finds out and says so
-        self.daemon_version = v
+        v = self.daemon_version = version_of(h)
+        m = h.get("artifact_max_value")
+        if isinstance(m, int) and not isinstance(m, bool) and m > 0:
+            self.max_value = m
         if v != __version__:
             log.warning("ptxcache: ptxcached at '%s' is version %s, this package is %s; "
                         "'python3 -m ptxcache status' says what to do", c.path, v or "unknown",
@@ -299,6 +303,17 @@ class ArtifactStore:
         if held is not None and not held.live():
             held = None         # it ended with its connection: a plain put
         c = held.client if held is not None else self._client()
+        self._check_version(c)
+        if self.max_value is not None and len(value) > self.max_value:
+            # Refused here, not sent: the daemon would refuse it, and one
+            # over its max-request too would end the connection, which
+            # reads as the daemon gone. Waiters go on.
+            log.debug("ptxcache: artifact put '%s' %s not stored: %d bytes, over the daemon's "
+                      "artifact-max-value (%d)", ns, _short(key), len(value), self.max_value)
+            self.counts["skipped"] += 1
+            if held is not None:
+                self._release_lease(held)
+            return False
         wk = artifact_key(key)
         t0 = time.monotonic()
         try:
