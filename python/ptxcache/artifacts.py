@@ -184,9 +184,10 @@ class ArtifactStore:
         return c
 
     def _check_version(self, c: Client) -> None:
-        """Once per process, after the first request the daemon answered: a
-        daemon of another version than this package is named in a warning
-        (it serves, but may lack what this package asks for)."""
+        """Once per process, after the first get the daemon answered or
+        before the first put: a daemon of another version than this package
+        is named in a warning (it serves, but may lack what this package asks
+        for), and its artifact-max-value kept for puts."""
         if self._version_checked:
             return
         self._version_checked = True
