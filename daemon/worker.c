@@ -882,20 +882,7 @@ struct spawn_child {
 	sigset_t mask;          /* the master's, given back before the exec */
 };
 
-/*
- * The child of spawn(), until its exec: a clean image of the daemon's
- * binary in worker mode, with stdin/stdout on /dev/null, stderr, the
- * socket (fd 3) and the start log (fd 4), and an environment of our
- * making. Nothing of the master's memory or descriptors survives the exec.
- *
- * It runs on a stack of its own in the master's memory (clone() with
- * CLONE_VM | CLONE_VFORK, as posix_spawn() does): the master waits, and
- * copies no page table of its own, until the exec. So it makes system
- * calls alone and writes only to its own stack; it starts with every
- * signal blocked and puts each the master catches back to its default
- * before giving back the master's mask, so that no handler of the master
- * runs here.
- */
+/* worker.h */
 void child_signals_default(const sigset_t *mask)
 {
 	for (int sig = 1; sig < NSIG; sig++) {
@@ -910,6 +897,20 @@ void child_signals_default(const sigset_t *mask)
 	sigprocmask(SIG_SETMASK, mask, NULL);
 }
 
+/*
+ * The child of spawn(), until its exec: a clean image of the daemon's
+ * binary in worker mode, with stdin/stdout on /dev/null, stderr, the
+ * socket (fd 3) and the start log (fd 4), and an environment of our
+ * making. Nothing of the master's memory or descriptors survives the exec.
+ *
+ * It runs on a stack of its own in the master's memory (clone() with
+ * CLONE_VM | CLONE_VFORK, as posix_spawn() does): the master waits, and
+ * copies no page table of its own, until the exec. So it makes system
+ * calls alone and writes only to its own stack; it starts with every
+ * signal blocked and puts each the master catches back to its default
+ * before giving back the master's mask, so that no handler of the master
+ * runs here.
+ */
 static int spawn_child(void *arg)
 {
 	const struct spawn_child *c = arg;
