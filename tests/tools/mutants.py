@@ -242,7 +242,7 @@ MUTANTS: List[Mutant] = [
     # back before the exec; the parent check against the master's pid
     # (not 1: the master may be PID 1 itself, in a container).
     Mutant("worker-mask-kept-blocked", "worker start: the spawn's all-blocked mask kept",
-           "daemon/*.c", "sigprocmask(SIG_SETMASK, &c->mask, NULL);", "(void)c->mask;",
+           "daemon/*.c", "sigprocmask(SIG_SETMASK, mask, NULL);", "(void)mask;",
            ("test_sandbox.test_workers_start_with_the_masters_signal_mask",)),
     Mutant("worker-parent-is-not-1", "worker start: the parent check asks for a parent other than 1",
            "daemon/*.c", "if (getppid() != c->master)", "if (getppid() == 1)",
