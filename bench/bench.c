@@ -1028,6 +1028,10 @@ static void artifact_runs(struct figures *f, const struct daemon *d)
 
 #define NLARGE 4
 static const size_t large_mb[NLARGE] = { 1, 8, 64, 256 };
+/* Warm gets (and their reads) of values up to 8 MiB, each well under a
+ * few ms: a median of so many, since one of 3 or 5 moved by 30% from run
+ * to run on one host (a wake-up more or less). */
+#define SMALL_GET_REPS 51
 
 struct large_fig {
 	double put_ms, fsync_ms, cget_ms, cread_ms, pyget_ms, pyread_ms, pyput_ms;
@@ -1163,7 +1167,7 @@ static void python_runs(const char *sock, const char *dir, struct large_fig *lf)
 		 "for mb in (1, 8, 64, 256):\n"
 		 "    n = mb << 20\n"
 		 "    g, r = [], []\n"
-		 "    for i in range(-1, %d):  # the first untimed, as in large_runs()\n"
+		 "    for i in range(-1, %d if mb > 8 else %d):  # the first untimed, as in large_runs()\n"
 		 "        t = time.perf_counter(); v = c.artifact_get('large', 'v%%d' %% mb).value\n"
 		 "        g.append(time.perf_counter() - t); assert len(v) == n; del v\n"
 		 "        t = time.perf_counter(); fd = os.open('%s/file-%%d' %% mb, os.O_RDONLY)\n"
@@ -1179,7 +1183,7 @@ static void python_runs(const char *sock, const char *dir, struct large_fig *lf)
 		 "    g.sort(); r.sort(); p.sort()\n"
 		 "    print(mb, g[len(g) // 2] * 1e3, r[len(r) // 2] * 1e3, p[len(p) // 2] * 1e3,\n"
 		 "          flush=True)\n",
-		 "'", sock, "'", g.quick ? 5 : 9, dir, g.quick ? 3 : 5);
+		 "'", sock, "'", g.quick ? 5 : 9, SMALL_GET_REPS, dir, g.quick ? 3 : 5);
 	char *argv[] = { "python3", "-c", script, NULL };
 	int pfd[2];
 	if (pipe(pfd) < 0)
@@ -1250,7 +1254,8 @@ static void large_runs(struct large_fig *lf)
 	for (int z = 0; z < NLARGE; z++) {
 		size_t n = large_mb[z] << 20;
 		char key[32], *v = malloc(n), *back = malloc(n);
-		double put[5], fs[5], cg[5], cr[5];
+		double put[5], fs[5], cg[SMALL_GET_REPS], cr[SMALL_GET_REPS];
+		int greps = large_mb[z] > 8 ? reps : SMALL_GET_REPS;
 		if (!v || !back)
 			die("out of memory");
 		/* Half text, half bytes zstd cannot shrink. */
@@ -1302,7 +1307,7 @@ static void large_runs(struct large_fig *lf)
 		 * malloc past its first fresh pages of this size (glibc raises
 		 * its mmap threshold at the first free of a block this large),
 		 * whichever runs first in a round. */
-		for (int r = -1; r < reps; r++) {
+		for (int r = -1; r < greps; r++) {
 			struct ptxcache_artifact a;
 			volatile unsigned char sum = 0;
 			double t0 = now_ms();
@@ -1328,8 +1333,8 @@ static void large_runs(struct large_fig *lf)
 		}
 		lf[z].put_ms = quantile(put, (size_t)reps, 0.5);
 		lf[z].fsync_ms = quantile(fs, (size_t)reps, 0.5);
-		lf[z].cget_ms = quantile(cg, (size_t)reps, 0.5);
-		lf[z].cread_ms = quantile(cr, (size_t)reps, 0.5);
+		lf[z].cget_ms = quantile(cg, (size_t)greps, 0.5);
+		lf[z].cread_ms = quantile(cr, (size_t)greps, 0.5);
 		/* The daemon's peak over its idle RSS: a get inline, one by
 		 * descriptor. */
 		lf[z].idle_kb = proc_kb(d.pid, "VmRSS");

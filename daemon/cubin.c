@@ -7,9 +7,10 @@
  * written to a private temporary directory, stdout and stderr sent to
  * files there, the wait bounded by a deadline (pidfd + poll) after which the
  * assembler is killed; RLIMIT_CPU on the child bounds it even if its worker
- * is killed first. The temporary path appears in ptxas's messages, so it is
- * replaced by CUBIN_INPUT_NAME before the log leaves the worker: the cached
- * log must not depend on where one compile happened to run.
+ * is killed first, and RLIMIT_FSIZE bounds each file it writes to what we
+ * read back (CUBIN_MAX). The temporary path appears in ptxas's messages, so
+ * it is replaced by CUBIN_INPUT_NAME before the log leaves the worker: the
+ * cached log must not depend on where one compile happened to run.
  *
  * nvJitLink is loaded with dlopen() in the worker on its first nvJitLink
  * job and kept; it links one PTX input to a cubin in process. Its options
@@ -134,6 +135,15 @@ static int asm_child(void *arg)
 	child_signals_default(&c->mask);
 	if (null < 0 || out < 0 || err < 0 || dup2(null, 0) < 0 || dup2(out, 1) < 0 ||
 	    dup2(err, 2) < 0) {
+		c->exec_errno = errno;
+		_exit(127);
+	}
+	/* No file it writes (its cubin, its log) larger than we read back, and
+	 * no core file: the disk under the workers' directory is the cache's.
+	 * A write past the bound fails with EFBIG (SIGXFSZ is ignored by the
+	 * master, so by this child too). */
+	struct rlimit fsize = { CUBIN_MAX, CUBIN_MAX }, core = { 0, 0 };
+	if (setrlimit(RLIMIT_FSIZE, &fsize) < 0 || setrlimit(RLIMIT_CORE, &core) < 0) {
 		c->exec_errno = errno;
 		_exit(127);
 	}

@@ -1067,7 +1067,8 @@ static void start(struct worker *w, struct pool_job *job)
 }
 
 /* Stop a background worker (a foreground job wants its core) or let it
- * go on; its timer stops and goes on with it. */
+ * go on; its timer stops and goes on with it. bg_running counts the
+ * background workers with a job and not stopped. */
 static void pause_worker(struct worker *w, int pause)
 {
 	struct pool *p = w->pool;
@@ -1081,13 +1082,13 @@ static void pause_worker(struct worker *w, int pause)
 		w->deadline_ms = left > 0 ? left : 0;
 		p->counters.bg_pauses++;
 		p->counters.bg_paused++;
-		if (w->state == W_BUSY)
+		if (w->job)
 			p->counters.bg_running--;
 	} else {
 		kill(w->pid, SIGCONT);
 		arm(w, w->deadline_ms);
 		p->counters.bg_paused--;
-		if (w->state == W_BUSY)
+		if (w->job)     /* not one whose job was completed while it was stopped */
 			p->counters.bg_running++;
 	}
 	w->paused = pause;

@@ -8,6 +8,7 @@ the compiles leave, stopped while any compile waits, its queue bounded.
 Clients of three users (root, nobody and a uid of no account) on one real
 daemon."""
 import os
+import signal
 import socket
 import tempfile
 import time
@@ -126,6 +127,38 @@ def test_confirmation_stops_while_foreground_jobs_wait():
     print("     4 compiles of 0.15 s answered in %.2f s beside a stopped 1.5 s confirmation "
           "(%d stats samples, none with it running; its CPU time meanwhile +%d ticks)"
           % (took, len(samples), ticks[-1] - ticks[0]))
+
+
+def test_a_stopped_confirmation_cancelled_by_a_reload_is_counted_out():
+    """confirm-workers set to 0 by a reload while the confirmation is
+    stopped for a user's compile: it is cancelled, and the counters say
+    that nothing confirms any more (it was counted running again for good
+    when the worker it had stopped was let go to die)."""
+    spin = b"; ptxcache-probe: spin 1500\n" + small_ir("cancelled")
+    with tempfile.TemporaryDirectory() as t:
+        conf = os.path.join(t, "ptxcached.conf")
+        with open(conf, "w") as f:
+            f.write("")
+        with Daemon(workers=1, binary=PROBE_DAEMON,
+                    extra=["--config", conf, "--log-level", "info"]) as d:
+            r = d.cli("compile", "--json", "-", input=spin, check=False)
+            assert b"spin: ok" in r.stdout, r.stdout
+            d.wait_stats(lambda s: s["confirms_running"] == 1, "the confirmation running")
+            c = Raw(d.socket, timeout=60)
+            c.send(frame(3, mp_pack({"id": 1, "cpu": "sm_90a", "input":
+                                     b"; ptxcache-probe: spin 1000\n" + small_ir("fg")})))
+            d.wait_stats(lambda s: s["confirms_paused"] == 1, "the confirmation stopped")
+            with open(conf, "w") as f:
+                f.write("confirm-workers = 0\n")
+            d.proc.send_signal(signal.SIGHUP)
+            # Let go (to die) while the user's compile still ran: while stopped.
+            s = d.wait_stats(lambda s: not s["confirms_paused"], "the reload")
+            assert s["jobs_running"] == 1, s
+            assert mp_unpack(c.recv_frame()[1])["log"] == "spin: ok\n"
+            s = d.wait_stats(lambda s: s["confirm_workers_live"] == 0 and not s["confirms_paused"],
+                             "the confirmation cancelled")
+            assert s["confirms_running"] == 0 and s["confirmations"] == 0, s
+            d.cli("ping")
 
 
 def test_pending_confirmations_are_bounded_oldest_dropped():

@@ -238,6 +238,31 @@ def test_a_ptxas_whose_worker_is_killed_goes_with_it():
             d.cli("ping")
 
 
+def test_a_ptxas_that_writes_past_what_is_read_back_is_stopped():
+    """Each file the assembler writes (its cubin, its log) is bounded by
+    what the worker reads back (RLIMIT_FSIZE): one that grows its log past
+    that is refused the write, and fails with a clear error before it can
+    fill the disk under the workers' directory."""
+    real = "/usr/local/cuda/bin/ptxas"
+    if not os.access(real, os.X_OK):
+        raise Skip("no ptxas at %s" % real)
+    with tempfile.TemporaryDirectory() as t:
+        fake = os.path.join(t, "ptxas")
+        with open(fake, "w") as f:
+            f.write("#!/bin/sh\n"
+                    'case " $* " in *" --version "*) exec %s "$@";; esac\n'
+                    "exec truncate -s 300M /dev/stderr\n" % real)
+        os.chmod(fake, 0o755)
+        with Daemon(workers=1, extra=["--ptxas", fake]) as d:
+            r = d.cli("compile", "--cubin", "--json", "-", input=small_ir("biglog"), check=False)
+            assert r.returncode != 0, r.stdout
+            # EFBIG where the master ignores SIGXFSZ (ignored stays ignored
+            # across an exec), the signal where it does not.
+            assert (b"File too large" in r.stdout
+                    or b"signal %d" % signal.SIGXFSZ in r.stdout), r.stdout
+            d.cli("ping")
+
+
 def test_job_timeout_kills_worker_and_daemon_serves_on():
     with Daemon(workers=1, extra=["--job-timeout", "1"]) as d:
         (w,) = d.workers()
