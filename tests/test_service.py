@@ -197,20 +197,27 @@ def _alive(pid):
         return False
 
 
+def _stand_in_ptxas(t, body):
+    """A ptxas in directory t that answers --version as the real one (the
+    daemon asks it at start) and otherwise runs body, a line of sh."""
+    real = "/usr/local/cuda/bin/ptxas"
+    if not os.access(real, os.X_OK):
+        raise Skip("no ptxas at %s" % real)
+    fake = os.path.join(t, "ptxas")
+    with open(fake, "w") as f:
+        f.write("#!/bin/sh\n"
+                'case " $* " in *" --version "*) exec %s "$@";; esac\n'
+                "%s\n" % (real, body))
+    os.chmod(fake, 0o755)
+    return fake
+
+
 def test_a_ptxas_whose_worker_is_killed_goes_with_it():
     """An assembler that waits (not spending CPU, so RLIMIT_CPU never ends
     it) must not outlive the worker that started it: the worker killed
     mid-job (a crash, a job's deadline, a stop) takes its ptxas along."""
-    real = "/usr/local/cuda/bin/ptxas"
-    if not os.access(real, os.X_OK):
-        raise Skip("no ptxas at %s" % real)
     with tempfile.TemporaryDirectory() as t:
-        fake = os.path.join(t, "ptxas")
-        with open(fake, "w") as f:
-            f.write("#!/bin/sh\n"
-                    'case " $* " in *" --version "*) exec %s "$@";; esac\n'
-                    "exec sleep 600\n" % real)
-        os.chmod(fake, 0o755)
+        fake = _stand_in_ptxas(t, "exec sleep 600")
         with Daemon(workers=1, extra=["--ptxas", fake]) as d:
             out = {}
             t1 = threading.Thread(target=lambda: out.update(r=d.cli(
@@ -243,16 +250,8 @@ def test_a_ptxas_that_writes_past_what_is_read_back_is_stopped():
     what the worker reads back (RLIMIT_FSIZE): one that grows its log past
     that is refused the write, and fails with a clear error before it can
     fill the disk under the workers' directory."""
-    real = "/usr/local/cuda/bin/ptxas"
-    if not os.access(real, os.X_OK):
-        raise Skip("no ptxas at %s" % real)
     with tempfile.TemporaryDirectory() as t:
-        fake = os.path.join(t, "ptxas")
-        with open(fake, "w") as f:
-            f.write("#!/bin/sh\n"
-                    'case " $* " in *" --version "*) exec %s "$@";; esac\n'
-                    "exec truncate -s 300M /dev/stderr\n" % real)
-        os.chmod(fake, 0o755)
+        fake = _stand_in_ptxas(t, "exec truncate -s 300M /dev/stderr")
         with Daemon(workers=1, extra=["--ptxas", fake]) as d:
             r = d.cli("compile", "--cubin", "--json", "-", input=small_ir("biglog"), check=False)
             assert r.returncode != 0, r.stdout
