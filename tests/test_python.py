@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from harness import CLI, ROOT, Daemon, Skip
@@ -852,6 +853,30 @@ def test_python_slow_daemon_is_a_miss_after_the_silence_bound():
         st.retry_s = 0
         st._down_until = 0.0
         assert st.get("triton", "slow") == b"v"
+
+
+def test_python_a_lease_given_up_while_the_store_is_down_ends_at_once():
+    """A process holds a lease when another of its threads finds the daemon
+    silent past the bound: the store answers misses for retry_s, and the
+    lease's put is skipped. The lease then ends with its connection, so
+    another process waiting for the key becomes its producer at once,
+    not at the end of its wait (or the lease's timeout, 300 s)."""
+    with Daemon(workers=1) as d:
+        need_artifacts(d)
+        st = artifacts.ArtifactStore(d.socket, timeout=1.0, retry_s=600)
+        assert st.get("triton", "held", lease=True) is None and st.holds("triton", "held")
+        os.kill(d.proc.pid, signal.SIGSTOP)
+        try:
+            other = threading.Thread(target=st.get, args=("triton", "other"))
+            other.start()
+            other.join(30)
+        finally:
+            os.kill(d.proc.pid, signal.SIGCONT)
+        assert not st.available() and st.counts["errors"] == 1, st.counts
+        assert not st.put("triton", "held", b"v") and not st.holds("triton", "held")
+        with client.Client(d.socket) as o:
+            got = o.artifact_get("triton", "held", lease=True, wait_ms=5000)
+        assert not got.found and got.lease is not None, "the lease outlived its put"
 
 
 def test_python_refusing_daemon_is_a_miss_with_one_warning():

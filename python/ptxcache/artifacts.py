@@ -19,7 +19,11 @@ The rules:
   a child after fork(), which lets go of the parent's connections, locks
   and leases at once (client.py). A lease belongs to the connection that
   took it, and ends with it; put() and release() from another thread go
-  through that connection, never through its successor.
+  through that connection, never through its successor. While the store
+  answers misses without asking, a lease that put() or release() gives
+  up cannot be released by a request: its connection is closed instead
+  (unless a request is on it), which ends its leases at once, rather than
+  leaving the processes waiting for them to the lease's timeout.
 - release() may be called from a finalizer (the Triton adapter releases
   what a compile that raised left unfilled), so it never waits on this
   thread: where the store's lock is held (by a block of this thread's that
@@ -300,6 +304,8 @@ class ArtifactStore:
             held = self._leases.pop((ns, key), None)
         if not self.available():
             self.counts["skipped"] += 1
+            if held is not None:
+                self._end_unfilled(held)
             return False
         if held is not None and not held.live():
             held = None         # it ended with its connection: a plain put
@@ -397,6 +403,9 @@ class ArtifactStore:
         if not held.live():
             return              # it ended with its connection (a new daemon's
                                 # token of the same number is another lease)
+        if not self.available():
+            self._end_unfilled(held)
+            return
         c = held.client
         if not c.lock.acquire(blocking=False):
             # In use: by this thread (a finalizer run inside a request) or
@@ -408,6 +417,15 @@ class ArtifactStore:
         with self._lock:
             self._pending.setdefault(id(c), []).append(held.token)
         self._flush(c)
+
+    def _end_unfilled(self, held: _Lease) -> None:
+        """While the store is down: end held (and every other lease of its
+        connection, none of which a put fills now) by closing the
+        connection, unless a request is on it."""
+        c = held.client
+        if held.live() and c.close_if_free():
+            with self._lock:
+                self._forget_client(c)
 
 
 def _short(key: str) -> str:

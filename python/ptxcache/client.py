@@ -216,6 +216,16 @@ class Client:
         with self.lock:
             self._drop()
 
+    def close_if_free(self) -> bool:
+        """Close the connection unless a request is on it (True if closed)."""
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            self._drop()
+        finally:
+            self.lock.release()
+        return True
+
     def _drop(self) -> None:
         fds, self._fds = self._fds, []
         self._pending = bytearray()
