@@ -177,13 +177,13 @@ def test_worker_killed_mid_job_fails_only_that_job():
 def _children(pid):
     """The processes whose parent is pid."""
     out = []
-    for e in os.listdir("/proc"):
+    for e in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open("/proc/%s/stat" % e) as f:
                 st = f.read()
-        except (OSError, ValueError):
+        except OSError:
             continue
-        if e.isdigit() and int(st.rsplit(")", 1)[1].split()[1]) == pid:
+        if int(st.rsplit(")", 1)[1].split()[1]) == pid:
             out.append(int(e))
     return out
 
