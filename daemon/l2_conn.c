@@ -470,13 +470,20 @@ struct l2_ev {
 
 static redisReplyObjectFunctions plain_fns, guarded_fns;
 
-/* Count n more objects of t's reply: whether it stays within the bound. */
+/* Count n more objects of t's reply: whether it stays within the bound,
+ * and, at a reply's first object, whether a command waits for it. hiredis
+ * 0.14 asserts that a reply no command waits for (a "+OK" after the
+ * answer, on an idle connection) is a subscriber's, and aborts the daemon;
+ * refused here, it ends the connection instead. */
 static int guarded_take(const redisReadTask *t, long n)
 {
 	struct l2_ev *e = t->privdata;
 
-	if (!t->parent)
-		e->objs = 0;            /* a reply's first object */
+	if (!t->parent) {
+		if (!e->ac->replies.head)
+			return 0;
+		e->objs = 0;
+	}
 	e->objs += n;
 	return e->objs <= L2_REPLY_OBJS;
 }

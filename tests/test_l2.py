@@ -53,7 +53,8 @@ def secret_file(tmp):
 class HostileRedis:
     """A Redis on loopback ports that answers every GETRANGE with a reply
     whose header claims billions: "*2000000000" and then nothing (array),
-    or "$3000000000" and zeros as fast as they go (bulk). Or a cluster: of
+    or "$3000000000" and zeros as fast as they go (bulk); or with nil and
+    a "+OK" no command asked for (extra). Or a cluster: of
     itself alone (ask), with an ASK redirection to itself, whose ASKING's
     "+OK" trickles for 3 s; or whose first slot map names 1,023 masters
     of its own ports, and every later one a master at a port of its own
@@ -124,6 +125,8 @@ class HostileRedis:
                               b"-MOVED %d 127.0.0.1:%d\r\n" % (self.slot(args[1]), self.other))
                 elif self.mode == "array":
                     c.sendall(b"*2000000000\r\n")
+                elif self.mode == "extra":
+                    c.sendall(b"$-1\r\n+OK\r\n")
                 else:
                     c.sendall(b"$3000000000\r\n")
                     block = bytes(1 << 20)
@@ -183,6 +186,17 @@ def test_a_redis_whose_replies_claim_billions_holds_neither_the_loop_nor_memory(
             else:                   # dropped at a chunk's bytes, or the 10 s bound
                 assert s["l2_errors"] + s["l2_timeouts"] >= 1, (mode, s)
                 assert SANITIZED or peak < 160 << 10, (mode, peak, redis.sent)
+
+
+def test_a_reply_no_command_asked_for_ends_its_connection_not_the_daemon():
+    # hiredis 0.14 takes a reply with no command waiting for a
+    # subscriber's and asserts: the daemon aborted on 15 bytes from Redis.
+    with on_hostile_redis("extra") as (d, _), Client(d.socket, timeout=5) as c:
+        for _ in range(3):
+            assert c.artifact_get("t", "k").value is None
+        c.ping()
+        s = c.stats()
+    assert s["l2_misses"] == 3, s       # each asked Redis again
 
 
 def test_redirections_that_trickle_end_within_a_commands_bound():
