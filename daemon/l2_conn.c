@@ -453,15 +453,17 @@ struct l2_ev {
 	uint64_t progress;
 	int *alive;                     /* cleared when hiredis frees ac */
 	long objs;                      /* of the reply being parsed (guarded_*()) */
+	size_t bytes;                   /* its strings' */
 };
 
 /*
  * hiredis 0.14 takes a reply's headers on trust: "*N" allocates N
  * pointers at once (13 bytes, "*2000000000", made it allocate 16 GB and
- * then hold the loop 40 s freeing them), "$N" buffers until N bytes came.
- * Redis is not trusted: a reply of more than L2_REPLY_OBJS objects and
- * element slots (CLUSTER SLOTS of 16,384 ranges with a replica each is a
- * third of it), or whose bytes not parsed yet pass L2_REPLY_BYTES (the
+ * then hold the loop 40 s freeing them), "$N" buffers until N bytes came,
+ * and an array keeps every string it parsed until its last. Redis is not
+ * trusted: a reply of more than L2_REPLY_OBJS objects and element slots
+ * (CLUSTER SLOTS of 16,384 ranges with a replica each is a third of it),
+ * or whose strings, or bytes not parsed yet, pass L2_REPLY_BYTES (the
  * largest chunk a writer may make, and framing), ends its connection, as
  * one that broke.
  */
@@ -470,12 +472,12 @@ struct l2_ev {
 
 static redisReplyObjectFunctions plain_fns, guarded_fns;
 
-/* Count n more objects of t's reply: whether it stays within the bound,
- * and, at a reply's first object, whether a command waits for it. hiredis
- * 0.14 asserts that a reply no command waits for (a "+OK" after the
- * answer, on an idle connection) is a subscriber's, and aborts the daemon;
- * refused here, it ends the connection instead. */
-static int guarded_take(const redisReadTask *t, long n)
+/* Count n more objects and len more bytes of t's reply: whether it stays
+ * within the bounds, and, at a reply's first object, whether a command
+ * waits for it. hiredis 0.14 asserts that a reply no command waits for (a
+ * "+OK" after the answer, on an idle connection) is a subscriber's, and
+ * aborts the daemon; refused here, it ends the connection instead. */
+static int guarded_take(const redisReadTask *t, long n, size_t len)
 {
 	struct l2_ev *e = t->privdata;
 
@@ -483,29 +485,31 @@ static int guarded_take(const redisReadTask *t, long n)
 		if (!e->ac->replies.head)
 			return 0;
 		e->objs = 0;
+		e->bytes = 0;
 	}
 	e->objs += n;
-	return e->objs <= L2_REPLY_OBJS;
+	e->bytes += len;
+	return e->objs <= L2_REPLY_OBJS && e->bytes <= L2_REPLY_BYTES;
 }
 
 static void *guarded_string(const redisReadTask *t, char *s, size_t len)
 {
-	return guarded_take(t, 1) ? plain_fns.createString(t, s, len) : NULL;
+	return guarded_take(t, 1, len) ? plain_fns.createString(t, s, len) : NULL;
 }
 
 static void *guarded_array(const redisReadTask *t, int n)
 {
-	return guarded_take(t, 1 + (long)n) ? plain_fns.createArray(t, n) : NULL;
+	return guarded_take(t, 1 + (long)n, 0) ? plain_fns.createArray(t, n) : NULL;
 }
 
 static void *guarded_integer(const redisReadTask *t, long long v)
 {
-	return guarded_take(t, 1) ? plain_fns.createInteger(t, v) : NULL;
+	return guarded_take(t, 1, 0) ? plain_fns.createInteger(t, v) : NULL;
 }
 
 static void *guarded_nil(const redisReadTask *t)
 {
-	return guarded_take(t, 1) ? plain_fns.createNil(t) : NULL;
+	return guarded_take(t, 1, 0) ? plain_fns.createNil(t) : NULL;
 }
 
 /* ac's reader made to count for e (a NULL object: hiredis's "out of
