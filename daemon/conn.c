@@ -476,6 +476,7 @@ void conn_send_error(struct conn *c, uint64_t id, const char *code,
 /* Send an error frame, then close once it is sent. */
 void conn_refuse(struct conn *c, const char *code, const char *message)
 {
+	c->refs++;      /* the send closes c if it passes max-output */
 	conn_send_error(c, 0, code, message);
 	if (c->state == CONN_READING) {
 		conn_set_state(c, CONN_CLOSING);
@@ -491,6 +492,7 @@ void conn_refuse(struct conn *c, const char *code, const char *message)
 		if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0 && c->file_fd < 0)
 			conn_close(c);
 	}
+	conn_unref(c);
 }
 
 /* A frame that cannot be understood: say why, then close. */
@@ -790,10 +792,13 @@ static void on_conn_write(struct bufferevent *bev, void *arg)
 	if (c->file_fd >= 0 && c->state != CONN_CLOSED && conn_pump_file(c) < 0) {
 		log_warn("conn %llu: cannot send a value from its file; closing",
 			 (unsigned long long)c->serial);
+		conn_close(c);          /* c may be gone now */
+	} else if (c->state == CONN_CLOSING && c->file_fd < 0 &&
+		   evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
+		/* All sent, the error frame queued behind a file too (its
+		 * last bytes may have gone into the output just now). */
 		conn_close(c);
 	}
-	if (c->state == CONN_CLOSING && c->file_fd < 0)
-		conn_close(c);
 	server_maybe_stop(s);
 }
 
