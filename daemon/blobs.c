@@ -348,10 +348,12 @@ void blobs_tmp_drop(struct blob_tmp *t)
  * put again under its key: the same name), the two are exchanged, so
  * that the old file's blocks are not freed here, in the rename, but when
  * the caller unlinks t's temporary name, which now holds it (*replaced
- * set). A filesystem without renameat2()'s flags gets a plain rename. */
+ * 1). A filesystem without renameat2()'s flags gets a plain rename
+ * (*replaced 2 where it replaced a file). */
 static int place(struct blob_tmp *t, const char *name, int *replaced)
 {
 	int dfd = t->b->dfd;
+	struct stat st;
 
 	*replaced = 0;
 	if (renameat2(dfd, t->name, dfd, name, RENAME_NOREPLACE) == 0)
@@ -362,6 +364,8 @@ static int place(struct blob_tmp *t, const char *name, int *replaced)
 	}
 	if (errno != EINVAL && errno != ENOSYS && errno != ENOENT && errno != EEXIST)
 		return -1;
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		*replaced = 2;
 	return renameat(dfd, t->name, dfd, name);
 }
 
@@ -408,14 +412,15 @@ int blobs_tmp_place(struct blob_tmp *t, const unsigned char key[32], int64_t sum
 	if (fsync_dir(b->dfd, sub) < 0) {
 		e = errno;
 		buf_printf(err, "cannot sync '%s/%s': %s", b->dir, sub, strerror(e));
-		/* A file exchanged for another under its name stays: its row
-		 * names it (the same key and sum: the same bytes), and the
-		 * one it replaced goes with t's temporary name. */
+		/* A file that took another's place under its name stays:
+		 * a row names it (the same key and sum: the same bytes), and
+		 * the one it replaced goes with t's temporary name (or went
+		 * in the plain rename). */
 		if (!swapped)
 			unlinkat(b->dfd, name, 0);
 		goto fail;
 	}
-	if (swapped)
+	if (swapped == 1)
 		snprintf(replaced, BLOBS_RETIRED_MAX, "%s", t->name);
 	free(t->stage);
 	free(t);
