@@ -468,6 +468,7 @@ struct l2_ev {
  * one that broke.
  */
 #define L2_REPLY_OBJS (1L << 20)
+#define L2_READER_KEEP ((size_t)8 << 20)
 #define L2_REPLY_BYTES ((size_t)L2_CHUNK_MAX + (64 << 10))
 
 static redisReplyObjectFunctions plain_fns, guarded_fns;
@@ -738,12 +739,14 @@ static int node_connect(struct l2_node *nd)
 		return -1;
 	}
 	ac->data = nd;
-	/* The reader keeps its buffer between replies (hiredis frees one
-	 * over 16 KiB each time it empties): a value's chunks, a MiB each,
-	 * then reuse the pages the first one faulted in, at the cost of about
-	 * 2 MiB held per connection that has carried a chunk. */
+	/* The reader keeps its buffer between replies up to L2_READER_KEEP
+	 * (hiredis's default frees one over 16 KiB each time it empties): a
+	 * value's chunks, a MiB each, then reuse the pages the first one
+	 * faulted in, at the cost of about 2 MiB held per connection that has
+	 * carried a chunk. A larger one (a hostile reply's, up to 64 MiB) is
+	 * freed when the next reply starts to arrive. */
 	if (ac->c.reader)
-		ac->c.reader->maxbuf = 0;
+		ac->c.reader->maxbuf = L2_READER_KEEP;
 	if (ev_attach(ac, l2->base) < 0) {
 		note_error(l2, "cannot attach to the event loop");
 		redisAsyncFree(ac);
