@@ -468,8 +468,9 @@ struct l2_ev {
  * one that broke.
  */
 #define L2_REPLY_OBJS (1L << 20)
-#define L2_READER_KEEP ((size_t)8 << 20)
 #define L2_REPLY_BYTES ((size_t)L2_CHUNK_MAX + (64 << 10))
+/* The most of a reader's buffer a connection keeps between replies. */
+#define L2_READER_KEEP ((size_t)8 << 20)
 
 static redisReplyObjectFunctions plain_fns, guarded_fns;
 
