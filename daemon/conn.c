@@ -530,7 +530,7 @@ int request_text_field(const struct msg *m, const char *name, size_t max,
  * never more than READ_AHEAD beyond what the client has sent, so a header
  * alone does not make the daemon allocate the length it claims. A buffer
  * of up to IN_KEEP stays for the connection's next frame; a larger one
- * goes once its frames are handled.
+ * goes once its frames are handled (compact_in()).
  *
  * Spooling: a frame of CONN_SPOOL_MIN bytes and more whose last field is a
  * bin32 running to its end (msg_tail_find(): an artifact put's value, which
@@ -675,15 +675,24 @@ static int64_t take_frames(struct conn *c)
 	return -1;
 }
 
-/* What is left of a partly read frame to the front of c->in; an empty
- * buffer kept for the next frame only if it is small. */
+/* What is left of a partly read frame to the front of c->in. A buffer
+ * larger than IN_KEEP goes once its frames are handled: with nothing
+ * left, or into a small one with what came of the next frame (a client
+ * that sent a large frame and the first bytes of another would otherwise
+ * keep the large one for as long as it waits to send the rest). */
 static void compact_in(struct conn *c)
 {
 	size_t left = c->in.len - c->in_off;
+	struct buf small = BUF_INIT;
 
-	if (left == 0 && c->in.cap > IN_KEEP)
+	if (c->in.cap > IN_KEEP && (left == 0 || (c->in_off && left < IN_KEEP &&
+	    buf_append(&small, c->in.data + c->in_off, left) == 0))) {
 		buf_free(&c->in);
-	else if (c->in_off)
+		c->in = small;
+		c->in_off = 0;
+		return;
+	}
+	if (c->in_off)
 		memmove(c->in.data, c->in.data + c->in_off, left);
 	if (c->in.data) {
 		c->in.len = left;
