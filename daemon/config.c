@@ -91,7 +91,7 @@ static const struct setting settings[] = {
 	{ "header-timeout", C_INT, F(header_timeout_s), "10", 1, 3600, 1,
 	  "seconds a started request may take to arrive whole" },
 	{ "idle-timeout", C_INT, F(idle_timeout_s), "300", 1, 86400 * 7, 1,
-	  "seconds an idle connection is kept" },
+	  "seconds an idle connection is kept (one still taking a reply is not idle)" },
 	{ "max-output", C_SIZE, F(max_output), "256M", 1 << 20, 16 * G, 1,
 	  "reply bytes queued for one slow reader before it is dropped" },
 	{ "shutdown-timeout", C_INT, F(shutdown_timeout_s), "30", 0, 3600, 1,

@@ -177,12 +177,25 @@ void conn_close(struct conn *c)
 	conn_unref(c);
 }
 
+/* Reply bytes the client has not taken yet: queued, or still in the file
+ * they are sent from and the frames queued behind it. */
+static size_t out_pending(const struct conn *c)
+{
+	size_t n = c->bev ? evbuffer_get_length(bufferevent_get_output(c->bev)) : 0;
+
+	if (c->file_fd >= 0)
+		n += (size_t)(c->file_end - c->file_off) + c->after.len;
+	return n;
+}
+
 /*
  * One timer per connection: while a frame is partly read, it must arrive
  * whole within header_timeout (slowloris); while nothing is in flight and
- * nothing is partly read, the connection may idle for idle_timeout; while
- * the connection waits on compiles, no timer runs. A refused connection
- * (conn_refuse()) has header_timeout to read what it was sent.
+ * nothing is partly read, the connection may idle for idle_timeout (a
+ * reply the client is still taking, some more of it each period, is not
+ * idle: on_conn_timer()); while the connection waits on compiles, no
+ * timer runs. A refused connection (conn_refuse()) has header_timeout to
+ * read what it was sent.
  */
 void conn_arm(struct conn *c)
 {
@@ -196,6 +209,7 @@ void conn_arm(struct conn *c)
 		return;
 	evtimer_del(c->timer);
 	c->timer_mode = want;
+	c->idle_out = out_pending(c);
 	if (want != TIMER_NONE) {
 		struct timeval tv = { want == TIMER_HEADER ? cfg->header_timeout_s
 							   : cfg->idle_timeout_s, 0 };
@@ -786,6 +800,12 @@ static void on_conn_timer(evutil_socket_t fd, short what, void *arg)
 		log_info("conn %llu: request not complete after %d s; closing",
 			 (unsigned long long)c->serial, c->srv->cfg->header_timeout_s);
 		conn_refuse(c, "timeout", "request did not arrive in time");
+	} else if (out_pending(c) > 0 && out_pending(c) < c->idle_out) {
+		/* A reply still going out to a slow reader, and moving: not
+		 * idle. A reader that took nothing for the whole period is. */
+		struct timeval tv = { c->srv->cfg->idle_timeout_s, 0 };
+		c->idle_out = out_pending(c);
+		evtimer_add(c->timer, &tv);
 	} else {
 		c->srv->n.idle_timeouts++;
 		log_debug("conn %llu: idle; closing", (unsigned long long)c->serial);

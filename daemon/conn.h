@@ -66,6 +66,8 @@ struct conn {
 	size_t in_off;
 	struct event *timer;    /* header or idle timeout, see conn_arm() */
 	enum { TIMER_NONE, TIMER_HEADER, TIMER_IDLE } timer_mode;
+	size_t idle_out;        /* reply bytes not yet taken when the idle
+	                           timer was armed (on_conn_timer()) */
 	int partial;            /* a frame has started but not arrived whole */
 	int whole;              /* ... and is read whole, not spooled */
 	struct frame_sink *sink;        /* where the last field of the frame

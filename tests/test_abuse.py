@@ -300,6 +300,42 @@ def test_idle_timeout_closes_idle_but_not_waiting_connections():
         assert t == 0x83 and mp_unpack(body)["status"] == 0, body
 
 
+def test_a_slow_reader_of_a_large_reply_is_not_idle_one_that_stops_is():
+    """A 16 MiB value inline to a client that takes it slowly, for more
+    than twice --idle-timeout: some of the reply goes each period, so the
+    connection is not idle and the value arrives whole. The same reply to a
+    client that takes nothing is idle, and closed at the timeout."""
+    n = 16 << 20
+    v = os.urandom(n)
+    get = frame(10, mp_pack({"id": 1, "ns": "t", "key": "big"}))
+    with Daemon(workers=1, extra=["--idle-timeout", "1"]) as d:
+        r = Raw(d.socket, timeout=30)
+        r.send(frame(11, mp_pack({"id": 1, "ns": "t", "key": "big", "value": v})))
+        assert mp_unpack(r.recv_frame()[1])["stored"] is True
+        r.close()
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+        s.settimeout(30)
+        s.connect(d.socket)
+        s.sendall(get)
+        got = bytearray()
+        t0 = time.monotonic()
+        while len(got) < 8 or len(got) < 8 + struct.unpack(">I", got[4:8])[0]:
+            data = s.recv(64 << 10)
+            assert data, "closed after %d bytes, %.1f s in" % (len(got), time.monotonic() - t0)
+            got += data
+            time.sleep(0.01)
+        # The premise: the reply took more than two idle periods.
+        assert time.monotonic() - t0 > 2, time.monotonic() - t0
+        assert mp_unpack(bytes(got[8:]))["value"] == v
+        before = d.stats()["idle_timeouts"]
+        s.sendall(get)          # and now take nothing of it
+        d.wait_stats(lambda st: st["idle_timeouts"] == before + 1, "the stopped reader closed")
+        while s.recv(1 << 20):
+            pass                # what was queued, then the end
+        s.close()
+
+
 def test_slow_reader_output_cap():
     """A client that pipelines requests for big replies and never reads
     them is dropped at --max-output, not buffered without end."""
