@@ -64,6 +64,7 @@ struct fleet_wait {
 	int holding;                    /* this node holds the key's lease */
 	int waited;                     /* found another node's lease */
 	struct l2 *l2;                  /* the tier its lease is in */
+	struct l2 *asked;               /* the tier a lookup of it is out in */
 };
 
 static int64_t now_us(void)
@@ -114,6 +115,7 @@ static void on_got(void *arg, int found, const struct l2_value *v)
 	struct fleet_wait *w = arg;
 	struct l2 *l2 = *w->f->l2;
 
+	w->asked = NULL;
 	if (w->ended) {
 		unref(w);
 		return;
@@ -143,6 +145,7 @@ static void ask(struct fleet_wait *w)
 		return;
 	}
 	w->refs++;                      /* the lookup's */
+	w->asked = l2;
 	l2_get_in(l2, w->space, w->key, on_got, w);
 }
 
@@ -164,6 +167,7 @@ static void on_claimed(void *arg, enum l2_claim result)
 		 * before producing it a second time. */
 		w->holding = 1;
 		w->refs++;
+		w->asked = w->l2;
 		l2_get_in(w->l2, w->space, w->key, on_checked, w);
 		break;
 	case L2_CLAIM_FAILED:
@@ -192,6 +196,7 @@ static void on_checked(void *arg, int found, const struct l2_value *v)
 {
 	struct fleet_wait *w = arg;
 
+	w->asked = NULL;
 	if (w->ended) {
 		unref(w);
 		return;
@@ -260,6 +265,10 @@ void fleet_end(struct fleet_wait *w, int published)
 		return;
 	w->ended = 1;
 	evtimer_del(w->timer);
+	/* A lookup still out fetches a value nobody waits for: stop it (a
+	 * tier replaced by a reload since is not this one's). */
+	if (w->asked && *w->f->l2 == w->asked)
+		l2_get_abandon(w->asked, w);
 	if (w->holding && !published && *w->f->l2 == w->l2)
 		l2_claim_in(w->l2, w->space, w->key, L2_CLAIM_DROP, 0, NULL, NULL);
 	w->holding = 0;

@@ -888,6 +888,12 @@ static void xfer_step(struct l2_cmd *cmd, enum outcome o, const redisReply *r)
 
 	if (x->finished)
 		return;                 /* another of its commands ended it */
+	if (x->abandoned) {
+		/* Nobody waits for it any more: nothing else is sent. */
+		x->l2->n.abandoned++;
+		xfer_finish(x, OUT_SKIPPED, NULL);
+		return;
+	}
 	if (o != OUT_REPLY) {
 		xfer_finish(x, o, NULL);
 		return;
@@ -971,6 +977,15 @@ void l2_get_in(struct l2 *l2, const char *space, const unsigned char key[32], l2
 	argv[3] = inline_end;
 	argvlen[3] = sizeof inline_end - 1;
 	send_op(x, OP_GET, 0, 4, argv, argvlen);
+}
+
+void l2_get_abandon(struct l2 *l2, void *arg)
+{
+	/* A get always has a command out until it ends: its transfers are
+	 * those of the commands pending. */
+	for (struct l2_cmd *cmd = l2 ? l2->pending : NULL; cmd; cmd = cmd->next)
+		if (cmd->xfer && cmd->xfer->cb && cmd->xfer->arg == arg)
+			cmd->xfer->abandoned = 1;
 }
 
 void l2_put_in(struct l2 *l2, const char *space, const unsigned char key[32],

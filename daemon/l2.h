@@ -65,6 +65,7 @@ struct l2_counters {
 	int64_t map_refreshes;  /* a cluster's slot map read and installed */
 	int64_t overruns;       /* of timeouts: commands past L2_CMD_MAX_MS, bytes
 	                           still moving (the rest: silences, connects) */
+	int64_t abandoned;      /* gets ended early: l2_get_abandon() */
 	int breaker_open;       /* 1 while requests skip Redis (a cluster: skip
 	                           one of the masters of its slot map at least) */
 };
@@ -125,6 +126,11 @@ void l2_put(struct l2 *l2, const unsigned char key[32], const struct l2_value *v
 #define L2_SPACE_MAX 64
 void l2_get_in(struct l2 *l2, const char *space, const unsigned char key[32], l2_get_cb cb,
 	       void *arg);
+/* The gets begun with arg whose value is no longer wanted (whoever waited
+ * for it has gone): each sends no further command and ends, its cb
+ * called with found 0, when the next of its commands out comes back. A
+ * large value's chunks are then no longer fetched, nor its record kept. */
+void l2_get_abandon(struct l2 *l2, void *arg);
 void l2_put_in(struct l2 *l2, const char *space, const unsigned char key[32],
 	       const struct l2_value *v);
 

@@ -130,6 +130,7 @@ struct l2_xfer {
 	int probe;                      /* its first command: the breaker's probe */
 	int refs;                       /* 1 until finished, + 1 a command */
 	int finished;
+	int abandoned;                  /* a get no longer wanted: l2_get_abandon() */
 	struct buf data;                /* put: the sealed value whole, or the
 	                                   record of a chunked one; get: the
 	                                   record, opened chunk by chunk */

@@ -142,12 +142,13 @@ static void handle_stats(struct conn *c, uint64_t id, const struct msg *m)
 			   "\"l2_timeouts\":%lld,\"l2_rejects\":%lld,\"l2_writes\":%lld,"
 			   "\"l2_breaker_opens\":%lld,\"l2_breaker_open\":%d,"
 			   "\"l2_bytes_read\":%lld,\"l2_bytes_written\":%lld,"
-			   "\"l2_redirects\":%lld,\"l2_map_refreshes\":%lld}",
+			   "\"l2_redirects\":%lld,\"l2_map_refreshes\":%lld,\"l2_abandoned\":%lld}",
 			   (long long)lc.hits, (long long)lc.misses, (long long)lc.errors,
 			   (long long)lc.timeouts, (long long)lc.rejects, (long long)lc.writes,
 			   (long long)lc.breaker_opens, lc.breaker_open,
 			   (long long)lc.bytes_read, (long long)lc.bytes_written,
-			   (long long)lc.redirects, (long long)lc.map_refreshes);
+			   (long long)lc.redirects, (long long)lc.map_refreshes,
+			   (long long)lc.abandoned);
 		/* The tier's URL, its password never shown (l2_url_redacted()). */
 		struct buf url = BUF_INIT;
 		l2_url_redacted(s->cfg->l2_url, &url);

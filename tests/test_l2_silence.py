@@ -18,7 +18,9 @@ import threading
 import time
 from typing import Callable, Dict, List, Tuple
 
+from harness import Daemon
 from redis_fixture import RedisServer
+from test_l2 import Client, secret_file
 from test_l2_live import L2DRIVE, Drive
 
 KEY = "9e" * 32
@@ -271,4 +273,39 @@ def test_l2_a_trickle_never_silent_for_the_timeout_still_ends():
                 assert f.read() == data
         finally:
             d.close()
+            proxy.close()
+
+
+def test_a_tier_get_nobody_waits_for_any_more_stops_fetching_its_chunks():
+    """A second node's get of a 32 MiB artifact over a slow link (about
+    3 MiB/s): its client waits 1 s (wait_ms) and is answered a miss; the
+    node then fetches no more of the value's chunks than were already
+    asked for (l2.c, l2_get_abandon()), where it used to fetch the whole
+    value for no one."""
+    n = 32 << 20
+    v = os.urandom(n)
+    with RedisServer(tcp=True) as r:
+        secret = secret_file(r.tmp)
+        with Daemon(workers=1, extra=["--l2", r.url, "--l2-secret-file", secret]) as a:
+            with Client(a.socket) as c:
+                assert c.artifact_put("t", "big", v)
+            a.wait_stats(lambda s: s["l2_writes"] == 1, "the value published")
+        proxy = Throttle(r.port)
+        try:
+            url = "redis://127.0.0.1:%d/0" % proxy.port
+            with Daemon(workers=1, extra=["--l2", url, "--l2-secret-file", secret]) as b:
+                with Client(b.socket) as c:
+                    assert c.artifact_get("t", "big", wait_ms=1000).value is None
+                s = b.wait_stats(lambda s: s["l2_abandoned"] + s["l2_hits"] >= 1,
+                                 "the transfer's end")
+                assert s["l2_abandoned"] == 1 and s["l2_hits"] == 0, s
+                moved = -1
+                while proxy.moved["down"] != moved:     # until the link is still
+                    moved = proxy.moved["down"]
+                    time.sleep(1)
+                # What was asked for when the client left: about 3 MiB in
+                # its second, and the window of chunks out (4 MiB).
+                assert moved < n // 2, "%d bytes of a %d-byte value fetched for no one" % (moved, n)
+                print("     %.1f MiB of 32 crossed" % (moved / (1 << 20)))
+        finally:
             proxy.close()
