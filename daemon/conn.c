@@ -800,9 +800,10 @@ static void on_conn_timer(evutil_socket_t fd, short what, void *arg)
 		log_info("conn %llu: request not complete after %d s; closing",
 			 (unsigned long long)c->serial, c->srv->cfg->header_timeout_s);
 		conn_refuse(c, "timeout", "request did not arrive in time");
-	} else if (out_pending(c) > 0 && out_pending(c) < c->idle_out) {
-		/* A reply still going out to a slow reader, and moving: not
-		 * idle. A reader that took nothing for the whole period is. */
+	} else if (out_pending(c) < c->idle_out) {
+		/* A reply going out to a slow reader took some of the period,
+		 * or all of it and ended in it: the idle period starts again
+		 * (a reader that took nothing for the whole period is idle). */
 		struct timeval tv = { c->srv->cfg->idle_timeout_s, 0 };
 		c->idle_out = out_pending(c);
 		evtimer_add(c->timer, &tv);
