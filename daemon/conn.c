@@ -790,6 +790,7 @@ static void on_conn_readable(evutil_socket_t fd, short what, void *arg)
 static void on_conn_timer(evutil_socket_t fd, short what, void *arg)
 {
 	struct conn *c = arg;
+	size_t out = out_pending(c);
 
 	if (c->state == CONN_CLOSING) {
 		log_info("conn %llu: refused, and its error not read within %d s; closing",
@@ -800,12 +801,12 @@ static void on_conn_timer(evutil_socket_t fd, short what, void *arg)
 		log_info("conn %llu: request not complete after %d s; closing",
 			 (unsigned long long)c->serial, c->srv->cfg->header_timeout_s);
 		conn_refuse(c, "timeout", "request did not arrive in time");
-	} else if (out_pending(c) < c->idle_out) {
+	} else if (out < c->idle_out) {
 		/* A reply going out to a slow reader took some of the period,
 		 * or all of it and ended in it: the idle period starts again
 		 * (a reader that took nothing for the whole period is idle). */
 		struct timeval tv = { c->srv->cfg->idle_timeout_s, 0 };
-		c->idle_out = out_pending(c);
+		c->idle_out = out;
 		evtimer_add(c->timer, &tv);
 	} else {
 		c->srv->n.idle_timeouts++;

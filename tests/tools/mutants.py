@@ -330,7 +330,7 @@ MUTANTS: List[Mutant] = [
            "if (c->in.cap > IN_KEEP && (left == 0 || (0 && left < IN_KEEP &&",
            ("test_large.test_a_frame_read_whole_is_not_kept_while_the_next_one_waits_for_its_rest",)),
     Mutant("conn-moving-reply-idle", "a reply still moving to a slow reader counted as idle",
-           "daemon/conn.c", "} else if (out_pending(c) < c->idle_out) {",
+           "daemon/conn.c", "} else if (out < c->idle_out) {",
            "} else if (0) {",
            ("test_abuse.test_a_slow_reader_of_a_large_reply_is_not_idle_one_that_stops_is",)),
     Mutant("l2-abandoned-get-fetched", "tier: a get nobody waits for goes on fetching its chunks",
