@@ -67,6 +67,8 @@ struct ptxcache {
 	int fds[FDS_MAX];       /* descriptors received, not yet claimed by
 	                           their frame (fd_take()), oldest first */
 	int nfds;
+	int64_t max_value;      /* the daemon's artifact-max-value: 0 not asked
+	                           yet, -1 not said (an older daemon) */
 	char err[512];
 };
 
@@ -989,6 +991,48 @@ int ptxcache_artifact_get(ptxcache *pc, const char *ns, const char *key, int tak
 	return r;
 }
 
+/* The daemon's artifact-max-value, from hello, into pc->max_value; -1 on
+ * an error (the message set). */
+static int ask_max_value(ptxcache *pc)
+{
+	struct msg m;
+	size_t used = 0;
+	int64_t v = -1;
+	int r = simple_call(pc, FRAME_HELLO, &m, &used);
+
+	if (r == 0)
+		pc->max_value = msg_int(&m, "artifact_max_value", &v) == 1 && v > 0 ? v : -1;
+	msg_free(&m);
+	buf_consume(&pc->in, used);
+	return r;
+}
+
+/* A put of more than this asks the daemon's limit first (one hello per
+ * handle), so that a value it would refuse after its head is not sent. */
+#define ASK_MAX_VALUE_OVER ((size_t)1 << 20)
+
+/* Whether a put of len bytes is over the daemon's artifact-max-value. The
+ * limit is live (SIGHUP): one learned earlier is asked again before it
+ * refuses, and a lowered one is the daemon's to refuse. A daemon that
+ * cannot be asked is left to answer the put itself. */
+static int over_max_value(ptxcache *pc, size_t len)
+{
+	int asked = 0;
+
+	if (len <= ASK_MAX_VALUE_OVER)
+		return 0;
+	if (!pc->max_value) {
+		if (ask_max_value(pc) < 0)
+			return 0;
+		asked = 1;
+	}
+	if (pc->max_value < 0 || len <= (uint64_t)pc->max_value)
+		return 0;
+	if (!asked && ask_max_value(pc) < 0)
+		return 0;
+	return pc->max_value > 0 && len > (uint64_t)pc->max_value;
+}
+
 int ptxcache_artifact_put(ptxcache *pc, const char *ns, const char *key, const void *value,
 			  size_t len, uint64_t lease)
 {
@@ -996,6 +1040,12 @@ int ptxcache_artifact_put(ptxcache *pc, const char *ns, const char *key, const v
 	struct msg_writer w;
 	struct msg m;
 	size_t used = 0;
+
+	if (over_max_value(pc, len)) {
+		set_err(pc, "ptxcached: value of %zu bytes is over the limit of %lld "
+			"(artifact-max-value)", len, (long long)pc->max_value);
+		return -1;
+	}
 	uint64_t id = begin(pc, &w, &b, FRAME_ARTIFACT_PUT);
 
 	msg_put_str(&w, "ns", ns);

@@ -263,7 +263,9 @@ int ptxcache_artifact_get(ptxcache *pc, const char *ns, const char *key, int tak
 
 /* Store value under ns/key, committed before it returns, and hand it to
  * every client waiting for it. lease: the one ptxcache_artifact_get() gave,
- * or 0 (then refused while another client holds the lease). 0 or -1. */
+ * or 0 (then refused while another client holds the lease). A value over
+ * the daemon's artifact-max-value is refused without being sent (asked
+ * with hello before a put of more than 1 MiB). 0 or -1. */
 int ptxcache_artifact_put(ptxcache *pc, const char *ns, const char *key, const void *value,
 			  size_t len, uint64_t lease);
 

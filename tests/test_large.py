@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 
-from harness import SANITIZED, Daemon, Raw, ROOT, Skip, frame, mp_pack, mp_unpack, slow_disk_env
+from harness import BUILD, SANITIZED, Daemon, Raw, ROOT, Skip, frame, mp_pack, mp_unpack, slow_disk_env
 from sysutil import cli_as, make_reachable, setpriv, tmpfs
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
@@ -1009,6 +1009,112 @@ def test_a_put_over_artifact_max_value_is_refused_before_any_byte_of_it_is_writt
         with Client(d.socket) as c:
             assert c.artifact_put("t", "k", w)
         assert d.stats()["artifact_spooled_puts"] == 1
+
+
+PUT_PROGRAM = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "client/ptxcache.h"
+/* argv: socket. Each line of stdin, "SIZE KEY": one put of SIZE bytes
+ * under t/KEY on the same handle; prints "RESULT MESSAGE". */
+int main(int argc, char **argv)
+{
+	char err[256], key[64];
+	size_t n;
+	ptxcache *pc = ptxcache_connect(argv[1], 60000, err, sizeof err);
+	if (!pc) { printf("connect: %s\n", err); return 3; }
+	while (scanf("%zu %63s", &n, key) == 2) {
+		char *v = malloc(n);
+		for (size_t i = 0; i < n; i++)
+			v[i] = (char)(i * 7);
+		int r = ptxcache_artifact_put(pc, "t", key, v, n, 0);
+		printf("%d %s\n", r, r ? ptxcache_errmsg(pc) : "");
+		fflush(stdout);
+		free(v);
+	}
+	ptxcache_close(pc);
+	return 0;
+}
+"""
+
+
+class Counting:
+    """A Unix socket at path relaying one client to the daemon, counting
+    the bytes the client sends."""
+
+    def __init__(self, path, target):
+        self.sent = 0
+        self.ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.ls.bind(path)
+        self.ls.listen(1)
+        self.path, self.target = path, target
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        import selectors
+        a, _ = self.ls.accept()
+        b = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        b.connect(self.target)
+        sel = selectors.DefaultSelector()
+        sel.register(a, selectors.EVENT_READ, b)
+        sel.register(b, selectors.EVENT_READ, a)
+        while True:
+            for k, _ in sel.select():
+                data = k.fileobj.recv(1 << 20)
+                if not data:
+                    a.close()
+                    b.close()
+                    return
+                if k.fileobj is a:
+                    self.sent += len(data)
+                k.data.sendall(data)
+
+
+def test_libptxcache_does_not_send_a_value_over_artifact_max_value():
+    """libptxcache asks hello's artifact_max_value before its first put of
+    more than 1 MiB, and sends no byte of a value over it; a limit raised
+    since (SIGHUP) is asked again before a refusal."""
+    with tempfile.TemporaryDirectory() as t:
+        conf = os.path.join(t, "ptxcached.conf")
+        with open(conf, "w") as f:
+            f.write("artifact-max-value = 1M\n")
+        with Daemon(workers=1, extra=["--config", conf, "--log-level", "info"]) as d:
+            src, exe = os.path.join(t, "p.c"), os.path.join(t, "p")
+            with open(src, "w") as f:
+                f.write(PUT_PROGRAM)
+            san = ["-fsanitize=address,undefined"] if SANITIZED else []
+            r = subprocess.run(["cc", *san, "-I", ROOT, "-o", exe, src,
+                                os.path.join(BUILD, "libptxcache.a"), "-lmsgpackc"],
+                               capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+            relay = Counting(os.path.join(t, "relay.sock"), d.socket)
+            p = subprocess.Popen([exe, relay.path], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+
+            def put(n, key):
+                p.stdin.write("%d %s\n" % (n, key))
+                p.stdin.flush()
+                return p.stdout.readline().strip()
+
+            try:
+                got = put(4 * MB, "big")
+                assert got.startswith("-1 ") and "over the limit of 1048576 " \
+                    "(artifact-max-value)" in got, got
+                assert relay.sent < 4096, relay.sent
+                assert put(MB // 2, "small") == "0", "a put under the limit is sent"
+                assert relay.sent > MB // 2
+                with open(conf, "w") as f:
+                    f.write("artifact-max-value = 8M\n")
+                n = d.logtext().count("configuration reloaded")
+                d.proc.send_signal(signal.SIGHUP)
+                _until(lambda: d.logtext().count("configuration reloaded") > n, "the reload")
+                assert put(4 * MB, "big") == "0", "the raised limit is asked again"
+            finally:
+                p.stdin.close()
+                p.wait(timeout=60)
+            with Client(d.socket) as c:
+                assert c.artifact_get("t", "big").value == bytes(i * 7 % 256 for i in range(4 * MB))
+            assert d.stats()["artifact_puts"] == 2
 
 
 def test_a_kill_9_mid_spool_leaves_no_temporary_after_the_restart():
