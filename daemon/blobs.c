@@ -51,9 +51,10 @@
  *    since, which is the (device, inode, size, mtime, ctime) it had then,
  *    kept in a small table. Any write or truncation through the
  *    filesystem changes mtime and ctime, and a file is believed unchanged
- *    only once its change time is more than a second older than the start
- *    of the hash that vouched for it (git's racy-entry rule: with coarse
- *    timestamps, a write within the same tick would keep the old times).
+ *    only once its change time is older than the start of the hash that
+ *    vouched for it by more than a timestamp tick (git's racy-entry rule:
+ *    a write within the same tick would keep the old times): 50 ms where
+ *    the file system keeps sub-second times, else more than 1 s (settled()).
  *    A hit on a 64 MB value then costs an fstat, not a 64 MB read. What
  *    this trusts, as the hot entries (store_hot.c) trust memory: the page
  *    cache and the disk under an unchanged inode; `verify` reads every file
@@ -462,6 +463,28 @@ static int same_times(const struct timespec *a, const struct timespec *b)
 	return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
 }
 
+/*
+ * Whether a hash that started at start may vouch for the file st was
+ * taken of: a change within the same timestamp tick as st's change time
+ * would not show in the times, so the hash must start a tick after it. A
+ * file system that keeps sub-second times (this file's change and
+ * modification times have nanoseconds: ext4, xfs, btrfs, tmpfs) takes
+ * them from the kernel's coarse clock, whose tick is at most 10 ms
+ * (HZ=100): SETTLE_NS is five of those. One that keeps whole seconds:
+ * two seconds apart by their seconds (more than one). A value put a moment ago is then hashed by its gets for
+ * 50 ms, not for a second and more (an 8 MB get took 1.3 ms so, 0.4 ms
+ * once trusted, on a 2-core VM).
+ */
+#define SETTLE_NS 50000000
+static int settled(const struct stat *st, const struct timespec *start)
+{
+	if (!st->st_ctim.tv_nsec || !st->st_mtim.tv_nsec)
+		return st->st_ctim.tv_sec + 1 < start->tv_sec;
+	int64_t age = ((int64_t)start->tv_sec - st->st_ctim.tv_sec) * 1000000000 +
+		      (start->tv_nsec - st->st_ctim.tv_nsec);
+	return age > SETTLE_NS;
+}
+
 /* Hash fd's len bytes, CHUNK at a time, with pread (the offset is left
  * alone). 0, or with *why -1 (the file cannot be read) or -2 (memory). */
 static int hash_fd(struct blobs *b, int fd, int64_t len, uint64_t *hash, const char **why)
@@ -558,9 +581,7 @@ int blobs_open_file(struct blobs *b, const unsigned char key[32], int64_t sum, i
 		close(fd);
 		return rc;
 	}
-	/* Remembered only once settled: a change within the same timestamp
-	 * tick as the one hashed would not show in the times. */
-	if (s && st.st_ctim.tv_sec + 1 < start.tv_sec) {
+	if (s && settled(&st, &start)) {
 		s->dev = st.st_dev;
 		s->ino = st.st_ino;
 		s->size = st.st_size;

@@ -234,6 +234,34 @@ def test_a_damaged_blob_file_is_a_miss_counted_never_served_and_dropped():
         assert "corrupt" in d.logtext()
 
 
+def _rchar(pid):
+    """Bytes the process has read through read() and its kin, page cache
+    or not."""
+    with open("/proc/%d/io" % pid) as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("rchar:"))
+
+
+def test_a_value_put_a_moment_ago_is_hashed_by_its_gets_for_a_tick_not_a_second():
+    """A blob file's hash is remembered once a get's hash started a
+    timestamp tick (50 ms, sub-second times) after the file's change time:
+    a get soon after the put reads the file; the one after it does not."""
+    v = value(8 * MB, 3)
+    with Daemon(workers=1) as d, Client(d.socket) as c:
+        for attempt in range(5):
+            key = "fresh%d" % attempt
+            t0 = time.monotonic()
+            assert c.artifact_put("t", key, v)
+            time.sleep(0.1)     # a tick and more: this get's hash is remembered
+            assert c.artifact_get("t", key).value == v
+            before = _rchar(d.proc.pid)
+            assert c.artifact_get("t", key).value == v
+            read = _rchar(d.proc.pid) - before
+            if time.monotonic() - t0 < 1.0:     # else the second's rule would trust it too
+                assert read < MB, "the daemon read %d bytes: the file hashed again" % read
+                return
+        raise AssertionError("each attempt took a second or more: nothing shown")
+
+
 def _used(mnt):
     v = os.statvfs(mnt)
     return (v.f_blocks - v.f_bfree) * v.f_frsize
