@@ -470,10 +470,10 @@ static int same_times(const struct timespec *a, const struct timespec *b)
  * file system that keeps sub-second times (this file's change and
  * modification times have nanoseconds: ext4, xfs, btrfs, tmpfs) takes
  * them from the kernel's coarse clock, whose tick is at most 10 ms
- * (HZ=100): SETTLE_NS is five of those. One that keeps whole seconds:
- * two seconds apart by their seconds (more than one). A value put a moment ago is then hashed by its gets for
- * 50 ms, not for a second and more (an 8 MB get took 1.3 ms so, 0.4 ms
- * once trusted, on a 2-core VM).
+ * (HZ=100): SETTLE_NS is five of those. One that keeps whole seconds
+ * needs their seconds two apart (more than one second). A value put a
+ * moment ago is then hashed by its gets for 50 ms, not for a second and
+ * more (an 8 MB get took 1.3 ms so, 0.4 ms once trusted, on a 2-core VM).
  */
 #define SETTLE_NS 50000000
 static int settled(const struct stat *st, const struct timespec *start)
