@@ -98,6 +98,20 @@ define ptx_kernel void @KERNEL(ptr addrspace(1) %a, ptr addrspace(1) %b, float %
 """
 
 
+def c_client(source, where):
+    """Build a C program on libptxcache.a (as the build tree's tests do:
+    sanitized under make check-asan) in the directory where; its path."""
+    src, exe = os.path.join(where, "client.c"), os.path.join(where, "client")
+    with open(src, "w") as f:
+        f.write(source)
+    san = ["-fsanitize=address,undefined"] if SANITIZED else []
+    r = subprocess.run(["cc", *san, "-I", ROOT, "-o", exe, src,
+                        os.path.join(BUILD, "libptxcache.a"), "-lmsgpackc"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return exe
+
+
 def small_ir(tag):
     """A small kernel of its own per tag, so tests do not share cache entries."""
     return SMALL_IR.replace("@KERNEL", "@k_" + tag).encode()

@@ -9,6 +9,7 @@ import json
 import os
 import random
 import resource
+import selectors
 import shutil
 import signal
 import socket
@@ -19,7 +20,7 @@ import tempfile
 import threading
 import time
 
-from harness import BUILD, SANITIZED, Daemon, Raw, ROOT, Skip, frame, mp_pack, mp_unpack, slow_disk_env
+from harness import SANITIZED, Daemon, Raw, ROOT, Skip, c_client, frame, mp_pack, mp_unpack, slow_disk_env
 from sysutil import cli_as, make_reachable, setpriv, tmpfs
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
@@ -1079,7 +1080,6 @@ class Counting:
         threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self):
-        import selectors
         a, _ = self.ls.accept()
         b = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         b.connect(self.target)
@@ -1107,14 +1107,7 @@ def test_libptxcache_does_not_send_a_value_over_artifact_max_value():
         with open(conf, "w") as f:
             f.write("artifact-max-value = 1M\n")
         with Daemon(workers=1, extra=["--config", conf, "--log-level", "info"]) as d:
-            src, exe = os.path.join(t, "p.c"), os.path.join(t, "p")
-            with open(src, "w") as f:
-                f.write(PUT_PROGRAM)
-            san = ["-fsanitize=address,undefined"] if SANITIZED else []
-            r = subprocess.run(["cc", *san, "-I", ROOT, "-o", exe, src,
-                                os.path.join(BUILD, "libptxcache.a"), "-lmsgpackc"],
-                               capture_output=True, text=True)
-            assert r.returncode == 0, r.stderr
+            exe = c_client(PUT_PROGRAM, t)
             relay = Counting(os.path.join(t, "relay.sock"), d.socket)
             p = subprocess.Popen([exe, relay.path], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, text=True)

@@ -24,7 +24,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from harness import (BUILD, CLI, LLC, PROBE_DAEMON, PROGRESS, ROOT, SANITIZED, Daemon, Raw, corpus,
+from harness import (CLI, c_client, LLC, PROBE_DAEMON, PROGRESS, Daemon, Raw, corpus,
                      frame, mp_pack, mp_unpack, small_ir)
 
 SILENCE_MS = 2000
@@ -434,12 +434,7 @@ def test_library_silence_api():
     explicit bound, an older caller's smaller struct (the environment's
     bound applies), and no bound (the timeout)."""
     with tempfile.TemporaryDirectory() as t, FakeServer(t, never_read) as srv:
-        src, exe = write(os.path.join(t, "p.c"), C_PROGRAM.encode()), os.path.join(t, "p")
-        san = ["-fsanitize=address,undefined"] if SANITIZED else []
-        r = subprocess.run(["cc", *san, "-I", ROOT, "-o", exe, src,
-                            os.path.join(BUILD, "libptxcache.a"), "-lmsgpackc"],
-                           capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
+        exe = c_client(C_PROGRAM, t)
         got = {}
         for mode in ("opts", "small", "zero"):
             t0 = time.monotonic()
