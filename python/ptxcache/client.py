@@ -159,7 +159,7 @@ class Client:
     def connect(self) -> None:
         """Open the connection if it is not open (again, after a fork or a
         close by the daemon). ConnectError if the socket cannot be reached."""
-        if self._sock is not None and self._pid == os.getpid():
+        if self._sock is not None and self._pid == _pid:
             return
         self._drop()
         try:
@@ -168,7 +168,7 @@ class Client:
             if self.explicit:
                 raise
             s = self._find_or_start()
-        self._sock, self._pid, self._used, self._bound_s = s, os.getpid(), False, 0.0
+        self._sock, self._pid, self._used, self._bound_s = s, _pid, False, 0.0
         self.generation += 1
 
     def _open(self, path: str) -> socket.socket:
@@ -229,11 +229,11 @@ class Client:
     def _drop(self) -> None:
         fds, self._fds = self._fds, []
         self._pending = bytearray()
-        if self._pid == os.getpid():
+        if self._pid == _pid:
             for fd in fds:
                 os.close(fd)
         s, self._sock = self._sock, None
-        if s is not None and self._pid == os.getpid():
+        if s is not None and self._pid == _pid:
             try:
                 s.close()
             except OSError:
@@ -241,7 +241,7 @@ class Client:
 
     @property
     def connected(self) -> bool:
-        return self._sock is not None and self._pid == os.getpid()
+        return self._sock is not None and self._pid == _pid
 
     def __enter__(self) -> "Client":
         return self
@@ -427,7 +427,7 @@ class Client:
         try:
             # recvmsg: a reply may bring its value's descriptor
             # (SCM_RIGHTS on its first byte; PROTOCOL.md).
-            r, anc, flags, _ = sock.recvmsg_into([view], _ANC_SPACE, socket.MSG_CMSG_CLOEXEC)
+            r, anc, flags, _ = sock.recvmsg_into([view], _ANC_SPACE, _CLOEXEC)
         except BlockingIOError:
             if self._bound_s:
                 raise DaemonTimeout("ptxcached at '%s' did not answer in time" % self.path) from None
@@ -437,7 +437,7 @@ class Client:
             if e.errno in (errno.ECONNRESET, errno.EPIPE):
                 raise _Closed(e.strerror) from None
             raise ConnectError("cannot read from ptxcached at '%s': %s" % (self.path, e)) from None
-        if anc or flags & socket.MSG_CTRUNC:
+        if anc or flags & _CTRUNC:
             self._take_fds(anc, flags)
         if r == 0:
             raise _Closed("end of stream")
@@ -475,12 +475,12 @@ class Client:
                 n = len(data) - len(data) % 4
                 got.extend(int.from_bytes(data[i:i + 4], "little", signed=True)
                            for i in range(0, n, 4))
-        if flags & socket.MSG_CTRUNC or len(got) > 1 or len(self._fds) + len(got) > FDS_MAX:
+        if flags & _CTRUNC or len(got) > 1 or len(self._fds) + len(got) > FDS_MAX:
             for fd in got:
                 os.close(fd)
             raise ProtocolError("ptxcached at '%s' sent %s" % (
                 self.path, "a descriptor this process could not take (out of descriptors?)"
-                if flags & socket.MSG_CTRUNC else "more descriptors than replies"))
+                if flags & _CTRUNC else "more descriptors than replies"))
         self._fds.extend(got)
 
     def _read_frame(self, deadline: float) -> tuple[int, dict]:
@@ -583,6 +583,10 @@ class Client:
 
 
 _ANC_SPACE = socket.CMSG_SPACE(4 * 4)
+# recvmsg's flags as plain ints: an operator on socket's enum members runs
+# Python code of the enum module on every read.
+_CLOEXEC = int(socket.MSG_CMSG_CLOEXEC)
+_CTRUNC = int(socket.MSG_CTRUNC)
 # What one read asks for when a frame's end is near (_read_exact()).
 _READ_AHEAD = 64 << 10
 
@@ -620,7 +624,14 @@ def _read_value(fd: int, n: object) -> bytes:
     return b"".join(parts)
 
 
+# This process's pid, which a connection is of: os.getpid() is a system
+# call, and a request would ask it twice. A child learns its own at fork.
+_pid = os.getpid()
+
+
 def _after_fork() -> None:
+    global _pid
+    _pid = os.getpid()
     for c in list(_clients):
         c._forked()
 
