@@ -41,6 +41,7 @@ struct syncer {
 	struct sync_req *todo, **todo_end;      /* the thread's, in order */
 	struct sync_req *done, **done_end;      /* synced, for the loop */
 	int started, failed, stop;
+	int pipe_failed;        /* pipe2() failures in a row */
 	pthread_t thread;
 	int wake[2];            /* the thread writes a byte, the loop reads */
 	struct event *ev;
@@ -121,11 +122,15 @@ static int start(struct syncer *s)
 	int rc;
 
 	if (pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
-		log_warn("syncer: pipe: %s; its files are synced and unlinked on the loop",
-			 strerror(errno));
+		/* Out of descriptors passes: the next request tries again, and
+		 * only the first failure of a run of them is said. */
+		if (!s->pipe_failed++)
+			log_warn("syncer: pipe: %s; files are synced and unlinked on the loop "
+				 "until one can be made", strerror(errno));
 		s->wake[0] = s->wake[1] = -1;
 		return -1;
 	}
+	s->pipe_failed = 0;
 	s->ev = event_new(s->base, s->wake[0], EV_READ | EV_PERSIST, on_wake, s);
 	if (!s->ev || event_add(s->ev, NULL) < 0)
 		goto fail;
