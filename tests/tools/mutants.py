@@ -256,6 +256,11 @@ MUTANTS: List[Mutant] = [
     Mutant("hot-evict-lent", "hot slot: a lent slot evicted for room", "daemon/*.c",
            "if (o->data.data && !o->lent)", "if (o->data.data)",
            ("unit:store_lent_entry_survives_eviction",)),
+    # The syncer out of descriptors (daemon/syncer.c): a run of failures
+    # is said once.
+    Mutant("syncer-pipe-failure-said-each-time", "syncer: every failed pipe2() warned",
+           "daemon/*.c", "if (!s->pipe_failed++)", "if (s->pipe_failed++ >= 0)",
+           ("unit:syncer_out_of_descriptors_warns_once_and_recovers",)),
     # sharing = confirm (daemon/confirm.c): another's unconfirmed entry is
     # no hit.
     Mutant("confirm-serves-unconfirmed", "sharing = confirm: unconfirmed entries served to all",
