@@ -625,7 +625,10 @@ def _read_value(fd: int, n: object) -> bytes:
 
 
 # This process's pid, which a connection is of: os.getpid() is a system
-# call, and a request would ask it twice. A child learns its own at fork.
+# call, and a request would ask it twice. A child learns its own at fork:
+# CPython runs the at-fork hooks in every child it makes (os.fork,
+# os.forkpty, multiprocessing), and C that forks and then runs Python must
+# call PyOS_AfterFork_Child for Python's own state, which runs them too.
 _pid = os.getpid()
 
 
