@@ -10,10 +10,13 @@ and the tests that claim the mechanism: "unit:NAME" (build/unit NAME) or
 "test_file.test_name" (tests/run.py). Adding a mechanism is adding an
 entry.
 
-How a run goes, in one throwaway copy of the tree (BUILD/mutants/tree: the
-working tree's files, their list in MANIFEST as the copy is no git
-checkout, and a copy of BUILD with its timestamps, so that make rebuilds
-only what a mutant changes, through its dependency files):
+How a run goes, in throwaway copies of the tree, one per worker
+(BUILD/mutants/tree1, tree2, ...: the working tree's files, their list in
+MANIFEST as a copy is no git checkout, and a copy of BUILD with its
+timestamps, so that make rebuilds only what a mutant changes, through its
+dependency files); each worker takes the next test or mutant in its own
+copy, so that one mutant's tests run while another's build or wait (on
+2 cores, 88 mutants took 1,294 s with one worker, 852 s with two):
  1. the list is checked: each pattern matches one line, each test name
     one test (the unit binary's filter and tests/run.py's -k are
     substrings: a name must be a whole test's name);
@@ -30,18 +33,21 @@ only what a mutant changes, through its dependency files):
 Ends with a table; exits 1 if the baseline failed or any mutant survived
 or erred. Not part of make test: .ci/run runs it after the suite.
 
-usage: tests/tools/mutants.py [--build DIR] [--only NAME,...] [--list]
+usage: tests/tools/mutants.py [--build DIR] [--only NAME,...] [--workers N] [--list]
   --only      these mutants alone (their tests alone in the baseline)
+  --workers   copies of the tree worked in at once (default 2)
 """
 import argparse
 import glob
 import os
+import queue
 import re
 import shutil
 import subprocess
 import sys
 import time
-from typing import List, NamedTuple, Optional, Tuple
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -539,10 +545,37 @@ def run_one(tree: str, m: Mutant, log, jobs: str, budget) -> Tuple[str, str]:
     return "survived", ("skipped: " + ", ".join(skipped)) if skipped else ""
 
 
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def over_trees(trees: Sequence[str], items: Sequence[T], fn: Callable[[str, T], R]) -> List[R]:
+    """fn(tree, item) for each item, each tree working on one item at a
+    time; the results in the items' order."""
+    free: "queue.Queue[str]" = queue.Queue()
+    for t in trees:
+        free.put(t)
+
+    def in_a_free_tree(item: T) -> R:
+        tree = free.get()
+        try:
+            return fn(tree, item)
+        finally:
+            free.put(tree)
+    with ThreadPoolExecutor(len(trees)) as pool:
+        return list(pool.map(in_a_free_tree, items))
+
+
+def say(line: str):
+    sys.stdout.write(line + "\n")      # one write: the workers' lines stay whole
+    sys.stdout.flush()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--only", default="")
+    ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--list", action="store_true")
     a = ap.parse_args()
     only = [x for x in a.only.split(",") if x]
@@ -560,39 +593,47 @@ def main() -> int:
         return 2
     started = time.time()
     work = os.path.join(build, "mutants")
-    tree = os.path.join(work, "tree")
     os.makedirs(work, exist_ok=True)
-    make_copy(build, tree)
+    trees = [os.path.join(work, "tree%d" % (i + 1)) for i in range(max(1, a.workers))]
+    for tree in trees:
+        make_copy(build, tree)
     jobs = os.environ.get("MUTANT_JOBS", "2")
 
     # 1. The list: each pattern one line.
     stale = []
     for m in chosen:
         try:
-            locate(tree, m)
+            locate(trees[0], m)
         except ValueError as e:
             stale.append("%s: %s" % (m.name, e))
-    # 2. The baseline: the unchanged copy builds, and each named test,
+    # 2. The baseline: each unchanged copy builds, and each named test,
     # alone, passes there.
+    logs = {tree: open(os.path.join(work, "baseline-%s.log" % os.path.basename(tree)), "w")
+            for tree in trees}
+    built = over_trees(trees, trees, lambda _, tree: sh(["make", "-j" + jobs, "all"], tree, logs[tree]))
+    if any(built):
+        print("mutants: an unchanged copy does not build (%s)" % ", ".join(
+            logs[t].name for t, rc in zip(trees, built) if rc), file=sys.stderr)
+        return 1
+    tests = []
+    for m in chosen:
+        tests += [t for t in m.tests if t not in tests]
+
+    def baseline(tree: str, t: str) -> Outcome:
+        o = run_test(tree, t, logs[tree], 1800)
+        say("baseline  %-9s %s (%.0f s)%s" % (o.result, t, o.took,
+                                             ": " + o.why if o.result == "error" else ""))
+        return o
     times = {}
-    with open(os.path.join(work, "baseline.log"), "w") as log:
-        if sh(["make", "-j" + jobs, "all"], tree, log) != 0:
-            print("mutants: the unchanged copy does not build (%s)" % log.name, file=sys.stderr)
-            return 1
-        tests = []
-        for m in chosen:
-            tests += [t for t in m.tests if t not in tests]
-        for t in tests:
-            o = run_test(tree, t, log, 1800)
-            times[t] = o.took
-            print("baseline  %-9s %s (%.0f s)%s" % (o.result, t, o.took,
-                                                   ": " + o.why if o.result == "error" else ""),
-                  flush=True)
-            if o.result != "passed":
-                stale.append("baseline: %s %s%s" % (t, o.result, ": " + o.why if o.why else ""))
+    for t, o in zip(tests, over_trees(trees, tests, baseline)):
+        times[t] = o.took
+        if o.result != "passed":
+            stale.append("baseline: %s %s%s" % (t, o.result, ": " + o.why if o.why else ""))
+    for log in logs.values():
+        log.close()
     if stale:
         print("\nmutants: the list or the unchanged tree is wrong; no mutant run (%s):" %
-              os.path.join(work, "baseline.log"))
+              ", ".join(log.name for log in logs.values()))
         for x in stale:
             print("  " + x)
         return 1
@@ -602,23 +643,22 @@ def main() -> int:
     def budget(t):
         return max(60.0, 5 * times[t])
 
-    results = []
-    for m in chosen:
+    def mutate(tree: str, m: Mutant) -> Tuple[str, str]:
         t0 = time.time()
         with open(os.path.join(work, m.name + ".log"), "w") as log:
             verdict, detail = run_one(tree, m, log, jobs, budget)
-        results.append((m, verdict, detail, time.time() - t0))
-        print("%-9s %-28s %s%s (%.0f s)" % (verdict, m.name, m.mechanism,
-                                            ": " + detail if detail else "", time.time() - t0),
-              flush=True)
+        say("%-9s %-28s %s%s (%.0f s)" % (verdict, m.name, m.mechanism,
+                                          ": " + detail if detail else "", time.time() - t0))
+        return verdict, detail
+    results = over_trees(trees, chosen, mutate)
     print()
     print("| mutant | mechanism | result | killed by |")
     print("|---|---|---|---|")
-    for m, verdict, detail, took in results:
+    for m, (verdict, detail) in zip(chosen, results):
         print("| %s | %s | %s | %s |" % (m.name, m.mechanism, verdict, detail))
-    bad = [m.name for m, v, _, _ in results if v != "killed"]
-    print("\n%d mutants, %d killed, %d not: %s; baseline %.0f s, all %.0f s (logs in %s)" % (
-        len(results), len(results) - len(bad), len(bad), ", ".join(bad) or "none",
+    bad = [m.name for m, (v, _) in zip(chosen, results) if v != "killed"]
+    print("\n%d mutants, %d killed, %d not: %s; %d workers; baseline %.0f s, all %.0f s (logs in %s)" % (
+        len(results), len(results) - len(bad), len(bad), ", ".join(bad) or "none", len(trees),
         baseline_s, time.time() - started, work))
     return 1 if bad else 0
 
