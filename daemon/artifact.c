@@ -489,6 +489,7 @@ static void slot_finish_from(struct slot *s, const struct buf *value, int stored
 	 * neither this slot nor these waiters. */
 	s->waiters = NULL;
 	slot_unlink(s);
+	store_gets_together(a->store, 1);       /* one hash of a fresh file for all */
 	for (; w; w = next) {
 		next = w->next;
 		size_t len;
@@ -501,6 +502,7 @@ static void slot_finish_from(struct slot *s, const struct buf *value, int stored
 		}
 		waiter_free(w);
 	}
+	store_gets_together(a->store, 0);
 }
 
 static void slot_finish(struct slot *s, const struct buf *value)

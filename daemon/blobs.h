@@ -90,6 +90,11 @@ void blobs_tmp_drop(struct blob_tmp *t);
 int blobs_open_file(struct blobs *b, const unsigned char key[32], int64_t sum,
 		    int64_t len, uint64_t *hash, const char **why);
 
+/* on: the next blobs_open_file() calls answer gets of one key given
+ * together (a put's waiters), and a hash of a file too fresh to be
+ * remembered serves them all; off (0) forgets it. */
+void blobs_together(struct blobs *b, int on);
+
 /* Read key's file for sum into dst (replacing its contents; exactly len
  * bytes, one copy) and give *hash of them. 0, 1 if the file is missing or
  * of another size (*why says which), -1 if it cannot be read now (out of

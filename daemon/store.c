@@ -1235,6 +1235,11 @@ int store_get_file(struct store *s, const unsigned char key[32], struct store_re
 	return lookup(s, key, out, 1, 0, fd);
 }
 
+void store_gets_together(struct store *s, int on)
+{
+	blobs_together(s->blobs, on);
+}
+
 int store_peek(struct store *s, const unsigned char key[32], struct store_result *out)
 {
 	return lookup(s, key, out, 0, 0, NULL);

@@ -132,6 +132,11 @@ int store_get_lent(struct store *s, const unsigned char key[32],
 int store_get_file(struct store *s, const unsigned char key[32],
 		   struct store_result *out, int *fd);
 
+/* on: the store_get_file() calls until off (0) answer gets of one key
+ * given together, a put's waiters; one hash of its fresh file serves them
+ * all (blobs_together()). */
+void store_gets_together(struct store *s, int on);
+
 /* store_get() without counting a hit (a comparison, not an answer). */
 int store_peek(struct store *s, const unsigned char key[32],
 	       struct store_result *out);
