@@ -613,7 +613,8 @@ def main() -> int:
     # alone, passes there.
     logs = {tree: open(os.path.join(work, "baseline-%s.log" % os.path.basename(tree)), "w")
             for tree in trees}
-    built = over_trees(trees, trees, lambda _, tree: sh(["make", "-j" + jobs, "all"], tree, logs[tree]))
+    with ThreadPoolExecutor(len(trees)) as pool:
+        built = list(pool.map(lambda tree: sh(["make", "-j" + jobs, "all"], tree, logs[tree]), trees))
     if any(built):
         print("mutants: an unchanged copy does not build (%s)" % ", ".join(
             logs[t].name for t, rc in zip(trees, built) if rc), file=sys.stderr)
