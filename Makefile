@@ -324,10 +324,13 @@ check: test
 # that must notice): the named tests on the unchanged copy first, then per
 # mutant a rebuild of what it changed and its named tests; fails if the
 # baseline fails or a mutant survives. Not part of make test; .ci/run runs
-# it. MUTANTS=name,... runs those alone.
+# it. MUTANTS=name,... runs those alone. PASSED=FILE: the test-times.tsv
+# of a suite run that passed on this build (CI's), the baseline of the
+# tests it names.
 check-mutants: deps
 	@$(MAKE) --no-print-directory all corpus
-	@python3 tests/tools/mutants.py --build $(B) $(if $(MUTANTS),--only $(MUTANTS))
+	@python3 tests/tools/mutants.py --build $(B) $(if $(MUTANTS),--only $(MUTANTS)) \
+	  $(if $(PASSED),--passed $(PASSED))
 
 clean:
 	rm -rf $(B)

@@ -22,20 +22,28 @@ copy, so that one mutant's tests run while another's build or wait (on
     substrings: a name must be a whole test's name);
  2. the baseline: the unchanged copy is built and every named test run
     once; if one fails or skips there, the run stops (exit 1): a test that
-    fails without a mutant proves nothing about one;
- 3. each mutant: its line changed, the copy built (a mutant that does not
-    build is an error of the list, never a kill), its named tests run one
-    after another until one fails. "killed" only when a named test's own
-    result is a failure (or it crashed or hung, alone in its run: a unit
-    test alone in build/unit, a test alone under run.py, past five times
-    its baseline time); "survived" when each passed. Then the line is put
-    back (the next build recompiles that file).
+    fails without a mutant proves nothing about one. With --passed FILE
+    (the test-times.tsv of a suite run that passed on this very build, as
+    CI's lone clone writes it), the tests it names are taken as passed
+    with its times and only the others are run;
+ 3. each mutant: its line changed, and only what its named tests run
+    rebuilt (nothing for a Python mutant, build/unit for a unit test,
+    build/l2drive for test_l2_live's; a mutant that does not build is an
+    error of the list, never a kill), its named tests run one after
+    another, the fastest first, until one fails. "killed" only when a
+    named test's own result is a failure (or it crashed or hung, alone in
+    its run: a unit test alone in build/unit, a test alone under run.py,
+    past five times its baseline time); "survived" when each passed. Then
+    the line is put back (the next build recompiles that file).
 Ends with a table; exits 1 if the baseline failed or any mutant survived
 or erred. Not part of make test: .ci/run runs it after the suite.
 
-usage: tests/tools/mutants.py [--build DIR] [--only NAME,...] [--workers N] [--list]
+usage: tests/tools/mutants.py [--build DIR] [--only NAME,...] [--workers N]
+                             [--passed FILE] [--list]
   --only      these mutants alone (their tests alone in the baseline)
   --workers   copies of the tree worked in at once (default 2)
+  --passed    the times of a suite run that passed on this build: the
+              baseline of the tests it names
 """
 import argparse
 import glob
@@ -47,7 +55,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -410,6 +418,28 @@ MUTANTS: List[Mutant] = [
 ]
 
 
+# What a test file runs: the daemon and its clients, but for those that
+# drive a program of their own (alone, or beside the daemon).
+CLIENTS = ["build/ptxcached", "build/ptxcache", "build/libptxcache.a", "build/libptxcache.so"]
+PROGRAMS = {
+    "test_l2_live": ["build/l2drive"],                  # daemon/l2.c alone
+    "test_sandbox": CLIENTS + ["build/ptxcached-probe"],
+    "test_reloc": CLIENTS + ["build/relocdrive"],
+    "test_fuzz": ["all"],
+}
+
+
+def targets(m: Mutant) -> List[str]:
+    """What make builds for m: what its named tests run, if it changes C."""
+    if not m.files.endswith((".c", ".cpp", ".h")):
+        return []       # Python, the backend: the tests run the sources themselves
+    out: List[str] = []
+    for t in m.tests:
+        need = ["build/unit"] if t.startswith("unit:") else PROGRAMS.get(t.split(".")[0], CLIENTS)
+        out += [x for x in need if x not in out]
+    return out
+
+
 def sh(cmd: List[str], cwd: str, log, timeout: Optional[float] = None, env=None) -> int:
     log.write("$ %s\n" % " ".join(cmd))
     log.flush()
@@ -514,8 +544,9 @@ def run_test(tree: str, t: str, log, timeout: float) -> Outcome:
     return Outcome("passed", "", took)
 
 
-def run_one(tree: str, m: Mutant, log, jobs: str, budget) -> Tuple[str, str]:
-    """("killed", the test and how), ("survived", ""), or ("error", why)."""
+def run_one(tree: str, m: Mutant, log, jobs: str, took: Dict[str, float]) -> Tuple[str, str]:
+    """("killed", the test and how), ("survived", ""), or ("error", why).
+    took: each named test's baseline time."""
     try:
         path, idx = locate(tree, m)
     except ValueError as e:
@@ -529,11 +560,12 @@ def run_one(tree: str, m: Mutant, log, jobs: str, budget) -> Tuple[str, str]:
     try:
         with open(path, "w", encoding="utf-8") as f:
             f.writelines(lines)
-        if sh(["make", "-j" + jobs, "all"], tree, log) != 0:
+        build = targets(m)
+        if build and sh(["make", "-j" + jobs] + build, tree, log) != 0:
             return "error", "the mutant does not build (an error of the list; see its log)"
         skipped = []
-        for t in m.tests:
-            o = run_test(tree, t, log, budget(t))
+        for t in sorted(m.tests, key=lambda t: took[t]):
+            o = run_test(tree, t, log, max(60.0, 5 * took[t]))
             if o.result == "failed":
                 return "killed", "%s (%s)" % (t, o.why)
             if o.result == "error":
@@ -546,6 +578,16 @@ def run_one(tree: str, m: Mutant, log, jobs: str, budget) -> Tuple[str, str]:
         with open(path, "w", encoding="utf-8") as f:
             f.writelines(original)
     return "survived", ("skipped: " + ", ".join(skipped)) if skipped else ""
+
+
+def passed_times(path: str) -> Dict[str, float]:
+    """{test: seconds} from tests/run.py's times file (NAME<TAB>SECONDS)."""
+    out = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            name, _, secs = line.rstrip("\n").partition("\t")
+            out[name] = float(secs)
+    return out
 
 
 T = TypeVar("T")
@@ -579,6 +621,7 @@ def main() -> int:
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--only", default="")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--passed")
     ap.add_argument("--list", action="store_true")
     a = ap.parse_args()
     only = [x for x in a.only.split(",") if x]
@@ -610,7 +653,7 @@ def main() -> int:
         except ValueError as e:
             stale.append("%s: %s" % (m.name, e))
     # 2. The baseline: each unchanged copy builds, and each named test,
-    # alone, passes there.
+    # alone, passes there (or passed in the suite run of --passed).
     logs = {tree: open(os.path.join(work, "baseline-%s.log" % os.path.basename(tree)), "w")
             for tree in trees}
     with ThreadPoolExecutor(len(trees)) as pool:
@@ -619,16 +662,19 @@ def main() -> int:
         print("mutants: an unchanged copy does not build (%s)" % ", ".join(
             logs[t].name for t, rc in zip(trees, built) if rc), file=sys.stderr)
         return 1
+    times = passed_times(a.passed) if a.passed else {}
     tests = []
     for m in chosen:
-        tests += [t for t in m.tests if t not in tests]
+        tests += [t for t in m.tests if t not in tests and t not in times]
+    if a.passed:
+        say("baseline: %d named tests passed in %s, %d to run" % (
+            len({t for m in chosen for t in m.tests} - set(tests)), a.passed, len(tests)))
 
     def baseline(tree: str, t: str) -> Outcome:
         o = run_test(tree, t, logs[tree], 1800)
         say("baseline  %-9s %s (%.0f s)%s" % (o.result, t, o.took,
                                              ": " + o.why if o.result == "error" else ""))
         return o
-    times = {}
     for t, o in zip(tests, over_trees(trees, tests, baseline)):
         times[t] = o.took
         if o.result != "passed":
@@ -644,13 +690,10 @@ def main() -> int:
     baseline_s = time.time() - started
 
     # 3. The mutants.
-    def budget(t):
-        return max(60.0, 5 * times[t])
-
     def mutate(tree: str, m: Mutant) -> Tuple[str, str]:
         t0 = time.time()
         with open(os.path.join(work, m.name + ".log"), "w") as log:
-            verdict, detail = run_one(tree, m, log, jobs, budget)
+            verdict, detail = run_one(tree, m, log, jobs, times)
         say("%-9s %-28s %s%s (%.0f s)" % (verdict, m.name, m.mechanism,
                                           ": " + detail if detail else "", time.time() - t0))
         return verdict, detail

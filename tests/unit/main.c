@@ -5,10 +5,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static struct unit_test *tests;
 static int failures_in_test;
 static char tmpdir[256];
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
 
 void unit_register(struct unit_test *t)
 {
@@ -31,6 +39,8 @@ int main(int argc, char **argv)
 {
 	int passed = 0, failed = 0;
 
+	setvbuf(stdout, NULL, _IOLBF, 0);      /* a check's failure on stderr lands beside its test */
+
 	/* Registration order is reversed; run in declaration order. */
 	struct unit_test *rev = NULL;
 	while (tests) {
@@ -48,16 +58,18 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		failures_in_test = 0;
+		double t0 = now_s();
 		t->fn();
+		double took = now_s() - t0;
 		char cmd[300];
 		snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
 		if (system(cmd) != 0)
 			fprintf(stderr, "  cannot remove '%s'\n", tmpdir);
 		if (failures_in_test) {
-			printf("FAIL %s\n", t->name);
+			printf("FAIL %s (%.1f s)\n", t->name, took);
 			failed++;
 		} else {
-			printf("ok   %s\n", t->name);
+			printf("ok   %s (%.1f s)\n", t->name, took);
 			passed++;
 		}
 	}
