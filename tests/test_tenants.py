@@ -11,6 +11,7 @@ adds another uid."""
 import json
 import os
 import signal
+import sqlite3
 import stat
 import subprocess
 import tempfile
@@ -559,12 +560,24 @@ def test_python_status_names_the_tenant():
             assert ("tenant pod-a" in r.stdout) == (tenant == "pod-a"), r.stdout
 
 
+def damage_row(d, key):
+    """The value of the entry key (hex) overwritten with zeros in the
+    daemon's store: the entry no longer decodes."""
+    db = sqlite3.connect(os.path.join(d.cache_dir, "cache.db"))
+    n = db.execute("UPDATE entries SET data = zeroblob(length(data)) WHERE hex(key) = ?",
+                   (key.upper(),)).rowcount
+    db.commit()
+    db.close()
+    assert n == 1, key
+
+
 def test_a_tenant_learns_nothing_of_anothers_entries():
     """Hostile beta, after alpha compiled a kernel and stored an artifact:
     ls (of every kind), show of alpha's keys, explain of a kernel one flag
-    from alpha's, verify and evict name no key, component or namespace of
-    alpha's. Alpha sees its own; the same kernel is beta's too once beta
-    compiled it itself; root on the main socket sees everything."""
+    from alpha's and evict name no key, component or namespace of alpha's,
+    and verify neither reports nor removes alpha's damaged entry. Alpha
+    sees its own; the same kernel is beta's too once beta compiled it
+    itself; root on the main socket sees everything."""
     ir = small_ir("tenant_view")
     flags = ["--arch", "sm_90a", "--ptx-isa", "90"]
     with tenant_daemon("alpha,beta") as d:
@@ -605,8 +618,6 @@ def test_a_tenant_learns_nothing_of_anothers_entries():
         e = json.loads(cli(beta, "explain", *flags, "--json", "-", input=ir,
                            check=True).stdout)
         assert e["key"] == ptx and e["cached"] is False and e["nearest"] is None, e
-        r = cli(beta, "verify", "--json", check=True)
-        assert reveals(r.stdout) == [], r.stdout
         r = cli(beta, "evict", "--kind", "artifact", "--json", check=True)
         assert json.loads(r.stdout) == {"removed": 0, "entries": 0, "bytes": 0}, r.stdout
 
@@ -633,3 +644,14 @@ def test_a_tenant_learns_nothing_of_anothers_entries():
         assert [e["key"] for e in json.loads(cli(beta, "ls", "--json", check=True).stdout)] \
             == [ptx]
         assert len(json.loads(cli(alpha, "ls", "--json", check=True).stdout)) == 2
+
+        # Alpha's artifact damaged in the store: beta's verify neither
+        # reports it nor removes it, alpha's and root's report it.
+        damage_row(d, art)
+        r = cli(beta, "verify", "--json", check=True)
+        assert json.loads(r.stdout) == {"problems": 0, "report": []}, r.stdout
+        for who in (alpha, main):
+            r = cli(who, "verify", "--json")
+            assert r.returncode == 1, (r.stdout, r.stderr)
+            v = json.loads(r.stdout)
+            assert v["problems"] == 1 and v["report"][0].startswith("entry %s: " % art), v

@@ -247,6 +247,15 @@ MUTANTS: List[Mutant] = [
            "daemon/*.c", "tenant_qualify(&c->tenant, sc->base, sc->name, sizeof sc->name);",
            'snprintf(sc->name, sizeof sc->name, "%s", sc->base);',
            ("test_tenants.test_redis_tier_keeps_tenants_apart_across_nodes",)),
+    # verify's report per identity (daemon/manage.c); libptxcache's
+    # descriptor it cannot take (client/lib.c); two scopes' same large
+    # bytes two files (daemon/blobs.c); two listed groups two scopes
+    # (daemon/artifact.c).
+    Mutant("verify-everyone", "verify: every entry checked and reported to anyone", "daemon/*.c",
+           "int problems = store_verify(c->srv->store, &view, &report);",
+           "int problems = store_verify(c->srv->store, NULL, &report);",
+           ("test_tenants.test_a_tenant_learns_nothing_of_anothers_entries",
+            "test_manage.test_a_uid_sees_only_its_own_entries_on_the_main_socket")),
     # The worker's start (daemon/worker.c): the master's signal mask given
     # back before the exec; the parent check against the master's pid
     # (not 1: the master may be PID 1 itself, in a container).
