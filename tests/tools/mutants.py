@@ -256,6 +256,9 @@ MUTANTS: List[Mutant] = [
            "int problems = store_verify(c->srv->store, NULL, &report);",
            ("test_tenants.test_a_tenant_learns_nothing_of_anothers_entries",
             "test_manage.test_a_uid_sees_only_its_own_entries_on_the_main_socket")),
+    Mutant("lib-ctrunc-ignored", "libptxcache: a descriptor it could not take not told",
+           "client/lib.c", "if (bad || (mh.msg_flags & MSG_CTRUNC)) {", "if (bad) {",
+           ("test_large.test_libptxcache_out_of_descriptors_gets_a_clear_error_then_the_value",)),
     # The worker's start (daemon/worker.c): the master's signal mask given
     # back before the exec; the parent check against the master's pid
     # (not 1: the master may be PID 1 itself, in a container).
