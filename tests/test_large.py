@@ -433,6 +433,89 @@ def test_a_client_out_of_descriptors_gets_a_clear_error_and_the_daemon_serves_on
             assert c.artifact_get("t", "k").value == v
 
 
+_LIB_OUT_OF_FDS = r"""
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/resource.h>
+#include <unistd.h>
+#include "client/ptxcache.h"
+
+/* A get of t/k: "found LEN" (the value written to PREFIX.step) or
+ * "-1 MESSAGE". */
+static void get(ptxcache *pc, const char *prefix, int step)
+{
+	struct ptxcache_artifact a;
+	char path[4096];
+
+	if (ptxcache_artifact_get(pc, "t", "k", 0, -1, &a) < 0) {
+		printf("-1 %s\n", ptxcache_errmsg(pc));
+		return;
+	}
+	printf("%s %zu\n", a.found ? "found" : "miss", a.len);
+	snprintf(path, sizeof path, "%s.%d", prefix, step);
+	FILE *f = fopen(path, "wb");
+	if (!f || fwrite(a.value, 1, a.len, f) != a.len || fclose(f))
+		printf("cannot write %s\n", path);
+	ptxcache_artifact_free(&a);
+}
+
+/* argv: the socket, where the values go. */
+int main(int argc, char **argv)
+{
+	char err[256];
+	int held[64], n = 0, fd;
+	struct rlimit rl = { 64, 64 };
+
+	(void)argc;
+	ptxcache *pc = ptxcache_connect(argv[1], 60000, err, sizeof err);
+	if (!pc) { printf("connect: %s\n", err); return 3; }
+	get(pc, argv[2], 0);
+	/* No descriptor left: the next reply's cannot be taken. */
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0) { perror("setrlimit"); return 3; }
+	while (n < 64 && (fd = open("/dev/null", O_RDONLY)) >= 0)
+		held[n++] = fd;
+	get(pc, argv[2], 1);
+	while (n)
+		close(held[--n]);
+	get(pc, argv[2], 2);
+	ptxcache_close(pc);
+	pc = ptxcache_connect(argv[1], 60000, err, sizeof err);
+	if (!pc) { printf("connect: %s\n", err); return 3; }
+	get(pc, argv[2], 3);
+	ptxcache_close(pc);
+	return 0;
+}
+"""
+
+
+def test_libptxcache_out_of_descriptors_gets_a_clear_error_then_the_value():
+    """libptxcache's get of a value that comes as a descriptor, in a process
+    with no descriptor left: -1 with the message that says so (no crash, no
+    value, no "malformed reply"). Once descriptors are freed, the same
+    handle gets the value whole (the kernel ends the read at the reply
+    that carried the descriptor, dropped with it: the stream stays whole),
+    and so does a new one."""
+    v = value(300 << 10)
+    with Daemon(workers=1) as d, tempfile.TemporaryDirectory() as t:
+        with Client(d.socket) as c:
+            assert c.artifact_put("t", "k", v)
+        exe = c_client(_LIB_OUT_OF_FDS, t)
+        prefix = os.path.join(t, "value")
+        r = subprocess.run([exe, d.socket, prefix], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        lines = r.stdout.splitlines()
+        assert lines == ["found %d" % len(v),
+                         "-1 ptxcached sent a descriptor this process could not take "
+                         "(out of descriptors?)",
+                         "found %d" % len(v), "found %d" % len(v)], r.stdout
+        for step in (0, 2, 3):
+            with open("%s.%d" % (prefix, step), "rb") as f:
+                assert f.read() == v, step
+        assert not os.path.exists(prefix + ".1")
+        # Each get asked for the descriptor, and the daemon sent it.
+        assert d.stats()["artifact_fd_hits"] == 4
+
+
 def test_a_daemon_out_of_descriptors_pauses_accepting_and_keeps_its_entries():
     # Idle connections take every descriptor the daemon may have: it
     # neither spins on accept() (it pauses, and says so once) nor takes a

@@ -146,8 +146,9 @@ def test_namespace_per_uid_separates_entries():
 
 def test_a_uid_sees_only_its_own_entries_on_the_main_socket():
     """Two uids on the main socket: what one compiled or stored, ls (of
-    every kind), show, explain, verify and evict never name for the other;
-    the first sees its own; root (the admin) sees both."""
+    every kind), show, explain and evict never name for the other, nor
+    does verify report (or remove) the first's damaged entry; the first
+    sees its own; root (the admin) sees both."""
     if os.geteuid() != 0:
         raise Skip("needs root to run clients as other users")
     a, b = 65534, 54321
@@ -178,10 +179,9 @@ def test_a_uid_sees_only_its_own_entries_on_the_main_socket():
         r = as_(b, "explain", *flags, "-O2", "--json", "-", input=ir)
         e = json.loads(r.stdout)
         assert e["cached"] is False and e["nearest"] is None, e
-        r2 = as_(b, "verify", "--json")
         r3 = as_(b, "evict", "--kind", "artifact", "--json")
         assert json.loads(r3.stdout)["removed"] == 0 and json.loads(r3.stdout)["entries"] == 0
-        for out in (r.stdout, r2.stdout, r3.stdout, as_(b, "ls").stdout):
+        for out in (r.stdout, r3.stdout, as_(b, "ls").stdout):
             assert [s for s in secrets if s in out.decode()] == [], out
         assert as_(a, "artifact", "get", "a-secret-ns", "a-secret-key").stdout == b"a's"
 
@@ -190,6 +190,20 @@ def test_a_uid_sees_only_its_own_entries_on_the_main_socket():
         every = {e["key"] for e in json.loads(d.cli("ls", "--json").stdout)}
         assert {ptx, art} <= every, every
         assert json.loads(d.cli("show", art, "--json").stdout)["key"] == art
+
+        # a's artifact damaged in the store: b's verify neither reports it
+        # nor removes it; a's and the admin's report it.
+        db = sqlite3.connect(os.path.join(d.cache_dir, "cache.db"))
+        db.execute("UPDATE entries SET data = zeroblob(length(data)) WHERE hex(key) = ?",
+                   (art.upper(),))
+        db.commit()
+        db.close()
+        r = as_(b, "verify", "--json")
+        assert json.loads(r.stdout) == {"problems": 0, "report": []}, r.stdout
+        for r in (as_(a, "verify", "--json"), d.cli("verify", "--json", check=False)):
+            v = json.loads(r.stdout)
+            assert r.returncode == 1 and v["problems"] == 1, v
+            assert v["report"][0].startswith("entry %s: " % art), v
 
 
 def test_an_entry_a_uid_is_answered_with_is_its_own_too():

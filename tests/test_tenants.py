@@ -7,10 +7,11 @@ real redis-server; one tenant's compile reaches another only once another
 worker confirmed it; sockets come and go on SIGHUP; names are checked.
 The clients are one uid (root when the suite runs as root: the case the
 tenants exist for) on real sockets of a real daemon; socket-mode's test
-adds another uid."""
+adds another uid, the groups' test two uids in two artifact-groups."""
 import json
 import os
 import signal
+import sqlite3
 import stat
 import subprocess
 import tempfile
@@ -20,6 +21,7 @@ from harness import (CLI, DAEMON, LLC, PROBE_DAEMON, TRITON_FLAGS, Daemon, Raw, 
                      mp_pack, mp_unpack, small_ir)
 from sysutil import cli_as, make_reachable
 from redis_fixture import RedisServer
+from test_large import FdClient, blob_files, value
 
 FLAGS = ["-mtriple=nvptx64", "-mcpu=sm_90a"]
 SECRET = b"cluster secret for the tenant tests\n"
@@ -416,6 +418,82 @@ def _compile_json(path, ir):
     return j["cached"], j["ptx"].encode()
 
 
+def _fd_get(path, ns, key):
+    """A get that asks for the value's descriptor: (found, the descriptor
+    or None)."""
+    c = FdClient(path)
+    try:
+        _, body, fd = c.call(GET, ns=ns, key=key, fd=True)
+    finally:
+        c.close()
+    return body["found"], fd
+
+
+def test_a_large_value_by_descriptor_reaches_its_own_tenant_alone():
+    """A value over the inline limit, put by root on x: root on y and on
+    the main socket get neither the value nor a descriptor; x gets its
+    file's. The same bytes put on y are another file: the descriptors x
+    and y are given are of two inodes."""
+    v = value(1 << 20, 3)
+    with tenant_daemon() as d:
+        x, y, main = d.sock("x"), d.sock("y"), d.sock("-")
+        put(x, "t", "k", v)
+        for other in (y, main):
+            assert _fd_get(other, "t", "k") == (False, None), other
+        found, fx = _fd_get(x, "t", "k")
+        assert found and fx is not None and os.pread(fx, len(v) + 1, 0) == v
+        put(y, "t", "k", v)
+        found, fy = _fd_get(y, "t", "k")
+        assert found and fy is not None and os.pread(fy, len(v) + 1, 0) == v
+        files = blob_files(d)
+        assert len(files) == 2 and len({os.stat(f).st_ino for f in files}) == 2, files
+        # x's, asked again after y's put: still its own file.
+        found, fx2 = _fd_get(x, "t", "k")
+        assert found and os.pread(fx2, len(v) + 1, 0) == v
+        assert os.fstat(fx).st_ino == os.fstat(fx2).st_ino != os.fstat(fy).st_ino
+        assert _fd_get(main, "t", "k") == (False, None)
+        for fd in (fx, fx2, fy):
+            os.close(fd)
+        assert d.stats()["artifact_fd_hits"] == 3
+
+
+def test_a_large_value_of_a_group_reaches_its_group_on_its_tenant_alone():
+    """With artifact-groups G1,G2: a large value one member of G1 put on
+    tenant x is served (by descriptor) to another member of G1 on x; not
+    to a member of G2 on x, nor to a member of G1 on y, its putter
+    included. G2's put of the same bytes on x is a file of its own."""
+    if os.geteuid() != 0:
+        raise Skip("needs root to run clients as other users and groups")
+    g1, g2, a, b = 4242, 4343, 65534, 54321
+    v = value(1 << 20, 4)
+    with tenant_daemon(extra=["--artifact-groups", "%d,%d" % (g1, g2),
+                              "--allow-users", "%d,%d" % (a, b)]) as d:
+        x, y = d.sock("x"), d.sock("y")
+        make_reachable(x)
+        make_reachable(y)
+
+        def as_(path, uid, group, *args, input=None):
+            r = cli_as(path, uid, uid, "artifact", *args, groups=(group,), input=input)
+            assert r.returncode in (0, 1), (args, r.stderr)
+            return r
+
+        assert as_(x, a, g1, "put", "t", "k", "-", input=v).returncode == 0
+        fd_hits = d.stats()["artifact_fd_hits"]
+        r = as_(x, b, g1, "get", "t", "k")
+        assert r.returncode == 0 and r.stdout == v, len(r.stdout)
+        assert d.stats()["artifact_fd_hits"] == fd_hits + 1
+        assert as_(x, b, g2, "get", "t", "k").returncode == 1
+        for uid in (a, b):
+            assert as_(y, uid, g1, "get", "t", "k").returncode == 1, uid
+        assert len(blob_files(d)) == 1
+        assert as_(x, b, g2, "put", "t", "k", "-", input=v).returncode == 0
+        files = blob_files(d)
+        assert len(files) == 2 and len({os.stat(f).st_ino for f in files}) == 2, files
+        r = as_(x, a, g2, "get", "t", "k")
+        assert r.returncode == 0 and r.stdout == v
+        assert as_(x, b, g1, "get", "t", "k").stdout == v
+
+
 def test_sharing_confirm_keeps_one_tenants_compile_from_another_until_confirmed():
     """As for two uids (test_confirm.py), for one uid on two tenants'
     sockets, without background confirmation, request by request: x's
@@ -559,12 +637,24 @@ def test_python_status_names_the_tenant():
             assert ("tenant pod-a" in r.stdout) == (tenant == "pod-a"), r.stdout
 
 
+def damage_row(d, key):
+    """The value of the entry key (hex) overwritten with zeros in the
+    daemon's store: the entry no longer decodes."""
+    db = sqlite3.connect(os.path.join(d.cache_dir, "cache.db"))
+    n = db.execute("UPDATE entries SET data = zeroblob(length(data)) WHERE hex(key) = ?",
+                   (key.upper(),)).rowcount
+    db.commit()
+    db.close()
+    assert n == 1, key
+
+
 def test_a_tenant_learns_nothing_of_anothers_entries():
     """Hostile beta, after alpha compiled a kernel and stored an artifact:
     ls (of every kind), show of alpha's keys, explain of a kernel one flag
-    from alpha's, verify and evict name no key, component or namespace of
-    alpha's. Alpha sees its own; the same kernel is beta's too once beta
-    compiled it itself; root on the main socket sees everything."""
+    from alpha's and evict name no key, component or namespace of alpha's,
+    and verify neither reports nor removes alpha's damaged entry. Alpha
+    sees its own; the same kernel is beta's too once beta compiled it
+    itself; root on the main socket sees everything."""
     ir = small_ir("tenant_view")
     flags = ["--arch", "sm_90a", "--ptx-isa", "90"]
     with tenant_daemon("alpha,beta") as d:
@@ -605,8 +695,6 @@ def test_a_tenant_learns_nothing_of_anothers_entries():
         e = json.loads(cli(beta, "explain", *flags, "--json", "-", input=ir,
                            check=True).stdout)
         assert e["key"] == ptx and e["cached"] is False and e["nearest"] is None, e
-        r = cli(beta, "verify", "--json", check=True)
-        assert reveals(r.stdout) == [], r.stdout
         r = cli(beta, "evict", "--kind", "artifact", "--json", check=True)
         assert json.loads(r.stdout) == {"removed": 0, "entries": 0, "bytes": 0}, r.stdout
 
@@ -633,3 +721,14 @@ def test_a_tenant_learns_nothing_of_anothers_entries():
         assert [e["key"] for e in json.loads(cli(beta, "ls", "--json", check=True).stdout)] \
             == [ptx]
         assert len(json.loads(cli(alpha, "ls", "--json", check=True).stdout)) == 2
+
+        # Alpha's artifact damaged in the store: beta's verify neither
+        # reports it nor removes it, alpha's and root's report it.
+        damage_row(d, art)
+        r = cli(beta, "verify", "--json", check=True)
+        assert json.loads(r.stdout) == {"problems": 0, "report": []}, r.stdout
+        for who in (alpha, main):
+            r = cli(who, "verify", "--json")
+            assert r.returncode == 1, (r.stdout, r.stderr)
+            v = json.loads(r.stdout)
+            assert v["problems"] == 1 and v["report"][0].startswith("entry %s: " % art), v

@@ -255,6 +255,27 @@ MUTANTS: List[Mutant] = [
            "daemon/*.c", "tenant_qualify(&c->tenant, sc->base, sc->name, sizeof sc->name);",
            'snprintf(sc->name, sizeof sc->name, "%s", sc->base);',
            ("test_tenants.test_redis_tier_keeps_tenants_apart_across_nodes",)),
+    # verify's report per identity (daemon/manage.c); libptxcache's
+    # descriptor it cannot take (client/lib.c); two scopes' same large
+    # bytes two files (daemon/blobs.c); two listed groups two scopes
+    # (daemon/artifact.c).
+    Mutant("verify-everyone", "verify: every entry checked and reported to anyone", "daemon/*.c",
+           "int problems = store_verify(c->srv->store, &view, &report);",
+           "int problems = store_verify(c->srv->store, NULL, &report);",
+           ("test_tenants.test_a_tenant_learns_nothing_of_anothers_entries",
+            "test_manage.test_a_uid_sees_only_its_own_entries_on_the_main_socket")),
+    Mutant("lib-ctrunc-ignored", "libptxcache: a descriptor it could not take not told",
+           "client/lib.c", "if (bad || (mh.msg_flags & MSG_CTRUNC)) {", "if (bad) {",
+           ("test_large.test_libptxcache_out_of_descriptors_gets_a_clear_error_then_the_value",)),
+    Mutant("blob-name-no-key", "blob files: named by the value's checksum alone", "daemon/*.c",
+           'snprintf(name, 90, "%s/%s-%016llx", sub, hex, (unsigned long long)(uint64_t)sum);',
+           'memcpy(sub, "00", 3); snprintf(name, 90, "00/%064d-%016llx", 0, '
+           '(unsigned long long)(uint64_t)sum);',
+           ("test_tenants.test_a_large_value_by_descriptor_reaches_its_own_tenant_alone",
+            "test_tenants.test_a_large_value_of_a_group_reaches_its_group_on_its_tenant_alone")),
+    Mutant("scope-groups-merged", "scope check: every listed group one scope", "daemon/*.c",
+           "return ARTIFACT_SCOPE_GROUP(a->groups[g]);", "return ARTIFACT_SCOPE_GROUP(a->groups[0]);",
+           ("test_tenants.test_a_large_value_of_a_group_reaches_its_group_on_its_tenant_alone",)),
     # The worker's start (daemon/worker.c): the master's signal mask given
     # back before the exec; the parent check against the master's pid
     # (not 1: the master may be PID 1 itself, in a container).
