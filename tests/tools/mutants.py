@@ -154,6 +154,14 @@ MUTANTS: List[Mutant] = [
            "c->fds_unread = 0;", "return 1;",
            ("test_large.test_descriptors_in_flight_are_bounded_per_connection_then_values_go_inline",
             "test_large.test_a_client_that_reads_keeps_getting_descriptors_however_many_it_holds")),
+    # A large value's disk-full rules and its files' lifetime (daemon/store.c,
+    # blobs.c): the spool's retry and refusal.
+    Mutant("spool-no-disk-retry", "a spool that fills the disk fails without making room",
+           "daemon/*.c", "if (!full || sp->retried || s->batch)", "if (1)",
+           ("test_large.test_a_disk_that_fills_inside_a_large_puts_spool_makes_room_once_or_refuses_cleanly",)),
+    Mutant("spool-too-large-evicts", "a spooled value larger than all the room evicts before it is refused",
+           "daemon/*.c", "+ s->bytes + (int64_t)sp->got <", "+ s->bytes + (int64_t)sp->got < 0 *",
+           ("test_large.test_a_disk_that_fills_inside_a_large_puts_spool_makes_room_once_or_refuses_cleanly",)),
     # The artifact scope check (daemon/artifact.c).
     Mutant("scope-everyone", "scope check: every uid in one scope", "daemon/*.c",
            "return (int64_t)c->uid;", "return ARTIFACT_SCOPE_ALL;",
