@@ -297,27 +297,110 @@ def _used(mnt):
 
 
 def test_a_value_held_while_evicted_or_purged_keeps_its_bytes_and_its_space_comes_back():
+    """Descriptors a client holds: one entry evicted, the other purged;
+    their files unlinked, whole for the client that holds them, their
+    blocks back once it closes them."""
     with tmpfs(256 * MB) as mnt:
         with Daemon(workers=1, cache_dir=os.path.join(mnt, "cache")) as d:
             v, w = value(16 * MB, 1), value(16 * MB, 2)
             with Client(d.socket) as c:
                 assert c.artifact_put("t", "a", v)
-                assert c.artifact_put("t", "b", w)
+                assert c.artifact_put("u", "b", w)
             fc = FdClient(d.socket)
             _, body, fa = fc.call(GET, ns="t", key="a", fd=True)
-            _, body, fb = fc.call(GET, ns="t", key="b", fd=True)
+            _, body, fb = fc.call(GET, ns="u", key="b", fd=True)
             assert fa is not None and fb is not None
             before = _used(mnt)
             assert d.cli("evict", "--namespace", "t", "--json").returncode == 0
-            _until(lambda: blob_files(d) == [], "the evicted files' unlink (off the loop)")
+            _until(lambda: len(blob_files(d)) == 1, "the evicted file's unlink (off the loop)")
+            assert d.cli("purge", "--json").returncode == 0
+            _until(lambda: blob_files(d) == [], "the purged file's unlink (off the loop)")
             # Gone from the cache, still whole for the client that holds it.
-            assert os.fstat(fa).st_nlink == 0
+            assert os.fstat(fa).st_nlink == 0 and os.fstat(fb).st_nlink == 0
             assert os.pread(fa, len(v), 0) == v and os.pread(fb, len(w), 0) == w
             assert _used(mnt) > before - 4 * MB, "the held files keep their blocks"
             os.close(fa)
             os.close(fb)
             assert _used(mnt) < before - 28 * MB, (before, _used(mnt))
             fc.close()
+
+
+MAPPED_PROGRAM = r"""
+#include <stdio.h>
+#include "client/ptxcache.h"
+/* argv: socket, out. Gets t/a and u/b through libptxcache (values of 32
+ * MiB and more: mapped from the descriptor's file), prints the line of
+ * /proc/self/maps that holds each value, waits for a line on stdin, then
+ * writes both values, from their mappings, to out. */
+int main(int argc, char **argv)
+{
+	const char *ns[2] = { "t", "u" }, *key[2] = { "a", "b" };
+	struct ptxcache_artifact a[2];
+	char err[256], line[4096];
+	ptxcache *pc = ptxcache_connect(argv[1], 60000, err, sizeof err);
+	if (!pc) { printf("connect: %s\n", err); return 3; }
+	for (int i = 0; i < 2; i++) {
+		if (ptxcache_artifact_get(pc, ns[i], key[i], 0, -1, &a[i]) < 0 || !a[i].found) {
+			printf("get: %s\n", ptxcache_errmsg(pc));
+			return 3;
+		}
+		FILE *maps = fopen("/proc/self/maps", "r");
+		unsigned long lo, hi, at = (unsigned long)a[i].value;
+		while (fgets(line, sizeof line, maps))
+			if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && lo <= at && at < hi)
+				fputs(line, stdout);
+		fclose(maps);
+	}
+	fflush(stdout);
+	if (!fgets(line, sizeof line, stdin))
+		return 3;
+	FILE *out = fopen(argv[2], "wb");
+	for (int i = 0; i < 2; i++) {
+		fwrite(a[i].value, 1, a[i].len, out);
+		ptxcache_artifact_free(&a[i]);
+	}
+	fclose(out);
+	ptxcache_close(pc);
+	return 0;
+}
+"""
+
+
+def test_a_value_libptxcache_mapped_keeps_its_bytes_when_its_entry_is_evicted_and_purged():
+    """libptxcache maps a value of 32 MiB and more from the descriptor's
+    file, no copy. Its entry evicted (ptxcache evict), another's purged
+    (ptxcache purge): their files are unlinked, never truncated, so the
+    mappings the client holds still read the exact bytes (a truncated
+    file's pages would be gone from them: SIGBUS)."""
+    v, w = value(33 * MB, 1), value(34 * MB, 2)
+    with tempfile.TemporaryDirectory() as t, Daemon(workers=1) as d:
+        with Client(d.socket) as c:
+            assert c.artifact_put("t", "a", v)
+            assert c.artifact_put("u", "b", w)
+        files = blob_files(d)
+        exe = c_client(MAPPED_PROGRAM, t)
+        out = os.path.join(t, "out")
+        p = subprocess.Popen([exe, d.socket, out], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+        try:
+            maps = [p.stdout.readline() for _ in range(2)]
+            # Each value lies in a mapping of its blob file (the mmap path).
+            assert sorted(m.split()[-1] for m in maps) == files, maps
+            assert d.cli("evict", "--namespace", "t", "--json").returncode == 0
+            _until(lambda: len(blob_files(d)) == 1, "the evicted file's unlink (off the loop)")
+            assert d.cli("purge", "--json").returncode == 0
+            _until(lambda: blob_files(d) == [], "the purged file's unlink (off the loop)")
+            with Client(d.socket) as c:
+                assert not c.artifact_get("t", "a").found and not c.artifact_get("u", "b").found
+            p.stdin.write("read\n")
+            p.stdin.flush()
+            assert p.wait(timeout=60) == 0, p.returncode
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        with open(out, "rb") as f:
+            assert f.read() == v + w
 
 
 def test_python_gets_answered_together_each_take_their_own_value_and_descriptor():

@@ -162,6 +162,12 @@ MUTANTS: List[Mutant] = [
     Mutant("spool-too-large-evicts", "a spooled value larger than all the room evicts before it is refused",
            "daemon/*.c", "+ s->bytes + (int64_t)sp->got <", "+ s->bytes + (int64_t)sp->got < 0 *",
            ("test_large.test_a_disk_that_fills_inside_a_large_puts_spool_makes_room_once_or_refuses_cleanly",)),
+    Mutant("blob-removal-truncates", "a removed entry's file truncated before its unlink",
+           "daemon/blobs.c", "/* (The log is the loop's: a failure here is left to the sweep.) */",
+           "{ (void)fchmodat(b->dfd, name, 0600, 0); int t = openat(b->dfd, name, O_WRONLY | O_CLOEXEC); "
+           "if (t >= 0) { if (ftruncate(t, 0) < 0) {} close(t); } }",
+           ("test_large.test_a_value_libptxcache_mapped_keeps_its_bytes_when_its_entry_is_evicted_and_purged",
+            "test_large.test_a_value_held_while_evicted_or_purged_keeps_its_bytes_and_its_space_comes_back")),
     # The artifact scope check (daemon/artifact.c).
     Mutant("scope-everyone", "scope check: every uid in one scope", "daemon/*.c",
            "return (int64_t)c->uid;", "return ARTIFACT_SCOPE_ALL;",
