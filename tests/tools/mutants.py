@@ -168,6 +168,13 @@ MUTANTS: List[Mutant] = [
            "if (t >= 0) { if (ftruncate(t, 0) < 0) {} close(t); } }",
            ("test_large.test_a_value_libptxcache_mapped_keeps_its_bytes_when_its_entry_is_evicted_and_purged",
             "test_large.test_a_value_held_while_evicted_or_purged_keeps_its_bytes_and_its_space_comes_back")),
+    Mutant("blob-seen-never-stale", "a remembered hash trusted for a file changed since",
+           "daemon/blobs.c", "return s->used && s->dev == st->st_dev && s->ino == st->st_ino &&",
+           "return s->used && s->dev == st->st_dev && s->ino == st->st_ino; return 0 &&",
+           ("test_large.test_a_damaged_blob_file_is_a_miss_counted_never_served_and_dropped",)),
+    Mutant("blob-size-unchecked", "a blob file of another size than its row's served",
+           "daemon/blobs.c", "if ((int64_t)st->st_size != len) {", "if (0) {",
+           ("test_large.test_a_damaged_blob_file_is_a_miss_counted_never_served_and_dropped",)),
     # The artifact scope check (daemon/artifact.c).
     Mutant("scope-everyone", "scope check: every uid in one scope", "daemon/*.c",
            "return (int64_t)c->uid;", "return ARTIFACT_SCOPE_ALL;",
