@@ -405,7 +405,8 @@ def test_a_value_libptxcache_mapped_keeps_its_bytes_when_its_entry_is_evicted_an
         try:
             maps = [p.stdout.readline() for _ in range(2)]
             # Each value lies in a mapping of its blob file (the mmap path).
-            assert sorted(m.split()[-1] for m in maps) == files, maps
+            mapped = sorted(m.split()[-1] for m in maps)
+            assert mapped == sorted(os.path.realpath(f) for f in files), maps
             assert d.cli("evict", "--namespace", "t", "--json").returncode == 0
             _until(lambda: len(blob_files(d)) == 1, "the evicted file's unlink (off the loop)")
             assert d.cli("purge", "--json").returncode == 0
@@ -1043,6 +1044,12 @@ def test_a_request_after_a_large_put_on_its_connection_sees_the_put_stored():
             fc.close()
 
 
+def _state(pid):
+    """The process's state letter (T: stopped)."""
+    with open("/proc/%d/stat" % pid) as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
 def test_a_client_whose_large_value_is_all_there_takes_turns_with_the_others():
     """One readable event reads at most a turn's worth (conn.c, READ_TURN):
     a client whose value is in the socket already (or arrives as fast as
@@ -1068,9 +1075,11 @@ def test_a_client_whose_large_value_is_all_there_takes_turns_with_the_others():
         assert a.recv_frame()[0] == GET | 0x80
         os.kill(d.proc.pid, signal.SIGSTOP)
         try:
+            _until(lambda: _state(d.proc.pid) == "T", "the daemon's stop")
             a.send(_head(dict(id=2, ns="t", key="big"), v) + v)
             b = Raw(d.socket, timeout=60)
-            b.send(frame(GET, pack(dict(id=1, ns="t", key="small"))) + frame(STATS, pack(dict(id=2))))
+            b.send(frame(GET, pack(dict(id=1, ns="t", key="small"))) +
+                   frame(STATS, pack(dict(id=2))))
         finally:
             os.kill(d.proc.pid, signal.SIGCONT)
         t, body = b.recv_frame()
