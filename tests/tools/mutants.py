@@ -154,8 +154,9 @@ MUTANTS: List[Mutant] = [
            "c->fds_unread = 0;", "return 1;",
            ("test_large.test_descriptors_in_flight_are_bounded_per_connection_then_values_go_inline",
             "test_large.test_a_client_that_reads_keeps_getting_descriptors_however_many_it_holds")),
-    # A large value's disk-full rules and its files' lifetime (daemon/store.c,
-    # blobs.c): the spool's retry and refusal.
+    # Large values (daemon/store.c, blobs.c): the spool's disk-full retry and
+    # its refusal of a value larger than all the room; a removed file
+    # unlinked, never truncated; a remembered hash and a file's size checked.
     Mutant("spool-no-disk-retry", "a spool that fills the disk fails without making room",
            "daemon/*.c", "if (!full || sp->retried || s->batch)", "if (1)",
            ("test_large.test_a_disk_that_fills_inside_a_large_puts_spool_makes_room_once_or_refuses_cleanly",)),
