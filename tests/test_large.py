@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 from ptxcache import Client, ServerError  # noqa: E402
 from ptxcache.wire import frame_parts, pack  # noqa: E402
 
-GET, PUT, PROGRESS, ERROR = 10, 11, 0xfe, 0xff
+STATS, GET, PUT, PROGRESS, ERROR = 4, 10, 11, 0xfe, 0xff
 B = 65534               # nobody: the second user
 MB = 1 << 20
 
@@ -191,44 +191,56 @@ def _damage(path, how):
             b = f.read(1)
             f.seek(-1, 1)
             f.write(bytes([b[0] ^ 0x40]))
+        elif how == "grow":
+            f.seek(0, os.SEEK_END)
+            f.write(b"x")
         else:
             f.truncate(os.path.getsize(path) - 1)
     os.chmod(path, 0o400)
 
 
+DAMAGES = ("flip", "truncate", "flip", "grow")
+
+
 def test_a_damaged_blob_file_is_a_miss_counted_never_served_and_dropped():
+    """A blob file changed in place after its hash was remembered (its
+    hash is taken again), one shorter or longer than its row says (of the
+    wrong size, whatever its first bytes): each a miss, counted, dropped."""
     with Daemon(workers=1) as d:
         with Client(d.socket) as c:
-            for i, how in enumerate(("flip", "truncate", "flip")):
+            for i, how in enumerate(DAMAGES):
                 v = value(MB, i)
                 assert c.artifact_put("t", "k%d" % i, v)
                 # Served once, so a remembered hash would be there to trust.
                 assert c.artifact_get("t", "k%d" % i).value == v
-            time.sleep(2.1)     # settled: the next get's hash is remembered
-            for i in range(3):
-                assert c.artifact_get("t", "k%d" % i).found
+            # Until each get is answered from a remembered hash (the file
+            # settled: a tick old, or two seconds where times are whole).
+            for i in range(len(DAMAGES)):
+                _until(lambda: _hash_remembered(d, c, "k%d" % i), "k%d's hash remembered" % i)
             files = {f: None for f in blob_files(d)}
-            assert len(files) == 3
+            assert len(files) == len(DAMAGES)
         names = sorted(files)
         ls = json.loads(d.cli("ls", "--namespace", "t", "--json").stdout)
         by_key = {e["components"]["key"]: e["key"] for e in ls}
         paths = {i: next(p for p in names if os.path.basename(p).startswith(by_key["k%d" % i]))
-                 for i in range(3)}
-        for i, how in enumerate(("flip", "truncate", "flip")):
+                 for i in range(len(DAMAGES))}
+        for i, how in enumerate(DAMAGES):
             _damage(paths[i], how)
         r = d.cli("verify", check=False)
-        assert r.returncode != 0 and r.stdout.count(b"entry ") >= 3, r.stdout
+        assert r.returncode != 0 and r.stdout.count(b"entry ") >= len(DAMAGES), r.stdout
         # By descriptor, inline, and through the Python client: each a miss.
         c = FdClient(d.socket)
         t, body, fd = c.call(GET, ns="t", key="k0", fd=True)
         assert body["found"] is False and fd is None, body
         t, body, fd = c.call(GET, ns="t", key="k1")
         assert body["found"] is False and fd is None, body
+        t, body, fd = c.call(GET, ns="t", key="k3", fd=True)
+        assert body["found"] is False and fd is None, body
         c.close()
         with Client(d.socket) as py:
             assert not py.artifact_get("t", "k2").found
         s = d.stats()
-        assert s["corrupt_blobs"] == 3, s
+        assert s["corrupt_blobs"] == len(DAMAGES), s
         # The entries are gone, and their files (unlinked off the loop).
         _until(lambda: blob_files(d) == [], "the damaged files' unlink")
         assert json.loads(d.cli("ls", "--namespace", "t", "--json").stdout) == []
@@ -240,6 +252,14 @@ def _rchar(pid):
     or not."""
     with open("/proc/%d/io" % pid) as f:
         return next(int(l.split()[1]) for l in f if l.startswith("rchar:"))
+
+
+def _hash_remembered(d, c, key):
+    """Whether a get of t/key (1 MiB, by descriptor) is answered without
+    the daemon reading its file to hash it."""
+    before = _rchar(d.proc.pid)
+    assert c.artifact_get("t", key).found
+    return _rchar(d.proc.pid) - before < MB // 2
 
 
 def test_a_value_put_a_moment_ago_is_hashed_by_its_gets_for_a_tick_not_a_second():
@@ -297,27 +317,111 @@ def _used(mnt):
 
 
 def test_a_value_held_while_evicted_or_purged_keeps_its_bytes_and_its_space_comes_back():
+    """Descriptors a client holds: one entry evicted, the other purged;
+    their files unlinked, whole for the client that holds them, their
+    blocks back once it closes them."""
     with tmpfs(256 * MB) as mnt:
         with Daemon(workers=1, cache_dir=os.path.join(mnt, "cache")) as d:
             v, w = value(16 * MB, 1), value(16 * MB, 2)
             with Client(d.socket) as c:
                 assert c.artifact_put("t", "a", v)
-                assert c.artifact_put("t", "b", w)
+                assert c.artifact_put("u", "b", w)
             fc = FdClient(d.socket)
             _, body, fa = fc.call(GET, ns="t", key="a", fd=True)
-            _, body, fb = fc.call(GET, ns="t", key="b", fd=True)
+            _, body, fb = fc.call(GET, ns="u", key="b", fd=True)
             assert fa is not None and fb is not None
             before = _used(mnt)
             assert d.cli("evict", "--namespace", "t", "--json").returncode == 0
-            _until(lambda: blob_files(d) == [], "the evicted files' unlink (off the loop)")
+            _until(lambda: len(blob_files(d)) == 1, "the evicted file's unlink (off the loop)")
+            assert d.cli("purge", "--json").returncode == 0
+            _until(lambda: blob_files(d) == [], "the purged file's unlink (off the loop)")
             # Gone from the cache, still whole for the client that holds it.
-            assert os.fstat(fa).st_nlink == 0
+            assert os.fstat(fa).st_nlink == 0 and os.fstat(fb).st_nlink == 0
             assert os.pread(fa, len(v), 0) == v and os.pread(fb, len(w), 0) == w
             assert _used(mnt) > before - 4 * MB, "the held files keep their blocks"
             os.close(fa)
             os.close(fb)
             assert _used(mnt) < before - 28 * MB, (before, _used(mnt))
             fc.close()
+
+
+MAPPED_PROGRAM = r"""
+#include <stdio.h>
+#include "client/ptxcache.h"
+/* argv: socket, out. Gets t/a and u/b through libptxcache (values of 32
+ * MiB and more: mapped from the descriptor's file), prints the line of
+ * /proc/self/maps that holds each value, waits for a line on stdin, then
+ * writes both values, from their mappings, to out. */
+int main(int argc, char **argv)
+{
+	const char *ns[2] = { "t", "u" }, *key[2] = { "a", "b" };
+	struct ptxcache_artifact a[2];
+	char err[256], line[4096];
+	ptxcache *pc = ptxcache_connect(argv[1], 60000, err, sizeof err);
+	if (!pc) { printf("connect: %s\n", err); return 3; }
+	for (int i = 0; i < 2; i++) {
+		if (ptxcache_artifact_get(pc, ns[i], key[i], 0, -1, &a[i]) < 0 || !a[i].found) {
+			printf("get: %s\n", ptxcache_errmsg(pc));
+			return 3;
+		}
+		FILE *maps = fopen("/proc/self/maps", "r");
+		unsigned long lo, hi, at = (unsigned long)a[i].value;
+		while (fgets(line, sizeof line, maps))
+			if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && lo <= at && at < hi)
+				fputs(line, stdout);
+		fclose(maps);
+	}
+	fflush(stdout);
+	if (!fgets(line, sizeof line, stdin))
+		return 3;
+	FILE *out = fopen(argv[2], "wb");
+	for (int i = 0; i < 2; i++) {
+		fwrite(a[i].value, 1, a[i].len, out);
+		ptxcache_artifact_free(&a[i]);
+	}
+	fclose(out);
+	ptxcache_close(pc);
+	return 0;
+}
+"""
+
+
+def test_a_value_libptxcache_mapped_keeps_its_bytes_when_its_entry_is_evicted_and_purged():
+    """libptxcache maps a value of 32 MiB and more from the descriptor's
+    file, no copy. Its entry evicted (ptxcache evict), another's purged
+    (ptxcache purge): their files are unlinked, never truncated, so the
+    mappings the client holds still read the exact bytes (a truncated
+    file's pages would be gone from them: SIGBUS)."""
+    v, w = value(33 * MB, 1), value(34 * MB, 2)
+    with tempfile.TemporaryDirectory() as t, Daemon(workers=1) as d:
+        with Client(d.socket) as c:
+            assert c.artifact_put("t", "a", v)
+            assert c.artifact_put("u", "b", w)
+        files = blob_files(d)
+        exe = c_client(MAPPED_PROGRAM, t)
+        out = os.path.join(t, "out")
+        p = subprocess.Popen([exe, d.socket, out], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+        try:
+            maps = [p.stdout.readline() for _ in range(2)]
+            # Each value lies in a mapping of its blob file (the mmap path).
+            mapped = sorted(m.split()[-1] for m in maps)
+            assert mapped == sorted(os.path.realpath(f) for f in files), maps
+            assert d.cli("evict", "--namespace", "t", "--json").returncode == 0
+            _until(lambda: len(blob_files(d)) == 1, "the evicted file's unlink (off the loop)")
+            assert d.cli("purge", "--json").returncode == 0
+            _until(lambda: blob_files(d) == [], "the purged file's unlink (off the loop)")
+            with Client(d.socket) as c:
+                assert not c.artifact_get("t", "a").found and not c.artifact_get("u", "b").found
+            p.stdin.write("read\n")
+            p.stdin.flush()
+            assert p.wait(timeout=60) == 0, p.returncode
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        with open(out, "rb") as f:
+            assert f.read() == v + w
 
 
 def test_python_gets_answered_together_each_take_their_own_value_and_descriptor():
@@ -657,28 +761,49 @@ def test_a_kill_9_anywhere_in_large_puts_leaves_no_orphan_and_no_row_without_its
             assert r.returncode == 0, r.stdout
 
 
-def test_a_disk_that_fills_during_large_puts_evicts_or_refuses_cleanly():
+def test_a_disk_that_fills_inside_a_large_puts_spool_makes_room_once_or_refuses_cleanly():
+    """A large put's value goes to its file as it arrives (the spool). On
+    a real disk left with less room than the value, the disk fills inside
+    that write: the spool makes room from the oldest entries (the disk's
+    retry, once, counted) and writes on where it stopped; the value comes
+    back whole. A value larger than the free room and the whole cache
+    together is refused with the disk's own error, and evicts nothing."""
     with tmpfs(64 * MB) as mnt:
         with Daemon(workers=1, cache_dir=os.path.join(mnt, "cache"),
                     extra=["--max-size", "0", "--artifact-share", "100"]) as d:
             with Client(d.socket) as c:
-                for i in range(24):                 # 3 disks' worth of 8 MB
-                    assert c.artifact_put("t", "k%d" % i, os.urandom(8 * MB)), i
+                for i in range(4):
+                    assert c.artifact_put("t", "k%d" % i, value(8 * MB, i)), i
+                assert d.stats()["disk_full_retries"] == 0
+                # What the cache leaves free taken by a file not its own,
+                # but for 2 MB: a quarter of the next value.
+                v = os.statvfs(mnt)
+                with open(os.path.join(mnt, "filler"), "wb") as f:
+                    os.posix_fallocate(f.fileno(), 0, v.f_bavail * v.f_frsize - 2 * MB)
+                v = os.statvfs(mnt)
+                new = value(8 * MB, 10)
+                assert v.f_bavail * v.f_frsize <= 2 * MB < len(new)
+                # No commit can fill the disk before the value is written:
+                # the one retry is the spool's.
+                assert c.artifact_put("t", "new", new)
                 s = d.stats()
-                assert s["disk_full_retries"] >= 1 and s["store_errors"] == 0, s
-                # Each value was spooled: the disk filled mid-value.
-                assert s["artifact_spooled_puts"] == 24, s
-                assert c.artifact_get("t", "k23").found and not c.artifact_get("t", "k0").found
-                # A value larger than the disk: refused, nothing left behind.
-                from ptxcache.errors import ServerError
+                assert s["disk_full_retries"] == 1 and s["artifact_spooled_puts"] == 5, s
+                assert s["store_errors"] == 0 and s["evictions"] >= 1, s
+                assert c.artifact_get("t", "new").value == new
+                assert not c.artifact_get("t", "k0").found
+                kept = sorted(os.path.basename(p) for p in blob_files(d))
+                # Larger than the whole disk: refused by the disk's error,
+                # no entry evicted for it, no retry, no temporary left.
                 try:
-                    c.artifact_put("t", "huge", os.urandom(80 * MB))
+                    c.artifact_put("t", "huge", os.urandom(72 * MB))
                     raise AssertionError("a put larger than the disk was stored")
                 except ServerError as e:
-                    assert "No space left" in str(e) or "cannot" in str(e), e
-                assert not [p for p in os.listdir(os.path.join(d.cache_dir, "blobs"))
-                            if p.startswith(".tmp")]
-                assert c.artifact_get("t", "k23").found
+                    assert "cannot store entry" in str(e) and "No space left on device" in str(e), e
+                after = d.stats()
+                assert after["disk_full_retries"] == 1 and after["evictions"] == s["evictions"], after
+                assert sorted(os.path.basename(p) for p in blob_files(d)) == kept
+                assert not _temporaries(d)
+                assert c.artifact_get("t", "new").value == new
             rows = json.loads(d.cli("ls", "--kind", "artifact", "--limit", "1000000", "--json").stdout)
             assert sorted(os.path.basename(p)[:64] for p in blob_files(d)) == \
                 sorted(e["key"] for e in rows)
@@ -1002,41 +1127,55 @@ def test_a_request_after_a_large_put_on_its_connection_sees_the_put_stored():
             fc.close()
 
 
+def _state(pid):
+    """The process's state letter (T: stopped)."""
+    with open("/proc/%d/stat" % pid) as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
 def test_a_client_whose_large_value_is_all_there_takes_turns_with_the_others():
     """One readable event reads at most a turn's worth (conn.c, READ_TURN):
     a client whose value is in the socket already (or arrives as fast as
     it is read) would otherwise hold the loop until all of it was read,
-    and another client's hits would wait for it. Here 64 MB wait in the
-    socket (a send buffer that large) while the daemon is stopped, with a
-    second client's get behind them: that get is answered while most of
-    the value is still to be read."""
+    and another client's requests would wait for it. Here 64 MB wait in
+    a's socket (a send buffer that large) while the daemon is stopped, and
+    a second client connects and sends a get and a stats behind them. The
+    second client is accepted in the loop's first round and read in a
+    later one, whichever order the rounds take their events in; the
+    stats it is answered with are the daemon's at that moment: a's value
+    not yet all read (neither syncing nor stored)."""
     v = value(64 * MB, 7)
     with Daemon(workers=1) as d:
         with Client(d.socket) as c:
             assert c.artifact_put("t", "small", b"s" * 1024)
-        a, b = Raw(d.socket, timeout=60), Raw(d.socket, timeout=60)
+        a = Raw(d.socket, timeout=60)
         try:
             a.s.setsockopt(socket.SOL_SOCKET, 32, 2 * len(v))   # SO_SNDBUFFORCE
         except PermissionError:
             raise Skip("a send buffer of 128 MB needs CAP_NET_ADMIN (root)") from None
-        b.send(frame(GET, pack(dict(id=1, ns="t", key="small"))))
-        assert b.recv_frame()[0] == GET | 0x80
+        # a's connection accepted and read once: its value makes it ready.
+        a.send(frame(GET, pack(dict(id=1, ns="t", key="small"))))
+        assert a.recv_frame()[0] == GET | 0x80
         os.kill(d.proc.pid, signal.SIGSTOP)
         try:
-            a.send(_head(dict(id=1, ns="t", key="big"), v) + v)
-            b.send(frame(GET, pack(dict(id=2, ns="t", key="small"))))
+            _until(lambda: _state(d.proc.pid) == "T", "the daemon's stop")
+            a.send(_head(dict(id=2, ns="t", key="big"), v) + v)
+            b = Raw(d.socket, timeout=60)
+            b.send(frame(GET, pack(dict(id=1, ns="t", key="small"))) +
+                   frame(STATS, pack(dict(id=2))))
         finally:
             os.kill(d.proc.pid, signal.SIGCONT)
         t, body = b.recv_frame()
-        read = _spooled_bytes(d)
         assert t == GET | 0x80 and mp_unpack(body)["value"] == b"s" * 1024, mp_unpack(body)
-        # No temporary file yet is fine (the loop took b's turn first); one
-        # gone because the put is done is not.
-        assert read < len(v) // 2 and (read >= 0 or d.stats()["artifact_spooled_puts"] == 0), read
+        t, body = b.recv_frame()
+        assert t == STATS | 0x80, t
+        s = json.loads(mp_unpack(body)["json"])
+        assert s["artifact_syncing"] == 0 and s["artifact_spooled_puts"] == 0, s
         t, body = a.recv_frame()
         assert t == PUT | 0x80 and mp_unpack(body)["stored"] is True, mp_unpack(body)
         a.close()
         b.close()
+        assert d.stats()["artifact_spooled_puts"] == 1
         with Client(d.socket) as c:
             assert c.artifact_get("t", "big").value == v
 

@@ -162,6 +162,28 @@ MUTANTS: List[Mutant] = [
            "c->fds_unread = 0;", "return 1;",
            ("test_large.test_descriptors_in_flight_are_bounded_per_connection_then_values_go_inline",
             "test_large.test_a_client_that_reads_keeps_getting_descriptors_however_many_it_holds")),
+    # Large values (daemon/store.c, blobs.c): the spool's disk-full retry and
+    # its refusal of a value larger than all the room; a removed file
+    # unlinked, never truncated; a remembered hash and a file's size checked.
+    Mutant("spool-no-disk-retry", "a spool that fills the disk fails without making room",
+           "daemon/*.c", "if (!full || sp->retried || s->batch)", "if (1)",
+           ("test_large.test_a_disk_that_fills_inside_a_large_puts_spool_makes_room_once_or_refuses_cleanly",)),
+    Mutant("spool-too-large-evicts", "a spooled value larger than all the room evicts before it is refused",
+           "daemon/*.c", "+ s->bytes + (int64_t)sp->got <", "+ s->bytes + (int64_t)sp->got < 0 *",
+           ("test_large.test_a_disk_that_fills_inside_a_large_puts_spool_makes_room_once_or_refuses_cleanly",)),
+    Mutant("blob-removal-truncates", "a removed entry's file truncated before its unlink",
+           "daemon/blobs.c", "/* (The log is the loop's: a failure here is left to the sweep.) */",
+           "{ (void)fchmodat(b->dfd, name, 0600, 0); int t = openat(b->dfd, name, O_WRONLY | O_CLOEXEC); "
+           "if (t >= 0) { if (ftruncate(t, 0) < 0) {} close(t); } }",
+           ("test_large.test_a_value_libptxcache_mapped_keeps_its_bytes_when_its_entry_is_evicted_and_purged",
+            "test_large.test_a_value_held_while_evicted_or_purged_keeps_its_bytes_and_its_space_comes_back")),
+    Mutant("blob-seen-never-stale", "a remembered hash trusted for a file changed since",
+           "daemon/blobs.c", "return s->used && s->dev == st->st_dev && s->ino == st->st_ino &&",
+           "return s->used && s->dev == st->st_dev && s->ino == st->st_ino; return 0 &&",
+           ("test_large.test_a_damaged_blob_file_is_a_miss_counted_never_served_and_dropped",)),
+    Mutant("blob-size-unchecked", "a blob file of another size than its row's served",
+           "daemon/blobs.c", "if ((int64_t)st->st_size != len) {", "if (0) {",
+           ("test_large.test_a_damaged_blob_file_is_a_miss_counted_never_served_and_dropped",)),
     # The artifact scope check (daemon/artifact.c).
     Mutant("scope-everyone", "scope check: every uid in one scope", "daemon/*.c",
            "return (int64_t)c->uid;", "return ARTIFACT_SCOPE_ALL;",
