@@ -253,6 +253,57 @@ def test_l2_a_chunk_spoiled_past_the_first_window_or_during_the_fetch_is_a_miss(
             gate.close()
 
 
+def test_l2_a_reader_keeps_at_most_a_window_of_chunks_in_flight():
+    """A 14 MB value (15 chunks) read through a gate that answers each
+    chunk only once the reader has sent every chunk its window allows
+    (it opens two chunks a reply, L2_RAMP, up to 4, L2_WINDOW_BYTES of
+    1 MiB chunks): the reader's chunks asked for and not yet answered reach
+    4, never 5, and the value comes back exact. (Counted at the gate: a
+    reply is counted answered as it leaves the gate, before the reader has
+    it, so the count is never more than what the reader has in flight.)"""
+    import threading
+    with RedisServer() as r:
+        a = Drive(r.url, r.tmp, *DEFAULTS)
+        cond = threading.Condition()
+        st = {"asked": 0, "answered": 0, "most": 0, "stalled": []}
+        index = {}
+
+        def before_command(args):
+            if args[0].upper() == b"GETRANGE" and args[1] in index:
+                with cond:
+                    st["asked"] += 1
+                    st["most"] = max(st["most"], st["asked"] - st["answered"])
+                    cond.notify_all()
+
+        def before_reply(args):
+            if args[0].upper() == b"GETRANGE" and args[1] in index:
+                j, n = index[args[1]], len(index)
+                want = min(n, 2 if j == 0 else 4 if j == 1 else j + 4)
+                with cond:
+                    if not cond.wait_for(lambda: st["asked"] >= want, timeout=20):
+                        st["stalled"].append((j, st["asked"]))
+                    st["answered"] += 1
+
+        gate = Gate(r, before_command=before_command, before_reply=before_reply)
+        b = Drive(gate.url, r.tmp, "--timeout", "5000")
+        try:
+            data = os.urandom(14 * MB)
+            done = _written(a)
+            a.put(KEY, data)
+            a.wait(done, "the write")
+            names = _chunks(r, KEY)
+            assert len(names) == 15, names
+            index.update((x.encode(), i) for i, x in enumerate(names))
+            assert _got(b, KEY, r.tmp) == data
+            assert st["asked"] == st["answered"] == 15, st
+            assert not st["stalled"], st
+            assert st["most"] == WINDOW, st
+        finally:
+            a.close()
+            b.close()
+            gate.close()
+
+
 def test_l2_a_manifest_cannot_make_a_reader_fetch_past_its_max_value():
     with RedisServer() as r:
         # This reader takes at most 4 MiB; the value is 6.
