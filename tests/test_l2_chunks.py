@@ -200,7 +200,7 @@ def test_l2_a_chunk_spoiled_past_the_first_window_or_during_the_fetch_is_a_miss(
     with RedisServer() as r:
         a = Drive(r.url, r.tmp, *DEFAULTS)
         spoil = {}              # the action the gate runs before chunk 8's GETRANGE
-        replies = []
+        replies = []            # the GETRANGEs answered in this get
 
         def before_command(args):
             act = spoil.pop(args[1], None)
@@ -209,7 +209,11 @@ def test_l2_a_chunk_spoiled_past_the_first_window_or_during_the_fetch_is_a_miss(
                 assert len(replies) >= 1 + WINDOW, len(replies)
                 act()
 
-        gate = Gate(r, before_command=before_command, before_reply=replies.append)
+        def before_reply(args):
+            if args[0].upper() == b"GETRANGE":
+                replies.append(args[1])
+
+        gate = Gate(r, before_command=before_command, before_reply=before_reply)
         b = Drive(gate.url, r.tmp, "--timeout", "2000")
         try:
             data = os.urandom(10 * MB)
