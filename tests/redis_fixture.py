@@ -19,6 +19,10 @@ tests can read, write and tamper with raw values.
         c.freeze(node); c.thaw(node)        # SIGSTOP / SIGCONT: one shard silent
         c.stop_all(); c.start_all()         # the whole cluster gone, then back
 
+    with Gate(r, before_command=f, before_reply=g) as gate:   # a proxy, gate.url
+        ...                      # f(args) runs before each command goes on,
+                                 # g(args of its command) before each reply
+
 Raises harness.Skip when redis-server (or, for a cluster, redis-cli) is not
 installed (mk/deps.sh installs them).
 """

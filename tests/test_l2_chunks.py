@@ -6,7 +6,8 @@ manifest written last. Checked here: 1 to 100 MB values cross exact with
 no timeout and no breaker opening, over a Unix socket and TCP; the layout
 in Redis is the documented one (opened and rebuilt from it in Python); a
 tampered, missing, swapped or foreign chunk or manifest is a miss, never
-an answer; a manifest cannot make a reader fetch more than
+an answer, past the first window and changed during the fetch too; a
+reader keeps at most a window of 4 chunks in flight; a manifest cannot make a reader fetch more than
 l2-max-value; a writer killed between chunks leaves the key's earlier value
 (or nothing) readable, never a mix. Two daemons carrying 1-100 MB
 artifacts on their defaults: tests/test_artifact.py."""
