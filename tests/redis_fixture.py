@@ -19,6 +19,10 @@ tests can read, write and tamper with raw values.
         c.freeze(node); c.thaw(node)        # SIGSTOP / SIGCONT: one shard silent
         c.stop_all(); c.start_all()         # the whole cluster gone, then back
 
+    with Gate(r, before_command=f, before_reply=g) as gate:   # a proxy, gate.url
+        ...                      # f(args) runs before each command goes on,
+                                 # g(args of its command) before each reply
+
 Raises harness.Skip when redis-server (or, for a cluster, redis-cli) is not
 installed (mk/deps.sh installs them).
 """
@@ -558,3 +562,144 @@ class RedisCluster:
 
     def __exit__(self, *exc):
         self.cleanup()
+
+
+# ---- a gate in front of one server ------------------------------------
+
+
+def _resp_end(buf: bytes, pos: int = 0) -> Optional[int]:
+    """Where the RESP item at buf[pos:] ends, or None while incomplete."""
+    nl = buf.find(b"\r\n", pos)
+    if nl < 0:
+        return None
+    t, n = buf[pos:pos + 1], buf[pos + 1:nl]
+    if t in (b"+", b"-", b":"):
+        return nl + 2
+    if t == b"$":
+        end = nl + 2 + int(n) + 2 if int(n) >= 0 else nl + 2
+        return end if end <= len(buf) else None
+    if t == b"*":
+        pos = nl + 2
+        for _ in range(max(int(n), 0)):
+            pos = _resp_end(buf, pos)
+            if pos is None:
+                return None
+        return pos
+    raise ValueError("bad RESP %r" % buf[pos:pos + 40])
+
+
+def _resp_args(item: bytes) -> List[bytes]:
+    """The strings of a command (an array of bulk strings)."""
+    args, pos = [], item.find(b"\r\n") + 2
+    while pos < len(item):
+        nl = item.find(b"\r\n", pos)
+        n = int(item[pos + 1:nl])
+        args.append(item[nl + 2:nl + 2 + n])
+        pos = nl + 2 + n + 2
+    return args
+
+
+class Gate:
+    """A Unix-socket proxy in front of a RedisServer, for a fault that no
+    real Redis makes on cue: something happening at an exact point of a
+    client's stream of commands. Each command a client sends is parsed and
+    handed to before_command(args) (its strings, bytes) before it goes on;
+    each reply to before_reply(args of its command) before it goes back.
+    Either may block (to hold the stream there) or act on the server through
+    its own connection (to change a key between two commands). Replies are
+    taken in the order of their commands (RESP2, no pipelining tricks)."""
+
+    def __init__(self, redis: RedisServer, before_command=None, before_reply=None):
+        self.redis = redis
+        self.before_command = before_command or (lambda args: None)
+        self.before_reply = before_reply or (lambda args: None)
+        self.path = os.path.join(redis.tmp, "gate-%d.sock" % id(self))
+        self.url = "unix:" + self.path
+        self.commands: List[List[bytes]] = []     # every command seen, in order
+        self.error: Optional[BaseException] = None
+        self.lock = threading.Lock()
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.path)
+        self.listener.listen(16)
+        self.socks: List[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.connect(self.redis.socket)
+            asked: List[List[bytes]] = []
+            cond = threading.Condition()
+            self.socks += [client, server]
+            threading.Thread(target=self._up, args=(client, server, asked, cond),
+                             daemon=True).start()
+            threading.Thread(target=self._down, args=(server, client, asked, cond),
+                             daemon=True).start()
+
+    def _pump(self, src, dst, item_done):
+        buf = b""
+        try:
+            while True:
+                data = src.recv(1 << 20)
+                if not data:
+                    break
+                buf += data
+                while True:
+                    end = _resp_end(buf)
+                    if end is None:
+                        break
+                    item, buf = buf[:end], buf[end:]
+                    item_done(item)
+                    dst.sendall(item)
+        except (OSError, ValueError, AssertionError) as e:
+            if not isinstance(e, OSError):
+                self.error = self.error or e
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _up(self, client, server, asked, cond):
+        def command(item):
+            args = _resp_args(item)
+            with self.lock:
+                self.commands.append(args)
+            with cond:
+                asked.append(args)
+                cond.notify()
+            self.before_command(args)
+        self._pump(client, server, command)
+
+    def _down(self, server, client, asked, cond):
+        def reply(item):
+            with cond:
+                cond.wait_for(lambda: asked, timeout=30)
+                args = asked.pop(0)
+            self.before_reply(args)
+        self._pump(server, client, reply)
+
+    def seen(self, pred) -> int:
+        """How many commands seen so far pred(args) holds for."""
+        with self.lock:
+            return sum(1 for a in self.commands if pred(a))
+
+    def close(self):
+        self.listener.close()
+        for s in self.socks:
+            try:
+                s.close()
+            except OSError:
+                pass
+        if self.error:
+            raise self.error
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -485,13 +485,14 @@ def test_ls_evict_purge_know_artifacts():
         assert cli(d, "artifact", "get", "triton", "t1").returncode == 1
 
 
-def _node(redis, tmp, name, url=None):
-    """A daemon on the tier's defaults (l2-timeout-ms, l2-max-value)."""
+def _node(redis, tmp, name, url=None, extra=()):
+    """A daemon on the tier's defaults (l2-timeout-ms, l2-max-value) but
+    for extra."""
     secret = os.path.join(tmp, "secret")
     with open(secret, "wb") as f:
         f.write(b"artifact test secret\n")
     d = Daemon(workers=1, extra=["--l2", url or redis.url, "--l2-secret-file", secret,
-                                 "--allow-users", "%d,54321" % B])
+                                 "--allow-users", "%d,54321" % B] + list(extra))
     make_reachable(d.socket)
     return d
 
@@ -540,36 +541,72 @@ def _published(a, r, key, value):
 
 def test_a_tier_value_that_does_not_verify_reaches_no_waiter():
     """Waiters are answered before the value is stored, but only ever with
-    a value whose every chunk opened: a chunk changed in Redis makes the
-    get a miss on the other node, and nothing of it is stored there."""
+    a value whose every chunk opened. Node b reaches Redis through a gate
+    (redis_fixture.Gate) that holds its GETRANGE of the key until four gets
+    of the key are in: the first asks the tier, the other three wait on
+    that one fetch (artifact_waits). The value was changed in Redis (a
+    chunk of a chunked one, the whole of a small one): the one fetch is a
+    reject, every waiter a miss with no byte of it, and nothing of it is
+    stored on b."""
     if os.geteuid() != 0:
         raise Skip("needs root to make the socket reachable")
+    import threading
+    from redis_fixture import Gate
+    n = 4
     r = RedisServer()
     tmp = tempfile.mkdtemp()
+    hold = {}                   # the key's name: the event its GETRANGE waits for
+
+    def before_command(args):
+        ev = hold.pop(args[1], None) if args[0].upper() == b"GETRANGE" else None
+        if ev:
+            ev.wait(30)
+
+    gate = Gate(r, before_command=before_command)
     try:
-        with _node(r, tmp, "a") as a, _node(r, tmp, "b") as b:
+        # The gate's hold is silence to b: b waits for Redis 30 s of it.
+        with _node(r, tmp, "a") as a, \
+                _node(r, tmp, "b", gate.url, extra=["--l2-timeout-ms", "30000"]) as b:
             for size in (100 << 10, 3 << 20):       # from memory; from a memfd
                 key = "bad-%d" % size
                 _published(a, r, key, os.urandom(size))
                 names = [k.decode() if isinstance(k, bytes) else k
                          for k in r.keys("ptxcache:artifact:*")]
+                whole = [x for x in names if x.count(":") == 3 and "lease" not in x]
+                assert len(whole) == 1, names
                 if size > 1 << 20:      # chunked: change chunk 1 (of 4)
-                    target = [n for n in names if n.endswith(":1") and "lease" not in n]
+                    target = [x for x in names if x.endswith(":1") and "lease" not in x]
                 else:                   # whole: change the value under the key
-                    target = [n for n in names if n.count(":") == 3 and "lease" not in n]
+                    target = whole
                 assert len(target) == 1, names
                 stored = bytearray(r.get(target[0]))
                 stored[len(stored) // 2] ^= 1
                 r.set(target[0], bytes(stored))
-                rejects = b.stats()["l2_rejects"]
-                got = cli(b, "artifact", "get", "triton", key)
-                assert got.returncode == 1 and got.stdout == b"", (got.returncode, got.stdout[:64])
-                assert b.stats()["l2_rejects"] == rejects + 1
-                assert b.stats()["artifact_l2_hits"] == 0
+                release = threading.Event()
+                hold[whole[0].encode()] = release
+                s0 = b.stats()
+                fetches = gate.seen(lambda x: x[1] == whole[0].encode())
+                gets = [subprocess.Popen([CLI, "--socket", b.socket, "artifact", "get", "triton",
+                                          key], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                        for _ in range(n)]
+                try:
+                    b.wait_stats(lambda x: x["artifact_waits"] == s0["artifact_waits"] + n - 1,
+                                 "%d gets waiting on the one fetch" % (n - 1))
+                    assert hold == {}, "the fetch never reached Redis"
+                finally:
+                    release.set()
+                    outs = [(p.communicate(timeout=60), p.returncode) for p in gets]
+                for (out, err), rc in outs:
+                    assert rc == 1 and out == b"", (rc, out[:64], err)
+                s = b.stats()
+                assert gate.seen(lambda x: x[1] == whole[0].encode()) == fetches + 1
+                assert s["l2_rejects"] == s0["l2_rejects"] + 1, (s0, s)
+                assert s["artifact_l2_hits"] == 0 and s["artifact_wait_hits"] == 0, s
                 r.flushall()
                 # Nothing was stored on b: with the tier empty, still a miss.
                 assert cli(b, "artifact", "get", "triton", key).returncode == 1
     finally:
+        gate.close()
         r.cleanup()
 
 

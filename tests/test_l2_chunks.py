@@ -6,7 +6,8 @@ manifest written last. Checked here: 1 to 100 MB values cross exact with
 no timeout and no breaker opening, over a Unix socket and TCP; the layout
 in Redis is the documented one (opened and rebuilt from it in Python); a
 tampered, missing, swapped or foreign chunk or manifest is a miss, never
-an answer; a manifest cannot make a reader fetch more than
+an answer, past the first window and changed during the fetch too; a
+reader keeps at most a window of 4 chunks in flight; a manifest cannot make a reader fetch more than
 l2-max-value; a writer killed between chunks leaves the key's earlier value
 (or nothing) readable, never a mix. Two daemons carrying 1-100 MB
 artifacts on their defaults: tests/test_artifact.py."""
@@ -16,7 +17,7 @@ import struct
 import tempfile
 import time
 
-from redis_fixture import RedisServer
+from redis_fixture import Gate, RedisServer
 from test_l2_live import KEY, KEY2, Drive, manifest, open_chunk, record, seal
 
 MB = 1 << 20
@@ -179,6 +180,133 @@ def test_l2_tampered_missing_or_foreign_chunks_and_manifests_are_misses():
         finally:
             a.close()
             b.close()
+
+
+WINDOW = 4                               # chunks in flight (daemon/l2.c, L2_WINDOW_BYTES)
+
+
+def _getrange_of(name):
+    return lambda args: args[0].upper() == b"GETRANGE" and args[1] == name.encode()
+
+
+def test_l2_a_chunk_spoiled_past_the_first_window_or_during_the_fetch_is_a_miss():
+    """A value of 11 chunks, read through a gate (redis_fixture.Gate) in
+    front of the real server. Its chunk 8, past the first window of 4:
+    flipped or deleted before the get, then flipped or deleted in Redis
+    while the get is under way (when the reader's GETRANGE for it arrives,
+    the manifest and chunks 0-3 already answered): each time a miss of the
+    right kind (a reject, a miss), counted once, no byte served; the same
+    reader then reads the value back exact. The gate's own delays are no
+    timeouts: the reader waits 2 s of silence, not 50 ms."""
+    with RedisServer() as r:
+        a = Drive(r.url, r.tmp, *DEFAULTS)
+        spoil = {}              # the action the gate runs before chunk 8's GETRANGE
+        replies = []            # the GETRANGEs answered in this get
+
+        def before_command(args):
+            act = spoil.pop(args[1], None)
+            if act:
+                # The fetch is under way: its manifest and first window answered.
+                assert len(replies) >= 1 + WINDOW, len(replies)
+                act()
+
+        def before_reply(args):
+            if args[0].upper() == b"GETRANGE":
+                replies.append(args[1])
+
+        gate = Gate(r, before_command=before_command, before_reply=before_reply)
+        b = Drive(gate.url, r.tmp, "--timeout", "2000")
+        try:
+            data = os.urandom(10 * MB)
+            done = _written(a)
+            a.put(KEY, data)
+            a.wait(done, "the write")
+            names = _chunks(r, KEY)
+            assert len(names) == 11, names
+            target = names[8]
+            good = r.get(target)
+            flipped = bytearray(good)
+            flipped[len(good) // 2] ^= 1
+            cases = [
+                ("flipped before the get", lambda: r.set(target, bytes(flipped)), False, "rejects"),
+                ("deleted before the get", lambda: r.delete(target), False, "misses"),
+                ("flipped during the fetch", lambda: r.set(target, bytes(flipped)), True, "rejects"),
+                ("deleted during the fetch", lambda: r.delete(target), True, "misses"),
+                ("swapped for chunk 9 during the fetch", lambda: r.set(target, r.get(names[9])),
+                 True, "rejects"),
+            ]
+            for what, act, during, counter in cases:
+                if during:
+                    spoil[target.encode()] = act
+                else:
+                    act()
+                before, asked = b.counters(), gate.seen(_getrange_of(target))
+                replies.clear()
+                assert _got(b, KEY, r.tmp) is None, what
+                after = b.counters()
+                assert not spoil, "%s: chunk 8 never asked for" % what
+                assert gate.seen(_getrange_of(target)) == asked + 1, what
+                assert after[counter] == before[counter] + 1, (what, before, after)
+                assert sum(after[n] - before[n] for n in ("hits", "misses", "rejects", "errors",
+                                                          "timeouts")) == 1, (what, before, after)
+                r.set(target, good)
+                assert _got(b, KEY, r.tmp) == data, "after %s, restored" % what
+            assert b.counters()["hits"] == len(cases)
+        finally:
+            a.close()
+            b.close()
+            gate.close()
+
+
+def test_l2_a_reader_keeps_at_most_a_window_of_chunks_in_flight():
+    """A 14 MB value (15 chunks) read through a gate that answers each
+    chunk only once the reader has sent every chunk its window allows
+    (it opens two chunks a reply, L2_RAMP, up to 4, L2_WINDOW_BYTES of
+    1 MiB chunks): the reader's chunks asked for and not yet answered reach
+    4, never 5, and the value comes back exact. (Counted at the gate: a
+    reply is counted answered as it leaves the gate, before the reader has
+    it, so the count is never more than what the reader has in flight.)"""
+    import threading
+    with RedisServer() as r:
+        a = Drive(r.url, r.tmp, *DEFAULTS)
+        cond = threading.Condition()
+        st = {"asked": 0, "answered": 0, "most": 0, "stalled": []}
+        index = {}
+
+        def before_command(args):
+            if args[0].upper() == b"GETRANGE" and args[1] in index:
+                with cond:
+                    st["asked"] += 1
+                    st["most"] = max(st["most"], st["asked"] - st["answered"])
+                    cond.notify_all()
+
+        def before_reply(args):
+            if args[0].upper() == b"GETRANGE" and args[1] in index:
+                j, n = index[args[1]], len(index)
+                want = min(n, 2 if j == 0 else 4 if j == 1 else j + 4)
+                with cond:
+                    if not cond.wait_for(lambda: st["asked"] >= want, timeout=20):
+                        st["stalled"].append((j, st["asked"]))
+                    st["answered"] += 1
+
+        gate = Gate(r, before_command=before_command, before_reply=before_reply)
+        b = Drive(gate.url, r.tmp, "--timeout", "5000")
+        try:
+            data = os.urandom(14 * MB)
+            done = _written(a)
+            a.put(KEY, data)
+            a.wait(done, "the write")
+            names = _chunks(r, KEY)
+            assert len(names) == 15, names
+            index.update((x.encode(), i) for i, x in enumerate(names))
+            assert _got(b, KEY, r.tmp) == data
+            assert st["asked"] == st["answered"] == 15, st
+            assert not st["stalled"], st
+            assert st["most"] == WINDOW, st
+        finally:
+            a.close()
+            b.close()
+            gate.close()
 
 
 def test_l2_a_manifest_cannot_make_a_reader_fetch_past_its_max_value():

@@ -13,6 +13,10 @@
 #include <string.h>
 
 #include <event2/event.h>
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+#include <openssl/kdf.h>
+#include <openssl/params.h>
 
 #include "daemon/l2.h"
 #include "daemon/log.h"
@@ -189,6 +193,96 @@ TEST(l2_envelope_tampering)
 	buf_free(&b);
 	buf_free(&o);
 	buf_free(&plain);
+}
+
+/* HKDF-SHA-256 as l2.c's design comment documents it, written here from
+ * that text: salt "ptxcache-l2 v2", info "value" | u16 scope_len | scope |
+ * id. */
+static int documented_key(const char *sc, const unsigned char *id, unsigned char out[32])
+{
+	unsigned char info[5 + 2 + 128 + 16];
+	size_t n = strlen(sc);
+	EVP_KDF *kdf = EVP_KDF_fetch(NULL, "HKDF", NULL);
+	EVP_KDF_CTX *c = kdf ? EVP_KDF_CTX_new(kdf) : NULL;
+	int ok;
+
+	if (n > 128)
+		return -1;
+	memcpy(info, "value", 5);
+	info[5] = (unsigned char)(n >> 8);
+	info[6] = (unsigned char)n;
+	memcpy(info + 7, sc, n);
+	memcpy(info + 7 + n, id, 16);
+	OSSL_PARAM params[] = {
+		OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, (char *)"SHA256", 0),
+		OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, (void *)secret,
+						  strlen(secret)),
+		OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, (void *)"ptxcache-l2 v2", 14),
+		OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, info, 7 + n + 16),
+		OSSL_PARAM_construct_end(),
+	};
+	ok = c && EVP_KDF_derive(c, out, 32, params) == 1;
+	EVP_KDF_CTX_free(c);
+	EVP_KDF_free(kdf);
+	return ok ? 0 : -1;
+}
+
+/* Open a whole value sealed under sc + hex(key) with vkey, as documented:
+ * AES-256-GCM, nonce 01 00..00, AD = its 21-byte head | the key's name.
+ * 1 if it opens and its record starts with kind 1. */
+static int opens_with(const char *sc, const unsigned char key[32], const struct buf *b,
+		      const unsigned char vkey[32])
+{
+	unsigned char nonce[12] = { 1 }, *out = malloc(b->len);
+	char name[256];
+	size_t rec = b->len - 21 - 16, n = (size_t)snprintf(name, 128, "%s", sc);
+	EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+	int len, ok;
+
+	for (int i = 0; i < 32; i++, n += 2)
+		snprintf(name + n, 3, "%02x", key[i]);
+	ok = out && c && EVP_DecryptInit_ex(c, EVP_aes_256_gcm(), NULL, vkey, nonce) == 1 &&
+	     EVP_DecryptUpdate(c, NULL, &len, (const unsigned char *)b->data, 21) == 1 &&
+	     EVP_DecryptUpdate(c, NULL, &len, (const unsigned char *)name, (int)n) == 1 &&
+	     EVP_DecryptUpdate(c, out, &len, (const unsigned char *)b->data + 21, (int)rec) == 1 &&
+	     EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, 16, b->data + 21 + rec) == 1 &&
+	     EVP_DecryptFinal_ex(c, out + len, &len) == 1 && out[0] == 1;
+	EVP_CIPHER_CTX_free(c);
+	free(out);
+	return ok;
+}
+
+/* Each value's key is HKDF of the fleet secret over its scope and its id:
+ * a value sealed for each of three scopes opens with the key derived, as
+ * documented, from that scope and the id in its head, and with no key
+ * derived from another scope or another id (so a key that left out the
+ * scope, or the id, would be one key for them all, and not this one). */
+TEST(l2_value_key_is_hkdf_of_scope_and_id)
+{
+	static const char *const scopes[] = {
+		"ptxcache:", "ptxcache:artifact:u1000:", "ptxcache:own:-/u1000:",
+	};
+	unsigned char key[32], vkey[32], id[16];
+	struct buf b = BUF_INIT;
+
+	fill_key(key, 5);
+	for (size_t i = 0; i < sizeof scopes / sizeof *scopes; i++) {
+		sample(scopes[i], key, &b);
+		REQUIRE(b.len > 21 + 16);
+		memcpy(id, b.data + 5, 16);
+		REQUIRE(documented_key(scopes[i], id, vkey) == 0);
+		CHECK(opens_with(scopes[i], key, &b, vkey));
+		for (size_t j = 0; j < sizeof scopes / sizeof *scopes; j++) {
+			if (j == i)
+				continue;
+			REQUIRE(documented_key(scopes[j], id, vkey) == 0);
+			CHECK(!opens_with(scopes[i], key, &b, vkey));
+		}
+		id[15] ^= 1;
+		REQUIRE(documented_key(scopes[i], id, vkey) == 0);
+		CHECK(!opens_with(scopes[i], key, &b, vkey));
+	}
+	buf_free(&b);
 }
 
 static char *write_file(const char *name, const void *p, size_t n)
