@@ -176,6 +176,31 @@ MUTANTS: List[Mutant] = [
            "int together = n > 1 && store_batch_begin(b->store) == 0;", "int together = 0;",
            ("test_artifact.test_concurrent_puts_share_a_commit_and_each_is_durable_before_its_reply",
             "test_artifact.test_a_failing_put_in_a_batch_loses_and_acknowledges_no_other")),
+    # The store and the request path (daemon/blobs.c, conn.c, put_batch.c,
+    # store.c, client/lib.c, python/ptxcache/client.py): blob files' modes
+    # and O_NOFOLLOW, a descriptor's place among the replies, truncated
+    # control messages, a batch redone after ENOSPC, the reply after the
+    # commit, entry_users kept to the rows there are.
+    Mutant("blob-file-mode", "blob files: created readable by all, not 0400", "daemon/*.c",
+           "O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0400);",
+           "O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);",
+           ("test_large.test_a_large_value_is_a_file_and_comes_back_inline_and_as_its_descriptor",)),
+    Mutant("blob-dir-mode", "blob files: their directory open to all, not 0700", "daemon/*.c",
+           "if (mkdir(b->dir, 0700) < 0 && errno != EEXIST) {",
+           "if (mkdir(b->dir, 0755) < 0 && errno != EEXIST) {",
+           ("test_large.test_a_large_value_is_a_file_and_comes_back_inline_and_as_its_descriptor",)),
+    Mutant("blob-subdir-mode", "blob files: their subdirectories open to all, not 0700",
+           "daemon/*.c", "if (mkdirat(b->dfd, sub, 0700) == 0) {",
+           "if (mkdirat(b->dfd, sub, 0755) == 0) {",
+           ("test_large.test_a_large_value_is_a_file_and_comes_back_inline_and_as_its_descriptor",)),
+    Mutant("blob-file-follows", "blob files: a symlink in a value's file's place followed",
+           "daemon/*.c", "openat(b->dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);",
+           "openat(b->dfd, name, O_RDONLY | O_CLOEXEC | O_NOCTTY);",
+           ("test_large.test_symlinks_planted_in_the_blob_directory_are_never_followed",)),
+    Mutant("blob-sweep-follows", "blob files: the sweep follows a symlinked subdirectory",
+           "daemon/*.c", "openat(b->dfd, n, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);",
+           "openat(b->dfd, n, O_RDONLY | O_DIRECTORY | O_CLOEXEC);",
+           ("test_large.test_symlinks_planted_in_the_blob_directory_are_never_followed",)),
     # A large put's file synced off the loop (daemon/syncer.c, artifact.c,
     # blobs.c), its connection paused meanwhile (conn.c).
     Mutant("sync-on-loop", "a put's file synced on the loop, not by the syncer", "daemon/*.c",
