@@ -201,6 +201,10 @@ MUTANTS: List[Mutant] = [
            "daemon/*.c", "openat(b->dfd, n, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);",
            "openat(b->dfd, n, O_RDONLY | O_DIRECTORY | O_CLOEXEC);",
            ("test_large.test_symlinks_planted_in_the_blob_directory_are_never_followed",)),
+    Mutant("fd-ahead-of-queue", "descriptors: one sent ahead of reply bytes queued before it",
+           "daemon/*.c", "evbuffer_get_length(bufferevent_get_output(c->bev)) != 0 || fds_at_bound(c))",
+           "fds_at_bound(c))",
+           ("test_large.test_python_gets_answered_together_each_take_their_own_value_and_descriptor",)),
     # A large put's file synced off the loop (daemon/syncer.c, artifact.c,
     # blobs.c), its connection paused meanwhile (conn.c).
     Mutant("sync-on-loop", "a put's file synced on the loop, not by the syncer", "daemon/*.c",
