@@ -471,6 +471,58 @@ def test_a_client_out_of_descriptors_gets_a_clear_error_and_the_daemon_serves_on
             assert c.artifact_get("t", "k").value == v
 
 
+_OUT_OF_FDS_C = r"""
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/resource.h>
+#include "client/ptxcache.h"
+/* argv: socket. A get of t/k, then the same get out of descriptors;
+ * prints each one's length or its error. */
+int main(int argc, char **argv)
+{
+	char err[256];
+	struct ptxcache_artifact a;
+	ptxcache *pc = ptxcache_connect(argv[1], 60000, err, sizeof err);
+	if (!pc) { printf("connect: %s\n", err); return 3; }
+	for (int full = 0; full < 2; full++) {
+		if (full) {
+			struct rlimit l = { 64, 64 };
+			setrlimit(RLIMIT_NOFILE, &l);
+			while (open("/dev/null", O_RDONLY) >= 0)
+				;
+		}
+		if (ptxcache_artifact_get(pc, "t", "k", 0, 0, &a) < 0) {
+			printf("%s\n", ptxcache_errmsg(pc));
+		} else {
+			printf("%zu\n", a.found ? a.len : 0);
+			ptxcache_artifact_free(&a);
+		}
+	}
+	return 0;
+}
+"""
+
+
+def test_libptxcache_out_of_descriptors_gets_a_clear_error_and_the_daemon_serves_on():
+    """libptxcache in a process out of descriptors: the descriptor its
+    get's reply brings cannot be taken (the control message comes
+    truncated, MSG_CTRUNC), and the get fails saying so, not as a reply
+    that lost its descriptor."""
+    v = value(300 << 10)
+    with Daemon(workers=1) as d, tempfile.TemporaryDirectory() as t:
+        with Client(d.socket) as c:
+            assert c.artifact_put("t", "k", v)
+        r = subprocess.run([c_client(_OUT_OF_FDS_C, t), d.socket],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        first, second = r.stdout.splitlines()
+        assert first == str(len(v)), r.stdout
+        assert "a descriptor this process could not take (out of descriptors?)" in second, r.stdout
+        assert d.stats()["artifact_fd_hits"] == 2
+        with Client(d.socket) as c:
+            assert c.artifact_get("t", "k").value == v
+
+
 def test_a_daemon_out_of_descriptors_pauses_accepting_and_keeps_its_entries():
     # Idle connections take every descriptor the daemon may have: it
     # neither spins on accept() (it pauses, and says so once) nor takes a
