@@ -247,6 +247,44 @@ def test_a_damaged_blob_file_is_a_miss_counted_never_served_and_dropped():
         assert "corrupt" in d.logtext()
 
 
+def test_symlinks_planted_in_the_blob_directory_are_never_followed():
+    """A value's file replaced by a symlink to a copy of its very bytes
+    (which would pass every other check) is a damaged entry: a miss,
+    counted and dropped, the link removed and the copy it points to left
+    as it was. A subdirectory replaced by a symlink to a directory of
+    someone's files is not swept: verify and the sweep at a restart
+    remove none of them."""
+    v = value(MB, 7)
+    with Daemon(workers=1) as d, tempfile.TemporaryDirectory() as elsewhere:
+        with Client(d.socket) as c:
+            assert c.artifact_put("t", "k", v)
+        [path] = blob_files(d)
+        copy = os.path.join(elsewhere, "copy")
+        shutil.copy(path, copy)
+        os.unlink(path)
+        os.symlink(copy, path)
+        c = FdClient(d.socket)
+        t, body, fd = c.call(GET, ns="t", key="k", fd=True)
+        assert t == GET | 0x80 and body["found"] is False and fd is None, body
+        c.close()
+        assert d.stats()["corrupt_blobs"] == 1
+        _until(lambda: not os.path.lexists(path), "the link's unlink")
+        with open(copy, "rb") as f:
+            assert f.read() == v
+        # A subdirectory that is a link: its files no entry names are not ours.
+        theirs = os.path.join(elsewhere, "theirs")
+        os.mkdir(theirs)
+        precious = os.path.join(theirs, "precious")
+        with open(precious, "wb") as f:
+            f.write(b"not the daemon's")
+        os.symlink(theirs, os.path.join(d.cache_dir, "blobs", "ab"))
+        d.cli("verify", check=False)
+        d.stop()
+        d.start()
+        assert d.cli("artifact", "get", "t", "k", check=False).returncode == 1
+        assert os.listdir(theirs) == ["precious"]
+
+
 def _rchar(pid):
     """Bytes the process has read through read() and its kin, page cache
     or not."""
