@@ -24,6 +24,11 @@ import time
 from harness import ROOT, SANITIZED, Skip, small_ir
 from sysutil import tool
 
+# tests/run.py: runs alone, after the other files.
+SERIAL = "dpkg -i: the packages, their .pth hook and units installed on the whole machine"
+# tests/run.py: left out of make check-asan.
+NOT_UNDER_SANITIZERS = "the package is built with Debian's flags, not the sanitizers"
+
 PACKAGES = ["ptxcache", "libptxcache0", "libptxcache-dev", "python3-ptxcache"]
 # Where a package can leave files; searched for names with "ptxcache".
 SYSTEM_DIRS = ["/etc", "/usr", "/lib", "/var", "/run", "/opt"]

@@ -40,6 +40,11 @@ import time
 
 from harness import CLI, ROOT, SANITIZED, Daemon, Skip, triton_kernels
 
+# tests/run.py: one after another with the other files of this group (they build build-static/).
+GROUP = "static"
+# tests/run.py: left out of make check-asan.
+NOT_UNDER_SANITIZERS = "the image holds the static programs"
+
 VERSION = re.search(r"^VERSION\s*:=\s*(\S+)", open(os.path.join(ROOT, "Makefile")).read(),
                     re.M).group(1)
 UID = 65532

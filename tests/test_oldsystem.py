@@ -37,6 +37,11 @@ import test_wheel as wheels
 from harness import BUILD, CLI, ROOT, TRITON_FLAGS, llc, triton_kernels
 from sysroot import Root
 
+# tests/run.py: one after another with the other files of this group (they build build-static/).
+GROUP = "static"
+# tests/run.py: left out of make check-asan.
+NOT_UNDER_SANITIZERS = "the static and cross-built programs alone"
+
 FLOOR = (2, 28)
 ARCH_WHEEL_DIR = os.path.join(BUILD, "wheel-test-aarch64")
 _cache = {}

@@ -36,6 +36,11 @@ import zipfile
 
 from harness import BUILD, ROOT, SANITIZED, TRITON_FLAGS, Daemon, Skip, small_ir
 
+# tests/run.py: one after another with the other files of this group (they build build-static/).
+GROUP = "static"
+# tests/run.py: left out of make check-asan.
+NOT_UNDER_SANITIZERS = "the wheel holds the static programs"
+
 STUBS = os.path.join(ROOT, "tests", "jitstubs")
 JOBS = os.path.join(STUBS, "jobs.py")
 WHEEL_DIR = os.path.join(BUILD, "wheel-test")
