@@ -252,7 +252,7 @@ time.sleep(600)
         assert child.stdout.readline() == b"leased\n"
         w = Client(d.socket)
         wid = w.send(GET, ns="triton", key="k", lease=True)
-        time.sleep(1.5)
+        d.wait_stats(lambda s: s["artifact_waits"] == 1, "w waiting on the child's lease")
         t0 = time.time()
         child.send_signal(signal.SIGKILL)
         child.wait()
