@@ -842,3 +842,43 @@ def test_a_batch_whose_commit_fails_is_answered_by_what_was_committed():
             assert s["artifact_put_commits"] == before["artifact_put_commits"] + len(puts), s
         finally:
             d.cleanup()
+
+
+def test_puts_whose_commit_fails_are_refused_and_are_not_there():
+    """A full disk with no room to make: the cache's tmpfs was all but
+    filled before the daemon started (too little left for its reserve
+    file), then to its last byte, and the cache holds nothing to evict.
+    Four puts in one write: the batch's COMMIT fails, each put's own
+    COMMIT again, after the room-making that finds none; each client is
+    answered with the error, none with "stored", and after a kill -9
+    (the filler gone) none of them is in the cache."""
+    with tmpfs(4 << 20) as mnt:
+        with open(os.path.join(mnt, "before"), "wb") as f:
+            f.write(b"\0" * ((4 << 20) - (600 << 10)))
+        d = Daemon(workers=1, cache_dir=os.path.join(mnt, "cache"), extra=["--max-size", "0"])
+        try:
+            assert not os.path.exists(os.path.join(d.cache_dir, "reserve"))
+            c = Client(d.socket)
+            puts = [("k%d" % i, os.urandom(1024)) for i in range(4)]
+            _fill(os.path.join(mnt, "filler"))
+            c.raw.s.sendall(b"".join(frame(PUT, mp_pack(dict(id=i + 1, ns="triton", key=key,
+                                                             value=value)))
+                                     for i, (key, value) in enumerate(puts)))
+            answers = {}
+            while len(answers) < len(puts):
+                ftype, body = c.reply()
+                answers[body["id"]] = (ftype, body)
+            c.close()
+            for ftype, body in answers.values():
+                assert ftype == ERROR and "database or disk is full" in body["message"], answers
+            log = d.logtext()
+            d.proc.kill()
+            d.proc.wait()
+            os.unlink(os.path.join(mnt, "filler"))
+            d.start()
+            c = Client(d.socket)
+            assert [key for key, _ in puts if c.get("triton", key)["found"]] == []
+            c.close()
+            assert "storing %d entries one by one" % len(puts) in log, log
+        finally:
+            d.cleanup()

@@ -406,14 +406,16 @@ MUTANTS: List[Mutant] = [
            ("test_manage.test_an_entry_replaced_or_recreated_by_another_uid_leaves_the_first_view",)),
     # A put answered by its commit's result (daemon/put_batch.c, store.c):
     # a batch whose COMMIT failed (a full disk) is redone put by put, and a
-    # lone put's failed COMMIT is its failure, never "stored".
+    # lone put's failed COMMIT is its failure (an error), never "stored".
     Mutant("batch-commit-unchecked", "group commit: a batch's failed COMMIT answered \"stored\"",
            "daemon/*.c", "if (store_batch_commit(b->store, &err) < 0) {",
            "if (store_batch_commit(b->store, &err) < 0 && 0) {",
-           ("test_artifact.test_a_batch_whose_commit_fails_is_answered_by_what_was_committed",)),
+           ("test_artifact.test_a_batch_whose_commit_fails_is_answered_by_what_was_committed",
+            "test_artifact.test_puts_whose_commit_fails_are_refused_and_are_not_there")),
     Mutant("put-commit-unchecked", "store: a put's failed COMMIT taken as done", "daemon/*.c",
            "rc = tx_commit(s);", "rc = (tx_commit(s), SQLITE_DONE);",
-           ("test_artifact.test_a_batch_whose_commit_fails_is_answered_by_what_was_committed",)),
+           ("test_artifact.test_a_batch_whose_commit_fails_is_answered_by_what_was_committed",
+            "test_artifact.test_puts_whose_commit_fails_are_refused_and_are_not_there")),
     # The lent hot slot (daemon/store_hot.c): never refilled nor evicted
     # while lent.
     Mutant("hot-keep-over-lent", "hot slot: a lent slot refilled", "daemon/*.c",
