@@ -2,6 +2,7 @@
 """Artifact entries (daemon/artifact.c): the JIT's own cache entries, per
 scope, produced once across processes, through the real daemon, the real
 CLI, real SQLite files and a real redis-server."""
+import errno
 import os
 import signal
 import socket
@@ -11,7 +12,7 @@ import time
 
 from harness import CLI, Daemon, Raw, Skip, frame, mp_pack, mp_unpack
 from redis_fixture import RedisServer
-from sysutil import cli_as, make_reachable
+from sysutil import cli_as, make_reachable, tmpfs
 
 GET, PUT, RELEASE, PROGRESS, ERROR = 10, 11, 12, 0xfe, 0xff
 B = 65534   # nobody: the second user
@@ -787,3 +788,97 @@ def test_a_failing_put_in_a_batch_loses_and_acknowledges_no_other():
         assert c.get("triton", "small-b")["value"] == b"b" * 10
         assert not c.get("triton", "big")["found"]
         c.close()
+
+
+def _fill(path):
+    """Write path until its disk has no byte left (ENOSPC)."""
+    with open(path, "wb", buffering=0) as f:
+        for chunk in (1 << 20, 4096, 1):
+            try:
+                while True:
+                    f.write(b"\0" * chunk)
+            except OSError as e:
+                assert e.errno == errno.ENOSPC, e
+
+
+def test_a_batch_whose_commit_fails_is_answered_by_what_was_committed():
+    """Eight puts in one write, so in one batch, whose COMMIT fails for
+    real: the cache's disk (a tmpfs) was filled to its last byte after the
+    daemon started, and the WAL frames the commit appends find no room.
+    Nothing of the batch was committed, so none of its puts is answered
+    from it: each is redone alone (the first makes room, giving back the
+    reserve) and answered "stored" once its own commit is done; every one
+    is in the cache after a kill -9."""
+    with tmpfs(64 << 20) as mnt:
+        d = Daemon(workers=1, cache_dir=os.path.join(mnt, "cache"), extra=["--max-size", "0"])
+        try:
+            c = Client(d.socket)
+            puts = [("k%d" % i, os.urandom(1024)) for i in range(8)]
+            before = d.stats()
+            _fill(os.path.join(mnt, "filler"))
+            c.raw.s.sendall(b"".join(frame(PUT, mp_pack(dict(id=i + 1, ns="triton", key=key,
+                                                             value=value)))
+                                     for i, (key, value) in enumerate(puts)))
+            answers = {}
+            while len(answers) < len(puts):
+                ftype, body = c.reply()
+                answers[body["id"]] = (ftype, body)
+            c.close()
+            assert all(f == PUT | 0x80 and b["stored"] for f, b in answers.values()), answers
+            s, log = d.stats(), d.logtext()
+            d.proc.kill()
+            d.proc.wait()
+            os.unlink(os.path.join(mnt, "filler"))
+            d.start()
+            c = Client(d.socket)
+            missing = [key for key, value in puts if c.get("triton", key).get("value") != value]
+            assert missing == [], missing
+            c.close()
+            # The batch's COMMIT failed and its puts were redone one by
+            # one: a commit each, none for the batch; the first made room.
+            assert ("database or disk is full; storing %d entries one by one" % len(puts)
+                    in log), log
+            assert s["disk_full_retries"] == before["disk_full_retries"] + 1, s
+            assert s["artifact_put_commits"] == before["artifact_put_commits"] + len(puts), s
+        finally:
+            d.cleanup()
+
+
+def test_puts_whose_commit_fails_are_refused_and_are_not_there():
+    """A full disk with no room to make: the cache's tmpfs was all but
+    filled before the daemon started (too little left for its reserve
+    file), then to its last byte, and the cache holds nothing to evict.
+    Four puts in one write: the batch's COMMIT fails, each put's own
+    COMMIT again, after the room-making that finds none; each client is
+    answered with the error, none with "stored", and after a kill -9
+    (the filler gone) none of them is in the cache."""
+    with tmpfs(4 << 20) as mnt:
+        with open(os.path.join(mnt, "before"), "wb") as f:
+            f.write(b"\0" * ((4 << 20) - (600 << 10)))
+        d = Daemon(workers=1, cache_dir=os.path.join(mnt, "cache"), extra=["--max-size", "0"])
+        try:
+            assert not os.path.exists(os.path.join(d.cache_dir, "reserve"))
+            c = Client(d.socket)
+            puts = [("k%d" % i, os.urandom(1024)) for i in range(4)]
+            _fill(os.path.join(mnt, "filler"))
+            c.raw.s.sendall(b"".join(frame(PUT, mp_pack(dict(id=i + 1, ns="triton", key=key,
+                                                             value=value)))
+                                     for i, (key, value) in enumerate(puts)))
+            answers = {}
+            while len(answers) < len(puts):
+                ftype, body = c.reply()
+                answers[body["id"]] = (ftype, body)
+            c.close()
+            for ftype, body in answers.values():
+                assert ftype == ERROR and "database or disk is full" in body["message"], answers
+            log = d.logtext()
+            d.proc.kill()
+            d.proc.wait()
+            os.unlink(os.path.join(mnt, "filler"))
+            d.start()
+            c = Client(d.socket)
+            assert [key for key, _ in puts if c.get("triton", key)["found"]] == []
+            c.close()
+            assert "storing %d entries one by one" % len(puts) in log, log
+        finally:
+            d.cleanup()

@@ -231,3 +231,50 @@ def test_an_entry_a_uid_is_answered_with_is_its_own_too():
         r = cli_as(d.socket, b, b, "explain", *flags, "--json", "-", input=ir)
         assert json.loads(r.stdout)["cached"] is True, r.stdout
         assert len(json.loads(d.cli("ls", "--json").stdout)) == 2
+
+
+def test_an_entry_replaced_or_recreated_by_another_uid_leaves_the_first_view():
+    """Who may see an entry goes with the row it saw (schema.sql's
+    triggers on entry_users): under sharing = trust two uids share one
+    artifact scope, so they put under the same key. Once b's put has
+    replaced a's value, or the admin evicted a's and b's put created the
+    key anew, a's ls, show and evict no longer name that entry (it never
+    stored nor was answered with b's bytes); b's do."""
+    if os.geteuid() != 0:
+        raise Skip("needs root to run clients as other users")
+    a, b = 65534, 54321
+    with Daemon(extra=["--allow-users", "%d,%d" % (a, b), "--sharing", "trust"]) as d:
+        make_reachable(d.socket)
+
+        def as_(uid, *args, input=None):
+            r = cli_as(d.socket, uid, uid, *args, input=input)
+            assert r.returncode in (0, 1), (args, r.stderr)
+            return r
+
+        def seen_by(uid):
+            return sorted(e["key"] for e in json.loads(as_(uid, "ls", "--json").stdout))
+
+        def put(uid, ns, value):
+            assert as_(uid, "artifact", "put", ns, "k", "-", input=value).returncode == 0
+
+        # a's puts, each in a's view (its ls writes the notes down).
+        put(a, "replaced", b"a's")
+        [k1] = seen_by(a)
+        put(a, "recreated", b"a's")
+        [k2] = [k for k in seen_by(a) if k != k1]
+        # Replaced: b's put over a's row.
+        put(b, "replaced", b"b's")
+        assert as_(b, "artifact", "get", "replaced", "k").stdout == b"b's"
+        # Recreated: a's row evicted by the admin, then put anew by b.
+        r = json.loads(d.cli("evict", "--namespace", "recreated", "--json").stdout)
+        assert r["removed"] == 1, r
+        put(b, "recreated", b"b's")
+        assert seen_by(b) == sorted([k1, k2])
+
+        assert seen_by(a) == [], "a still sees b's entries"
+        for key in (k1, k2):
+            r = as_(a, "show", key)
+            assert r.returncode != 0 and b"no such entry" in r.stderr, r
+        r = json.loads(as_(a, "evict", "--kind", "artifact", "--json").stdout)
+        assert r["removed"] == 0, r
+        assert seen_by(b) == sorted([k1, k2])

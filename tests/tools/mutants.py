@@ -393,6 +393,29 @@ MUTANTS: List[Mutant] = [
     Mutant("worker-parent-is-not-1", "worker start: the parent check asks for a parent other than 1",
            "daemon/*.c", "if (getppid() != c->master)", "if (getppid() == 1)",
            ("test_sandbox.test_workers_start_under_a_master_that_is_pid_1",)),
+    # Who may see an entry (schema.sql's triggers on entry_users, which
+    # daemon/store.c's notes fill): an entry's users go with its row,
+    # deleted or replaced.
+    Mutant("users-kept-on-delete", "entry_users: a deleted entry's users kept", "schema.sql",
+           "CREATE TRIGGER IF NOT EXISTS entry_users_deleted AFTER DELETE ON entries BEGIN",
+           "CREATE TRIGGER IF NOT EXISTS entry_users_deleted AFTER DELETE ON entries WHEN 0 BEGIN",
+           ("test_manage.test_an_entry_replaced_or_recreated_by_another_uid_leaves_the_first_view",)),
+    Mutant("users-kept-on-replace", "entry_users: a replaced entry's users kept", "schema.sql",
+           "AFTER UPDATE OF created ON entries BEGIN",
+           "AFTER UPDATE OF created ON entries WHEN 0 BEGIN",
+           ("test_manage.test_an_entry_replaced_or_recreated_by_another_uid_leaves_the_first_view",)),
+    # A put answered by its commit's result (daemon/put_batch.c, store.c):
+    # a batch whose COMMIT failed (a full disk) is redone put by put, and a
+    # lone put's failed COMMIT is its failure (an error), never "stored".
+    Mutant("batch-commit-unchecked", "group commit: a batch's failed COMMIT answered \"stored\"",
+           "daemon/*.c", "if (store_batch_commit(b->store, &err) < 0) {",
+           "if (store_batch_commit(b->store, &err) < 0 && 0) {",
+           ("test_artifact.test_a_batch_whose_commit_fails_is_answered_by_what_was_committed",
+            "test_artifact.test_puts_whose_commit_fails_are_refused_and_are_not_there")),
+    Mutant("put-commit-unchecked", "store: a put's failed COMMIT taken as done", "daemon/*.c",
+           "rc = tx_commit(s);", "rc = (tx_commit(s), SQLITE_DONE);",
+           ("test_artifact.test_a_batch_whose_commit_fails_is_answered_by_what_was_committed",
+            "test_artifact.test_puts_whose_commit_fails_are_refused_and_are_not_there")),
     # The lent hot slot (daemon/store_hot.c): never refilled nor evicted
     # while lent.
     Mutant("hot-keep-over-lent", "hot slot: a lent slot refilled", "daemon/*.c",
@@ -559,8 +582,9 @@ PROGRAMS = {
 
 
 def targets(m: Mutant) -> List[str]:
-    """What make builds for m: what its named tests run, if it changes C."""
-    if not m.files.endswith((".c", ".cpp", ".h")):
+    """What make builds for m: what its named tests run, if it changes C
+    or schema.sql (the daemon embeds it at build time)."""
+    if not m.files.endswith((".c", ".cpp", ".h", ".sql")):
         return []       # Python, the backend: the tests run the sources themselves
     out: List[str] = []
     for t in m.tests:
