@@ -38,7 +38,7 @@ import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, List, NamedTuple, Optional
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -207,13 +207,16 @@ def main() -> int:
     files = [tf for tf in files
              if any(not a.pattern or a.pattern in "%s.%s" % (tf.module, t) for t in tf.tests)]
 
-    # Longest first, by the last run's times (a file never timed counts as
-    # long: it may be), so that the last to start are short.
+    # Longest first, by the last run's times, so that the last to start
+    # are short; a job with a test never timed (a fresh clone's every job)
+    # goes before them, the largest files first.
     before = last_times(a.times)
 
-    def cost(tfs: List[TestFile]) -> float:
+    def cost(tfs: List[TestFile]) -> Tuple[bool, float]:
         names = ["%s.%s" % (tf.module, t) for tf in tfs for t in tf.tests]
-        return sum(before[n] for n in names) if all(n in before for n in names) else float("inf")
+        if all(n in before for n in names):
+            return False, sum(before[n] for n in names)
+        return True, sum(os.path.getsize(os.path.join(HERE, tf.module + ".py")) for tf in tfs)
     groups: Dict[str, List[TestFile]] = {}
     for tf in files:
         if not tf.serial:
