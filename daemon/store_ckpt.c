@@ -28,7 +28,7 @@
  *
  * The thread touches the second connection, the mutex and rc; done()
  * reads rc on the loop after the syncer's own mutex has ordered it. The
- * rest is the loop's.
+ * rest is the loop's (held too: ckpt_hold() is the loop's alone).
  */
 #include "daemon/store_ckpt.h"
 
@@ -51,6 +51,7 @@ struct ckpt {
 	struct syncer *sync;
 	pthread_mutex_t mu;     /* held by a checkpoint, either side's */
 	int queued;             /* handed to the syncer, done() not yet run */
+	int held;               /* the loop holds mu (ckpt_hold()) */
 	int rc;                 /* the thread's last result */
 	int failing;            /* the last one failed: said once */
 	int64_t runs, errors;   /* for ckpt_counters() */
@@ -104,10 +105,17 @@ static int on_commit(void *arg, sqlite3 *db, const char *name, int pages)
 		return SQLITE_OK;
 	}
 	/* At the bound: the thread's checkpoint in progress ends first, then
-	 * the frames since it here, and the WAL starts again. */
-	ckpt_hold(c);
+	 * the frames since it here, and the WAL starts again. A commit made
+	 * while the loop holds the mutex already (a full disk's evictions,
+	 * store.c's make_room_on_disk(), whose checkpoint could not empty the
+	 * WAL) checkpoints without taking it again: the mutex is not
+	 * recursive, and the loop would wait on itself for ever. */
+	int mine = !c->held;
+	if (mine)
+		ckpt_hold(c);
 	sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
-	ckpt_release(c);
+	if (mine)
+		ckpt_release(c);
 	return SQLITE_OK;
 }
 
@@ -147,14 +155,18 @@ void ckpt_free(struct ckpt *c)
 
 void ckpt_hold(struct ckpt *c)
 {
-	if (c)
-		pthread_mutex_lock(&c->mu);
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->mu);
+	c->held = 1;
 }
 
 void ckpt_release(struct ckpt *c)
 {
-	if (c)
-		pthread_mutex_unlock(&c->mu);
+	if (!c)
+		return;
+	c->held = 0;
+	pthread_mutex_unlock(&c->mu);
 }
 
 void ckpt_counters(const struct ckpt *c, struct ckpt_counters *out)

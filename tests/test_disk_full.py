@@ -7,7 +7,7 @@ disk is the only bound."""
 import os
 import tempfile
 
-from harness import Daemon, ROOT, slow_disk_env
+from harness import Daemon, Raw, ROOT, frame, mp_pack, mp_unpack, slow_disk_env
 from sysutil import tmpfs
 
 import sys
@@ -16,6 +16,8 @@ from ptxcache import Client  # noqa: E402
 
 DISK = 48 << 20         # bytes of the tmpfs
 VALUE = 1 << 20        # one artifact: random bytes, so zstd cannot shrink them
+SMALL = 100 << 10      # one kept in its row (under 256 KiB): its bytes go through the WAL
+PUT = 11               # FRAME_ARTIFACT_PUT
 
 
 def test_disk_full_puts_evict_the_oldest_and_keep_storing():
@@ -55,3 +57,94 @@ def test_a_full_disk_gets_its_room_at_once_though_unlinks_are_slow():
                 assert c.artifact_get("full", "k%d" % (n - 1)).found
             s = d.stats()
             assert s["disk_full_retries"] >= 1 and s["store_errors"] == 0, s
+
+
+def send_puts(raw, vals):
+    """Sends the puts of vals (key -> value) in one write."""
+    raw.send(b"".join(frame(PUT, mp_pack(dict(id=j, ns="full", key=k, value=v)))
+                      for j, (k, v) in enumerate(vals.items())))
+
+
+def answers(raw, vals):
+    """The answers to the puts of vals, in the order sent, as (frame type,
+    body); the socket's timeout (10 s) fails a put never answered."""
+    out = []
+    for _ in vals:
+        got = raw.recv_frame()
+        assert got is not None, "the daemon closed the connection"
+        out.append((got[0], mp_unpack(got[1])))
+    return out
+
+
+def test_a_batch_that_meets_a_full_disk_is_redone_put_by_put_and_each_is_stored():
+    """Small puts (kept in their rows), four in each write, each write
+    sent while the daemon commits the one before, so that its puts wait
+    whole in the socket and are read in one turn of the loop, sharing one
+    commit (put_batch.c), until the disk is first full. The batch that
+    meets it is rolled back whole and redone put by put, each put making
+    its own room (store.c's retry), and only then answered: every put is
+    answered "stored" and every one is there after (none answered for a
+    savepoint that the full disk took back, none evicted by its
+    batch-mates' room: the oldest entries go)."""
+    with tmpfs(DISK) as mnt:
+        with Daemon(workers=1, cache_dir=os.path.join(mnt, "cache"),
+                    extra=["--max-size", "0", "--artifact-share", "100"]) as d:
+            raw = Raw(d.socket)
+            small = 40 << 10                # four in one write fit the socket's buffer
+            sent, first = [], 0
+            while not any(w in d.logtext() for w in ("one by one", "disk full under")):
+                assert first < 2 * DISK // small, "the disk never filled"
+                vals = {"k%d" % i: os.urandom(small) for i in range(first, first + 4)}
+                send_puts(raw, vals)
+                sent.append(vals)
+                first += 4
+                if len(sent) > 1:
+                    done = sent.pop(0)
+                    for key, (ftype, body) in zip(done, answers(raw, done)):
+                        assert ftype == PUT | 0x80 and body.get("stored"), (key, body)
+            for key, (ftype, body) in zip(sent[0], answers(raw, sent[0])):
+                assert ftype == PUT | 0x80 and body.get("stored"), (key, body)
+            raw.close()
+            # The disk was first full in a batch's commit, redone put by put.
+            assert "entries one by one" in d.logtext(), d.logtext()
+            with Client(d.socket) as c:
+                for key, v in list(done.items()) + list(sent[0].items()):
+                    assert c.artifact_get("full", key).value == v, key
+                assert not c.artifact_get("full", "k0").found     # the oldest made room
+            s = d.stats()
+            assert s["disk_full_retries"] == 1 and s["store_errors"] == 0, s
+            assert s["artifact_put_commits"] < s["artifact_puts"], s
+            r = d.cli("verify")
+            assert r.returncode == 0, r.stdout
+
+
+def test_a_full_disk_whose_wal_outgrew_its_reserve_still_answers_every_put():
+    """Small puts on a disk that fills, then fills again: their rows'
+    bytes are in the WAL, which no checkpoint can move into a database
+    that cannot grow, so the second time the full disk's room-making
+    (store.c's make_room_on_disk()) commits its evictions with the WAL
+    past CKPT_LOOP_PAGES, under its own hold of the checkpoint mutex.
+    That commit's checkpoint (store_ckpt.c's on_commit()) must not take
+    the mutex again: the loop waited on itself for ever, and this put,
+    and every request after it, had no answer. Each put is answered
+    (stored, or refused where the WAL left no room to evict), and the
+    daemon answers after the flood."""
+    with tmpfs(DISK) as mnt:
+        with Daemon(workers=1, cache_dir=os.path.join(mnt, "cache"),
+                    extra=["--max-size", "0", "--artifact-share", "100"]) as d:
+            raw = Raw(d.socket)
+            stored, i = None, 0
+            while d.logtext().count("disk full under") < 2:     # made room twice
+                assert i < 2 * DISK // SMALL, "the disk never filled twice"
+                key, v = "k%d" % i, os.urandom(SMALL)
+                send_puts(raw, {key: v})
+                [(ftype, body)] = answers(raw, {key: v})
+                assert ftype in (PUT | 0x80, 0xff), (key, ftype, body)
+                if ftype == PUT | 0x80:
+                    stored = (key, v)
+                i += 1
+            raw.close()
+            s = d.stats()
+            assert s["disk_full_retries"] >= 2, s
+            with Client(d.socket) as c:
+                assert c.artifact_get("full", stored[0]).value == stored[1]

@@ -425,6 +425,17 @@ MUTANTS: List[Mutant] = [
     Mutant("hot-evict-lent", "hot slot: a lent slot evicted for room", "daemon/*.c",
            "if (o->data.data && !o->lent)", "if (o->data.data)",
            ("unit:store_lent_entry_survives_eviction",)),
+    # A full disk under small puts (daemon/put_batch.c, store_ckpt.c): a
+    # batch whose commit met it redone put by put before any is answered;
+    # the commits of a full disk's room-making, under the loop's own hold
+    # of the checkpoint mutex, checkpoint without taking it again.
+    Mutant("batch-not-redone", "group commit: a batch the full disk took back answered as it was",
+           "daemon/*.c", "for (size_t i = 0; !together && i < n; i++) {",
+           "for (size_t i = 0; 0 && !together && i < n; i++) {",
+           ("test_disk_full.test_a_batch_that_meets_a_full_disk_is_redone_put_by_put_and_each_is_stored",)),
+    Mutant("ckpt-hold-retaken", "checkpoint: a commit under the loop's hold takes the mutex again",
+           "daemon/*.c", "int mine = !c->held;", "int mine = 1;",
+           ("test_disk_full.test_a_full_disk_whose_wal_outgrew_its_reserve_still_answers_every_put",)),
     # The syncer out of descriptors (daemon/syncer.c): a run of failures
     # is said once.
     Mutant("syncer-pipe-failure-said-each-time", "syncer: every failed pipe2() warned",
