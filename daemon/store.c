@@ -80,7 +80,7 @@
  *    A cache created before auto_vacuum keeps its file size: there the
  *    retry has only the WAL's space.
  *
- *  - Large values are files (blobs.c): a value of BLOB_MIN bytes and more
+ *  - Large values are files (store_blobs.c): a value of BLOB_MIN bytes and more
  *    is written raw to its own file, durable before the row that names it
  *    (FILE_REF in the data column) is committed; its row's removal is
  *    committed before the file is unlinked (eviction, the share, remove,
@@ -130,8 +130,8 @@
 #include <xxhash.h>
 #include <zstd.h>
 
-#include "daemon/blobs.h"
-#include "daemon/flat.h"
+#include "daemon/store_blobs.h"
+#include "daemon/store_flat.h"
 #include "daemon/log.h"
 #include "daemon/store_ckpt.h"
 #include "daemon/store_hot.h"
@@ -251,7 +251,7 @@ struct note {
 
 struct store {
 	sqlite3 *db;
-	struct blobs *blobs;    /* the files of large values (blobs.h) */
+	struct blobs *blobs;    /* the files of large values (store_blobs.h) */
 	struct doomed *doomed;  /* files to unlink at the next commit */
 	size_t ndoomed, doomed_cap;
 	struct doomed placed;   /* a spooled value's file, in place before

@@ -15,7 +15,7 @@ import sys
 sys.path.insert(0, os.path.join(ROOT, "python"))
 from ptxcache import Client  # noqa: E402
 
-# Values stored in their rows (under blobs.c's 256 KiB), random so that
+# Values stored in their rows (under store_blobs.c's 256 KiB), random so that
 # each takes its size in WAL pages.
 ROW_VALUE = 200 << 10
 # The WAL's size from which a commit hands the thread a checkpoint

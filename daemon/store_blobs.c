@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * blobs: large values as files beside the database; see blobs.h for the
+ * store_blobs: large values as files beside the database; see store_blobs.h for the
  * interface.
  *
  * Design:
@@ -69,7 +69,7 @@
  *    it would reach the first client's descriptor as well. Six waiters of
  *    an 8 MB put cost the daemon 8.4 MB of reads, not 50.3 MB.
  */
-#include "daemon/blobs.h"
+#include "daemon/store_blobs.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * blobs: the files that hold large values beside the database, private
+ * store_blobs: the files that hold large values beside the database, private
  * to store.c (which decides which values go here and names each by the
  * row that owns it: the entry's key and its checksum). No SQLite here,
  * and no knowledge of rows: store.c commits a row only after its file is
@@ -10,10 +10,10 @@
  * A file is <dir>/blobs/<kk>/<key hex>-<checksum hex>: the value's raw
  * bytes, mode 0400, never written again once renamed into place, in
  * directories of mode 0700 (only the daemon's user, and root, reach
- * them). See blobs.c for the design.
+ * them). See store_blobs.c for the design.
  */
-#ifndef PTXCACHE_BLOBS_H
-#define PTXCACHE_BLOBS_H
+#ifndef PTXCACHE_STORE_BLOBS_H
+#define PTXCACHE_STORE_BLOBS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -81,7 +81,7 @@ void blobs_tmp_drop(struct blob_tmp *t);
 /* Open key's file for sum read-only, checked to be a regular file of
  * exactly len bytes, and give *hash, XXH64 of its bytes (seed 0): read and
  * hashed unless this very file (device, inode, size, modification and
- * change times) was hashed before, settled (see blobs.c). Returns the
+ * change times) was hashed before, settled (see store_blobs.c). Returns the
  * descriptor (the caller owns it; a new open file description each call,
  * so its offset is its own), or with *why -1 (damage: missing, of another
  * size, unreadable) or -2 (nothing known wrong with the file: it cannot
