@@ -225,12 +225,23 @@ static const char *const stmt_sql[ST_N] = {
 	[ST_ROLLBACK_TO] = "ROLLBACK TO put",
 };
 
-/* A pending hit: used is 0 for an empty slot. */
-struct hit {
+/* A pending hit or note, keyed by (key, user); used is 0 for an empty
+ * slot. A hit's user is 0: at is its last use and hits its count. A note
+ * says that user stored or was answered with key's row as it was at time
+ * at (store_note_user()). */
+struct pending {
 	unsigned char key[32];
-	uint32_t used;
+	int64_t user;
+	int64_t at;
 	uint32_t hits;
-	int64_t last_used;
+	uint32_t used;
+};
+
+/* The pending hits, or notes: open addressing, cap a power of 2. */
+struct pending_tab {
+	struct pending *slot;
+	size_t cap;
+	size_t n;
 };
 
 /* A blob file whose row's removal is not committed yet (struct store's
@@ -238,15 +249,6 @@ struct hit {
 struct doomed {
 	unsigned char key[32];
 	int64_t sum;
-};
-
-/* A pending note that user stored or was answered with key's row as it
- * was at time at (store_note_user()); used is 0 for an empty slot. */
-struct note {
-	unsigned char key[32];
-	int64_t user;
-	int64_t at;
-	uint32_t used;
 };
 
 struct store {
@@ -273,12 +275,8 @@ struct store {
 	ZSTD_DCtx *dctx;
 	struct buf zdata;       /* compression scratch for puts */
 	struct buf zlog;
-	struct hit *hits;       /* pending hits, open addressing, cap a power of 2 */
-	size_t hits_cap;
-	size_t hits_n;
-	struct note *notes;     /* pending notes, the same way */
-	size_t notes_cap;
-	size_t notes_n;
+	struct pending_tab hits;        /* pending hits */
+	struct pending_tab notes;       /* pending notes, the same way */
 	struct hot_cache hot;   /* decoded entries of recent hits (store_hot.h) */
 	int batch;              /* in store_batch_begin()'s transaction */
 	int batch_lost;         /* ... which SQLite rolled back by itself */
@@ -635,58 +633,13 @@ static int row_names_file(void *arg, const unsigned char key[32], int64_t sum)
 	return named;
 }
 
-/* ---- pending hits ---- */
+/* ---- pending hits, and notes of who saw an entry ---- */
 
-static size_t hit_slot(const struct hit *tab, size_t cap, const unsigned char key[32])
+static size_t pending_slot(const struct pending *tab, size_t cap, const unsigned char key[32],
+			   int64_t user)
 {
 	uint64_t h;
 	memcpy(&h, key, sizeof h); /* a SHA-256: already uniform */
-	size_t i = (size_t)h & (cap - 1);
-	while (tab[i].used && memcmp(tab[i].key, key, 32))
-		i = (i + 1) & (cap - 1);
-	return i;
-}
-
-static int hits_grow(struct store *s)
-{
-	size_t cap = s->hits_cap ? s->hits_cap * 2 : 256;
-	struct hit *tab = calloc(cap, sizeof *tab);
-	if (!tab)
-		return -1;
-	for (size_t i = 0; i < s->hits_cap; i++)
-		if (s->hits[i].used)
-			tab[hit_slot(tab, cap, s->hits[i].key)] = s->hits[i];
-	free(s->hits);
-	s->hits = tab;
-	s->hits_cap = cap;
-	return 0;
-}
-
-static void hit_record(struct store *s, const unsigned char key[32])
-{
-	int64_t now = store_clock(s);
-
-	/* Out of memory: the hit goes unrecorded, which only ages the entry. */
-	if ((s->hits_n + 1) * 2 > s->hits_cap && hits_grow(s) < 0)
-		return;
-	struct hit *h = &s->hits[hit_slot(s->hits, s->hits_cap, key)];
-	if (!h->used) {
-		memcpy(h->key, key, 32);
-		h->used = 1;
-		h->hits = 0;
-		s->hits_n++;
-	}
-	h->hits++;
-	h->last_used = now;
-}
-
-/* ---- pending notes of who saw an entry ---- */
-
-static size_t note_slot(const struct note *tab, size_t cap, const unsigned char key[32],
-			int64_t user)
-{
-	uint64_t h;
-	memcpy(&h, key, sizeof h);
 	h ^= (uint64_t)user * 0x9e3779b97f4a7c15ull;
 	size_t i = (size_t)h & (cap - 1);
 	while (tab[i].used && (tab[i].user != user || memcmp(tab[i].key, key, 32)))
@@ -694,34 +647,66 @@ static size_t note_slot(const struct note *tab, size_t cap, const unsigned char 
 	return i;
 }
 
-static int notes_grow(struct store *s)
+static int pending_grow(struct pending_tab *t)
 {
-	size_t cap = s->notes_cap ? s->notes_cap * 2 : 256;
-	struct note *tab = calloc(cap, sizeof *tab);
+	size_t cap = t->cap ? t->cap * 2 : 256;
+	struct pending *tab = calloc(cap, sizeof *tab);
 	if (!tab)
 		return -1;
-	for (size_t i = 0; i < s->notes_cap; i++)
-		if (s->notes[i].used)
-			tab[note_slot(tab, cap, s->notes[i].key, s->notes[i].user)] = s->notes[i];
-	free(s->notes);
-	s->notes = tab;
-	s->notes_cap = cap;
+	for (size_t i = 0; i < t->cap; i++)
+		if (t->slot[i].used)
+			tab[pending_slot(tab, cap, t->slot[i].key, t->slot[i].user)] = t->slot[i];
+	free(t->slot);
+	t->slot = tab;
+	t->cap = cap;
 	return 0;
+}
+
+/* The slot of (key, user), taken if it was empty; NULL if memory ran out. */
+static struct pending *pending_take(struct pending_tab *t, const unsigned char key[32],
+				    int64_t user)
+{
+	if ((t->n + 1) * 2 > t->cap && pending_grow(t) < 0)
+		return NULL;
+	struct pending *p = &t->slot[pending_slot(t->slot, t->cap, key, user)];
+	if (!p->used) {
+		memcpy(p->key, key, 32);
+		p->user = user;
+		p->used = 1;
+		p->hits = 0;
+		t->n++;
+	}
+	return p;
+}
+
+/* Written: empty again. */
+static void pending_clear(struct pending_tab *t)
+{
+	if (t->n)
+		memset(t->slot, 0, t->cap * sizeof *t->slot);
+	t->n = 0;
+}
+
+static void hit_record(struct store *s, const unsigned char key[32])
+{
+	int64_t now = store_clock(s);
+	/* Out of memory: the hit goes unrecorded, which only ages the entry. */
+	struct pending *h = pending_take(&s->hits, key, 0);
+
+	if (!h)
+		return;
+	h->hits++;
+	h->at = now;
 }
 
 void store_note_user(struct store *s, const unsigned char key[32], int64_t user)
 {
 	/* Out of memory: the note is lost, which hides the entry from user
 	 * (until it asks again), never shows it to anyone else. */
-	if ((s->notes_n + 1) * 2 > s->notes_cap && notes_grow(s) < 0)
+	struct pending *n = pending_take(&s->notes, key, user);
+
+	if (!n)
 		return;
-	struct note *n = &s->notes[note_slot(s->notes, s->notes_cap, key, user)];
-	if (!n->used) {
-		memcpy(n->key, key, 32);
-		n->user = user;
-		n->used = 1;
-		s->notes_n++;
-	}
 	/* The clock's last value: at or after the row's created, which the
 	 * same clock gave, and before any put that replaces it. */
 	n->at = s->clock_us;
@@ -1035,8 +1020,8 @@ void store_close(struct store *s)
 	ZSTD_freeDCtx(s->dctx);
 	buf_free(&s->zdata);
 	buf_free(&s->zlog);
-	free(s->hits);
-	free(s->notes);
+	free(s->hits.slot);
+	free(s->notes.slot);
 	hot_free(&s->hot);
 	blobs_close(s->blobs);
 	free(s->doomed);
@@ -1754,23 +1739,23 @@ int store_batch_commit(struct store *s, struct buf *err)
 
 void store_flush(struct store *s)
 {
-	if (!s || (!s->hits_n && !s->notes_n))
+	if (!s || (!s->hits.n && !s->notes.n))
 		return;
 	sqlite3_stmt *st = s->st[ST_HIT];
 	int rc = run_st(s, ST_BEGIN);
-	for (size_t i = 0; rc == SQLITE_DONE && i < s->hits_cap; i++) {
-		struct hit *h = &s->hits[i];
+	for (size_t i = 0; rc == SQLITE_DONE && i < s->hits.cap; i++) {
+		struct pending *h = &s->hits.slot[i];
 		if (!h->used)
 			continue;
 		sqlite3_bind_blob(st, 1, h->key, 32, SQLITE_STATIC);
 		sqlite3_bind_int64(st, 2, h->hits);
-		sqlite3_bind_int64(st, 3, h->last_used);
+		sqlite3_bind_int64(st, 3, h->at);
 		rc = sqlite3_step(st);
 		sqlite3_reset(st);
 	}
 	st = s->st[ST_NOTE];
-	for (size_t i = 0; rc == SQLITE_DONE && i < s->notes_cap; i++) {
-		struct note *n = &s->notes[i];
+	for (size_t i = 0; rc == SQLITE_DONE && i < s->notes.cap; i++) {
+		struct pending *n = &s->notes.slot[i];
 		if (!n->used)
 			continue;
 		sqlite3_bind_blob(st, 1, n->key, 32, SQLITE_STATIC);
@@ -1788,12 +1773,8 @@ void store_flush(struct store *s)
 		rollback(s);
 		return;
 	}
-	if (s->hits_n)
-		memset(s->hits, 0, s->hits_cap * sizeof *s->hits);
-	s->hits_n = 0;
-	if (s->notes_n)
-		memset(s->notes, 0, s->notes_cap * sizeof *s->notes);
-	s->notes_n = 0;
+	pending_clear(&s->hits);
+	pending_clear(&s->notes);
 }
 
 void store_totals(struct store *s, int64_t *entries, int64_t *bytes)
