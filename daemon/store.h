@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * store: the SQLite cache of compiled blobs; the only file that speaks
- * SQLite. One database (cache.db) in the cache directory, WAL mode, one
+ * store: the SQLite cache of compiled blobs; the only files that speak
+ * SQLite (store.c, with store_put.c, store_files.c and store_admin.c over
+ * store_int.h). One database (cache.db) in the cache directory, WAL mode, one
  * writer: the master process. Workers and clients never open it.
  *
  * Blobs (PTX, cubin, and the log text beside them) are stored
@@ -28,7 +29,7 @@
 #include "proto/buf.h"
 
 /* Values of at least this many bytes live in blob files (store_blobs.h), not in
- * rows: store.c's design comment has the measurement. */
+ * rows: store_put.c's design comment has the measurement. */
 #define BLOB_MIN ((size_t)256 << 10)
 
 struct store;

@@ -12,7 +12,7 @@
  *    descriptor passed to the client (SCM_RIGHTS, conn.c), which maps or
  *    reads it itself. So the bytes are stored raw, never compressed
  *    (zstd -3 takes 2x a write+fsync of the same 64 MB, and a compressed
- *    file could not be handed over): store.c's measurements are in its
+ *    file could not be handed over): store_put.c's measurements are in its
  *    design comment.
  *
  *  - Named by their row: <key hex>-<checksum hex>, not by content alone.

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store_blobs: the files that hold large values beside the database, private
- * to store.c (which decides which values go here and names each by the
- * row that owns it: the entry's key and its checksum). No SQLite here,
- * and no knowledge of rows: store.c commits a row only after its file is
- * durable, and unlinks a file only after the row's removal is committed;
- * blobs_sweep() at open reclaims what a kill -9 left in between.
+ * to the store (store_put.c decides which values go here and names each by
+ * the row that owns it: the entry's key and its checksum). No SQLite here,
+ * and no knowledge of rows: store_put.c commits a row only after its file
+ * is durable, and store_files.c unlinks a file only after the row's
+ * removal is committed; blobs_sweep() at open reclaims what a kill -9
+ * left in between.
  *
  * A file is <dir>/blobs/<kk>/<key hex>-<checksum hex>: the value's raw
  * bytes, mode 0400, never written again once renamed into place, in
@@ -39,7 +40,7 @@ void blobs_close(struct blobs *b);      /* NULL ok */
 int blobs_write(struct blobs *b, const unsigned char key[32], int64_t sum,
 		const void *data, size_t len, char *replaced, struct buf *err);
 
-/* A value written in pieces (store.c's spools: a put's value as it
+/* A value written in pieces (store_put.c's spools: a put's value as it
  * arrives): a temporary file in blobs/, 0400 from its creation, which
  * blobs_sweep() removes at the next open if a kill leaves it.
  * blobs_tmp_new() names it after tag (at most 16 bytes are used): NULL,

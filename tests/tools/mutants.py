@@ -187,7 +187,8 @@ MUTANTS: List[Mutant] = [
     Mutant("l2-url-unredacted-log", "tier secrets: the log names a server with its password",
            "daemon/l2_conf.c", "l2_url_redacted(full.data, shown);", "buf_puts(shown, full.data);",
            ("test_secrets.test_secrets_the_log_shows_no_password",)),
-    # Large values' blob files (daemon/store.c, store_blobs.c, conn.c).
+    # Large values' blob files (daemon/store.c, store_admin.c, store_blobs.c,
+    # conn.c).
     Mutant("blob-checksum-unchecked", "blob files: served without their checksum", "daemon/*.c",
            'if ((int64_t)XXH64(out->log.data ? out->log.data : "", out->log.len, hash) != sum) {',
            "if (0) {",
@@ -211,8 +212,8 @@ MUTANTS: List[Mutant] = [
            "c->fds_unread = 0;", "return 1;",
            ("test_large.test_descriptors_in_flight_are_bounded_per_connection_then_values_go_inline",
             "test_large.test_a_client_that_reads_keeps_getting_descriptors_however_many_it_holds")),
-    # Large values (daemon/store.c, store_blobs.c): the spool's disk-full retry and
-    # its refusal of a value larger than all the room; a removed file
+    # Large values (daemon/store_put.c, store_files.c, store_blobs.c): the
+    # spool's disk-full retry and its refusal of a value larger than all the room; a removed file
     # unlinked, never truncated; a remembered hash and a file's size checked.
     Mutant("spool-no-disk-retry", "a spool that fills the disk fails without making room",
            "daemon/*.c", "if (!full || sp->retried || s->batch)", "if (1)",
@@ -241,7 +242,7 @@ MUTANTS: List[Mutant] = [
     Mutant("scope-no-groups", "scope check: artifact-groups ignored", "daemon/*.c",
            "if ((i < 0 ? c->gid : c->groups[i]) == a->groups[g])", "if (0)",
            ("test_artifact.test_a_group_shares_one_scope",)),
-    # Whose entries ls, show and explain describe (daemon/store.c, manage.c).
+    # Whose entries ls, show and explain describe (daemon/store_admin.c, manage.c).
     Mutant("view-everyone", "per-identity view: every entry shown to everyone", "daemon/*.c",
            '" AND (?8 IS NULL OR EXISTS (SELECT 1 FROM entry_users u"',
            '" AND (?8 IS NULL OR 1 OR EXISTS (SELECT 1 FROM entry_users u"',
@@ -256,7 +257,7 @@ MUTANTS: List[Mutant] = [
            ("test_artifact.test_concurrent_puts_share_a_commit_and_each_is_durable_before_its_reply",
             "test_artifact.test_a_failing_put_in_a_batch_loses_and_acknowledges_no_other")),
     # The store and the request path (daemon/store_blobs.c, conn.c, store_batch.c,
-    # store.c, client/lib.c, python/ptxcache/client.py): blob files' modes
+    # store_put.c, client/lib.c, python/ptxcache/client.py): blob files' modes
     # and O_NOFOLLOW, a descriptor's place among the replies, truncated
     # control messages, a batch redone after ENOSPC, the reply after the
     # commit, entry_users kept to the rows there are.
@@ -404,7 +405,7 @@ MUTANTS: List[Mutant] = [
            "AFTER UPDATE OF created ON entries BEGIN",
            "AFTER UPDATE OF created ON entries WHEN 0 BEGIN",
            ("test_manage.test_an_entry_replaced_or_recreated_by_another_uid_leaves_the_first_view",)),
-    # A put answered by its commit's result (daemon/store_batch.c, store.c):
+    # A put answered by its commit's result (daemon/store_batch.c, store_put.c):
     # a batch whose COMMIT failed (a full disk) is redone put by put, and a
     # lone put's failed COMMIT is its failure (an error), never "stored".
     Mutant("batch-commit-unchecked", "group commit: a batch's failed COMMIT answered \"stored\"",
