@@ -38,7 +38,7 @@
  *    (on_fleet()), then it is stored locally. Puts publish in the background,
  *    under a Redis key that names the scope.
  *
- *  - Puts are staged, not written at once (put_batch.h): the puts of one
+ *  - Puts are staged, not written at once (store_batch.h): the puts of one
  *    turn of the loop share one commit, and each is answered, published
  *    and handed to its slot's waiters once committed (put_done()), with
  *    the slot as it is then.
@@ -66,7 +66,7 @@
 #include "daemon/l2.h"
 #include "daemon/log.h"
 #include "daemon/master.h"
-#include "daemon/put_batch.h"
+#include "daemon/store_batch.h"
 #include "daemon/store.h"
 #include "daemon/syncer.h"
 #include "daemon/tenant.h"
@@ -139,7 +139,7 @@ struct artifacts {
 	struct scope_count *scopes;
 	uint64_t next_token;
 	struct artifact_counters n;
-	struct put_batch *puts;         /* group commit (put_batch.h) */
+	struct put_batch *puts;         /* group commit (store_batch.h) */
 	struct syncer *sync;            /* spooled files synced off the loop */
 };
 
@@ -1033,7 +1033,7 @@ struct staged_put {
 	char copy[];
 };
 
-/* The put's commit is done (put_batch.h). */
+/* The put's commit is done (store_batch.h). */
 static void put_done(void *arg, int stored, const char *err)
 {
 	struct staged_put *p = arg;

@@ -52,7 +52,7 @@ struct artifact_counters {
 	int64_t fd_fallbacks;   /* of those, asked for a descriptor but sent
 	                           inline (conn_send_fd(): output queued, the
 	                           socket full, CONN_MAX_FDS) */
-	int64_t put_commits;            /* commits of puts (put_batch.h): fewer
+	int64_t put_commits;            /* commits of puts (store_batch.h): fewer
 	                                   than puts where they shared one */
 	int64_t spooled_puts;           /* puts whose value went from the
 	                                   socket to its file as it arrived */

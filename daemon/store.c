@@ -8,7 +8,8 @@
  *    (SQLITE_OPEN_NOMUTEX); a second only checkpoints the WAL, on a thread
  *    of its own (store_ckpt.c). Every statement the hit and put paths run is
  *    prepared once at open (SQLITE_PREPARE_PERSISTENT) and reused; the
- *    maintenance queries (show, ls, explain, verify) prepare their own.
+ *    maintenance queries (show, ls, explain, verify: store_admin.c)
+ *    prepare their own.
  *
  *  - Durability: WAL with synchronous=NORMAL, on purpose. The contract is
  *    that a put acknowledged to a client survives a kill -9 of the daemon.
@@ -60,53 +61,10 @@
  *    An entry that alone exceeds 90% of the cap is evicted with the rest:
  *    the cap wins (the put still succeeded and the client has its answer).
  *
- *  - A full disk (SQLITE_FULL, in the put or its commit) is not left for
- *    someone to notice: the put is rolled back, the reserve file given
- *    back (<dir>/reserve: 16 MiB, more than the WAL holds between
- *    checkpoints, store_ckpt.c; a quarter of the free space at most when
- *    allocated at open, half when again from the room each such event
- *    makes: without it
- *    a full disk can hold the WAL's committed frames that no checkpoint
- *    can move into the database, which cannot grow, so nothing could be
- *    deleted either), the WAL checkpointed and
- *    truncated, the least recently used entries evicted (at least twice
- *    the new entry and the reserve, and a tenth of the cache), their
- *    pages given back to
- *    the filesystem (PRAGMA incremental_vacuum: caches are created with
- *    auto_vacuum=INCREMENTAL; in WAL mode a freed page still takes its
- *    place in the file, and the retry's WAL frames need the disk) and the
- *    WAL truncated again; then the put is tried once more (full_retries).
- *    Without that, every later put would fail until an admin made room.
- *    A cache created before auto_vacuum keeps its file size: there the
- *    retry has only the WAL's space.
+ *  - Puts (store_put.c: which values become files, a full disk, the
+ *    spool), the files of rows going (store_files.c) and the admin queries
+ *    (store_admin.c) are rooms of their own, over store_int.h.
  *
- *  - Large values are files (blobs.c): a value of BLOB_MIN bytes and more
- *    is written raw to its own file, durable before the row that names it
- *    (FILE_REF in the data column) is committed; its row's removal is
- *    committed before the file is unlinked (eviction, the share, remove,
- *    a damaged entry, a replaced value), and blobs_sweep() at open takes
- *    what a kill -9 left between the two. The threshold, measured on this
- *    project's machine (page-cached reads; puts with the file's fsync, the
- *    row's commit without one): a hit read from the row costs 0.11 ms at 64
- *    KiB, 2.5 ms at 256 KiB and 12 ms at 1 MiB, from a file 0.04, 0.02 and
- *    0.12 ms; a put in the row 0.6, 7.9 and 23 ms, in a file 9, 11 and 12
- *    ms (the fsync's floor). Hits win from 64 KiB, puts from about 512
- *    KiB; hits are the common case, so 256 KiB. Files are raw: zstd -3
- *    took 296 ms for a 64 MB value half text, half random, twice a
- *    write+fsync of it (156 ms), for a file half as large, and a
- *    compressed file could be neither sent by sendfile() nor handed over.
- *    The full disk's path below covers them: a file that finds no room
- *    makes room (make_room_on_disk()) and is written once more; a value
- *    larger than the free space and the whole cache together is refused
- *    without evicting anything. A value that arrives in pieces (a spool,
- *    store_spool_open(): an artifact put's value taken from the socket)
- *    is written to its temporary file as it comes and hashed on the way;
- *    a full disk makes room once and the write goes on where it stopped;
- *    store_put_spool() then places that file as put_entry() places a
- *    written one. Its bytes are nowhere else, so a retry after SQLITE_FULL
- *    keeps the placed file rather than writing it again: should the
- *    retry's eviction take the row of the same value put before (the same
- *    name), doomed_commit() spares the file (struct store's placed).
  *
  *  - A database that SQLite rejects as not a database or corrupt, or that
  *    fails PRAGMA quick_check, or whose schema version is not ours, is moved
@@ -114,66 +72,27 @@
  *    created. Any other failure (locked, permissions) is an error: a cache
  *    is never thrown away because it could not be opened.
  */
-#include "daemon/store.h"
+
+#include "daemon/store_int.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <sqlite3.h>
 #include <xxhash.h>
-#include <zstd.h>
 
-#include "daemon/blobs.h"
-#include "daemon/flat.h"
 #include "daemon/log.h"
+#include "daemon/store_blobs.h"
 #include "daemon/store_ckpt.h"
-#include "daemon/store_hot.h"
-#include "daemon/syncer.h"
 #include "schema.h"
 
 #define STORE_SCHEMA_VERSION "3"
 #define ZSTD_LEVEL 3
 #define BUSY_TIMEOUT_MS 2000
-/* Per-row bytes beyond the blobs and texts: record header, integers, key,
- * and the two index entries; an estimate, used only for the size cap. */
-#define ROW_OVERHEAD 128
-/* A stored length beyond this is damage, not data (no allocation for it). */
-#define MAX_RAW_LEN ((int64_t)1 << 30)
-/* Rows read per eviction query; the LIMIT in stmt_sql[ST_LRU]. */
-#define EVICT_BATCH 256
-/* The data column of a row whose value is in its blob file: these bytes
- * exactly (never a zstd frame, which is at least 9 bytes and starts with
- * its magic number; an empty value is an empty blob). */
-#define FILE_REF "PXFILE01"
-#define FILE_REF_LEN 8
-
-enum {
-	ST_GET,
-	ST_DEL_KEY,
-	ST_OLD_SIZE,
-	ST_PUT,
-	ST_HIT,
-	ST_TRUST,
-	ST_LRU,
-	ST_DEL_ROWID,
-	ST_SCOPE_BYTES,
-	ST_SCOPE_LRU,
-	ST_NOTE,
-	ST_BEGIN,
-	ST_COMMIT,
-	ST_ROLLBACK,
-	ST_SAVEPOINT,
-	ST_RELEASE,
-	ST_ROLLBACK_TO,
-	ST_N
-};
 
 static const char *const stmt_sql[ST_N] = {
 	/* length(data) reads no overflow page: a hot hit leaves the blob
@@ -225,78 +144,9 @@ static const char *const stmt_sql[ST_N] = {
 	[ST_ROLLBACK_TO] = "ROLLBACK TO put",
 };
 
-/* A pending hit: used is 0 for an empty slot. */
-struct hit {
-	unsigned char key[32];
-	uint32_t used;
-	uint32_t hits;
-	int64_t last_used;
-};
-
-/* A blob file whose row's removal is not committed yet (struct store's
- * doomed): unlinked after the commit, forgotten on a rollback. */
-struct doomed {
-	unsigned char key[32];
-	int64_t sum;
-};
-
-/* A pending note that user stored or was answered with key's row as it
- * was at time at (store_note_user()); used is 0 for an empty slot. */
-struct note {
-	unsigned char key[32];
-	int64_t user;
-	int64_t at;
-	uint32_t used;
-};
-
-struct store {
-	sqlite3 *db;
-	struct blobs *blobs;    /* the files of large values (blobs.h) */
-	struct doomed *doomed;  /* files to unlink at the next commit */
-	size_t ndoomed, doomed_cap;
-	struct doomed placed;   /* a spooled value's file, in place before
-	                           its row's commit (store_put_spool()) */
-	int placing;            /* ... while that is so: never unlinked */
-	struct syncer *sync;    /* unlinks off the loop (store_set_syncer()) */
-	int unlink_now;         /* ... but not while the disk is full */
-	struct ckpt *ckpt;      /* checkpoints off the loop (store_ckpt.h) */
-	sqlite3_stmt *st[ST_N];
-	char *dir;
-	char *path;             /* <dir>/cache.db */
-	int64_t max_bytes;
-	int64_t artifact_share; /* bytes per artifact scope; 0: none */
-	int64_t entries;
-	int64_t bytes;
-	int64_t clock_us;       /* last time handed out; strictly increasing */
-	struct store_counters ctr;
-	ZSTD_CCtx *cctx;
-	ZSTD_DCtx *dctx;
-	struct buf zdata;       /* compression scratch for puts */
-	struct buf zlog;
-	struct hit *hits;       /* pending hits, open addressing, cap a power of 2 */
-	size_t hits_cap;
-	size_t hits_n;
-	struct note *notes;     /* pending notes, the same way */
-	size_t notes_cap;
-	size_t notes_n;
-	struct hot_cache hot;   /* decoded entries of recent hits (store_hot.h) */
-	int batch;              /* in store_batch_begin()'s transaction */
-	int batch_lost;         /* ... which SQLite rolled back by itself */
-	int64_t batch_entries;  /* the totals and counters before it */
-	int64_t batch_bytes;
-	struct store_counters batch_ctr;
-};
-
-/* The checksum column: data's hash, continued over the log. */
-static int64_t entry_checksum(const void *data, size_t dlen, const void *log,
-			      size_t llen)
-{
-	return (int64_t)XXH64(log ? log : "", llen, XXH64(data ? data : "", dlen, 0));
-}
-
 /* ---- small helpers ---- */
 
-static int64_t store_clock(struct store *s)
+int64_t store_clock(struct store *s)
 {
 	struct timespec ts;
 
@@ -307,7 +157,7 @@ static int64_t store_clock(struct store *s)
 	return s->clock_us = now;
 }
 
-static void key_hex(const unsigned char key[32], char out[65])
+void key_hex(const unsigned char key[32], char out[65])
 {
 	static const char hexdig[] = "0123456789abcdef";
 	for (int i = 0; i < 32; i++) {
@@ -318,7 +168,7 @@ static void key_hex(const unsigned char key[32], char out[65])
 }
 
 /* Step a statement that returns no rows and reset it; the step's result. */
-static int run_st(struct store *s, int which)
+int run_st(struct store *s, int which)
 {
 	sqlite3_stmt *st = s->st[which];
 	int rc = sqlite3_step(st);
@@ -329,7 +179,7 @@ static int run_st(struct store *s, int which)
 /* Roll back if a transaction is open (SQLite rolls back by itself after
  * some errors, such as SQLITE_FULL). In a batch, a put's own savepoint
  * only, unless SQLite took the whole batch back already. */
-static void rollback(struct store *s)
+void rollback(struct store *s)
 {
 	if (sqlite3_get_autocommit(s->db)) {
 		s->batch_lost |= s->batch;
@@ -339,19 +189,6 @@ static void rollback(struct store *s)
 	} else {
 		run_st(s, ST_ROLLBACK);
 	}
-}
-
-/* A put's transaction: its own, or a savepoint in a batch's. */
-static int tx_begin(struct store *s)
-{
-	if (s->batch && s->batch_lost)
-		return SQLITE_ABORT;    /* to be redone alone anyway */
-	return run_st(s, s->batch ? ST_SAVEPOINT : ST_BEGIN);
-}
-
-static int tx_commit(struct store *s)
-{
-	return run_st(s, s->batch ? ST_RELEASE : ST_COMMIT);
 }
 
 static int mkdirs(const char *dir)
@@ -388,7 +225,7 @@ static int mkdirs(const char *dir)
 
 /* Compress src into dst (replacing its contents): one zstd frame, or
  * nothing for empty input. */
-static int compress_into(struct store *s, struct buf *dst, const void *src,
+int compress_into(struct store *s, struct buf *dst, const void *src,
 			 size_t len)
 {
 	buf_reset(dst);
@@ -459,7 +296,7 @@ static int is_file_ref(sqlite3_stmt *st, int c)
 /* Decode and check a row's data and log, with columns at the given indexes
  * of st: kind, data_len, log_len, checksum, data, log; a value in its blob
  * file (key's) is read from there. Same returns as decode_blob(). */
-static int check_row(struct store *s, sqlite3_stmt *st, const unsigned char *key,
+int check_row(struct store *s, sqlite3_stmt *st, const unsigned char *key,
 		     int c_kind, int c_dlen, int c_llen, int c_sum, int c_data, int c_log,
 		     struct buf *data, struct buf *log, const char **why)
 {
@@ -501,192 +338,13 @@ static int check_row(struct store *s, sqlite3_stmt *st, const unsigned char *key
 	return 0;
 }
 
-/* ---- blob files whose rows are going ---- */
+/* ---- pending hits, and notes of who saw an entry ---- */
 
-/* One row of an eviction query (rowid, size, key, checksum, length(data)). */
-struct victim {
-	int64_t rowid, size;
-	struct doomed file;
-	int has_file;
-};
-
-static void victim_read(sqlite3_stmt *st, struct victim *v)
-{
-	const void *k = sqlite3_column_blob(st, 2);
-
-	v->rowid = sqlite3_column_int64(st, 0);
-	v->size = sqlite3_column_int64(st, 1);
-	v->has_file = sqlite3_column_int64(st, 4) == FILE_REF_LEN && k &&
-		      sqlite3_column_bytes(st, 2) == 32;
-	if (v->has_file) {
-		memcpy(v->file.key, k, 32);
-		v->file.sum = sqlite3_column_int64(st, 3);
-	}
-}
-
-/* Note a blob file whose row is deleted in the open transaction, for
- * doomed_commit(). */
-static void doomed_add(struct store *s, const struct doomed *d)
-{
-	if (s->ndoomed == s->doomed_cap) {
-		size_t cap = s->doomed_cap ? 2 * s->doomed_cap : 64;
-		struct doomed *n = realloc(s->doomed, cap * sizeof *n);
-		if (!n)
-			return;         /* left for the sweep at the next open */
-		s->doomed = n;
-		s->doomed_cap = cap;
-	}
-	s->doomed[s->ndoomed++] = *d;
-}
-
-/* The removals are committed: unlink their files. */
-/* A removed entry's file, renamed out of its name, for the syncer's
- * thread to unlink. */
-struct retired {
-	struct blobs *b;
-	char name[BLOBS_RETIRED_MAX];
-};
-
-static int retired_unlink(void *arg)
-{
-	struct retired *r = arg;
-
-	blobs_unlink_retired(r->b, r->name);
-	return 0;
-}
-
-static void retired_free(void *arg, int err)
-{
-	(void)err;      /* cancelled at a stop: the next open's sweep */
-	free(arg);
-}
-
-/* Unlink a blob file left under a temporary name (blobs_retire(),
- * blobs_tmp_place()'s replaced): off the loop where a syncer is set. */
-static void retired_dispose(struct store *s, const char *name)
-{
-	struct retired *r = s->sync && !s->unlink_now ? malloc(sizeof *r) : NULL;
-
-	if (r) {
-		r->b = s->blobs;
-		snprintf(r->name, sizeof r->name, "%s", name);
-		if (syncer_sync(s->sync, retired_unlink, retired_free, r) == 0)
-			return;
-		free(r);
-	}
-	blobs_unlink_retired(s->blobs, name);
-}
-
-/* Unlink key's file for sum: off the loop where a syncer is set. */
-static void file_unlink(struct store *s, const unsigned char key[32], int64_t sum)
-{
-	char name[BLOBS_RETIRED_MAX];
-
-	if (blobs_retire(s->blobs, key, sum, name) == 0)
-		retired_dispose(s, name);
-}
-
-void store_set_syncer(struct store *s, struct syncer *y)
-{
-	s->sync = y;
-}
-
-void store_set_checkpointer(struct store *s, struct syncer *y)
-{
-	ckpt_free(s->ckpt);
-	s->ckpt = y ? ckpt_new(s->db, s->path, y) : NULL;
-}
-
-static void doomed_commit(struct store *s)
-{
-	for (size_t i = 0; i < s->ndoomed; i++) {
-		/* An eviction that made room for a spooled value took the
-		 * row of the same value put before, whose file's name the
-		 * new one has taken already: that file stays, for its row. */
-		if (s->placing && !memcmp(s->doomed[i].key, s->placed.key, 32) &&
-		    s->doomed[i].sum == s->placed.sum)
-			continue;
-		file_unlink(s, s->doomed[i].key, s->doomed[i].sum);
-	}
-	s->ndoomed = 0;
-}
-
-/* They were rolled back: the rows, and so their files, stay. */
-static void doomed_forget(struct store *s)
-{
-	s->ndoomed = 0;
-}
-
-/* For blobs_sweep(): whether a row names key's file for sum. */
-static int row_names_file(void *arg, const unsigned char key[32], int64_t sum)
-{
-	struct store *s = arg;
-	sqlite3_stmt *st = s->st[ST_OLD_SIZE];
-	int named = 1;          /* on a database error, keep the file */
-
-	sqlite3_bind_blob(st, 1, key, 32, SQLITE_STATIC);
-	int rc = sqlite3_step(st);
-	if (rc == SQLITE_DONE)
-		named = 0;
-	else if (rc == SQLITE_ROW)
-		named = sqlite3_column_int64(st, 1) == sum &&
-			sqlite3_column_int64(st, 2) == FILE_REF_LEN;
-	sqlite3_reset(st);
-	return named;
-}
-
-/* ---- pending hits ---- */
-
-static size_t hit_slot(const struct hit *tab, size_t cap, const unsigned char key[32])
+static size_t pending_slot(const struct pending *tab, size_t cap, const unsigned char key[32],
+			   int64_t user)
 {
 	uint64_t h;
 	memcpy(&h, key, sizeof h); /* a SHA-256: already uniform */
-	size_t i = (size_t)h & (cap - 1);
-	while (tab[i].used && memcmp(tab[i].key, key, 32))
-		i = (i + 1) & (cap - 1);
-	return i;
-}
-
-static int hits_grow(struct store *s)
-{
-	size_t cap = s->hits_cap ? s->hits_cap * 2 : 256;
-	struct hit *tab = calloc(cap, sizeof *tab);
-	if (!tab)
-		return -1;
-	for (size_t i = 0; i < s->hits_cap; i++)
-		if (s->hits[i].used)
-			tab[hit_slot(tab, cap, s->hits[i].key)] = s->hits[i];
-	free(s->hits);
-	s->hits = tab;
-	s->hits_cap = cap;
-	return 0;
-}
-
-static void hit_record(struct store *s, const unsigned char key[32])
-{
-	int64_t now = store_clock(s);
-
-	/* Out of memory: the hit goes unrecorded, which only ages the entry. */
-	if ((s->hits_n + 1) * 2 > s->hits_cap && hits_grow(s) < 0)
-		return;
-	struct hit *h = &s->hits[hit_slot(s->hits, s->hits_cap, key)];
-	if (!h->used) {
-		memcpy(h->key, key, 32);
-		h->used = 1;
-		h->hits = 0;
-		s->hits_n++;
-	}
-	h->hits++;
-	h->last_used = now;
-}
-
-/* ---- pending notes of who saw an entry ---- */
-
-static size_t note_slot(const struct note *tab, size_t cap, const unsigned char key[32],
-			int64_t user)
-{
-	uint64_t h;
-	memcpy(&h, key, sizeof h);
 	h ^= (uint64_t)user * 0x9e3779b97f4a7c15ull;
 	size_t i = (size_t)h & (cap - 1);
 	while (tab[i].used && (tab[i].user != user || memcmp(tab[i].key, key, 32)))
@@ -694,34 +352,66 @@ static size_t note_slot(const struct note *tab, size_t cap, const unsigned char 
 	return i;
 }
 
-static int notes_grow(struct store *s)
+static int pending_grow(struct pending_tab *t)
 {
-	size_t cap = s->notes_cap ? s->notes_cap * 2 : 256;
-	struct note *tab = calloc(cap, sizeof *tab);
+	size_t cap = t->cap ? t->cap * 2 : 256;
+	struct pending *tab = calloc(cap, sizeof *tab);
 	if (!tab)
 		return -1;
-	for (size_t i = 0; i < s->notes_cap; i++)
-		if (s->notes[i].used)
-			tab[note_slot(tab, cap, s->notes[i].key, s->notes[i].user)] = s->notes[i];
-	free(s->notes);
-	s->notes = tab;
-	s->notes_cap = cap;
+	for (size_t i = 0; i < t->cap; i++)
+		if (t->slot[i].used)
+			tab[pending_slot(tab, cap, t->slot[i].key, t->slot[i].user)] = t->slot[i];
+	free(t->slot);
+	t->slot = tab;
+	t->cap = cap;
 	return 0;
+}
+
+/* The slot of (key, user), taken if it was empty; NULL if memory ran out. */
+static struct pending *pending_take(struct pending_tab *t, const unsigned char key[32],
+				    int64_t user)
+{
+	if ((t->n + 1) * 2 > t->cap && pending_grow(t) < 0)
+		return NULL;
+	struct pending *p = &t->slot[pending_slot(t->slot, t->cap, key, user)];
+	if (!p->used) {
+		memcpy(p->key, key, 32);
+		p->user = user;
+		p->used = 1;
+		p->hits = 0;
+		t->n++;
+	}
+	return p;
+}
+
+/* Written: empty again. */
+static void pending_clear(struct pending_tab *t)
+{
+	if (t->n)
+		memset(t->slot, 0, t->cap * sizeof *t->slot);
+	t->n = 0;
+}
+
+static void hit_record(struct store *s, const unsigned char key[32])
+{
+	int64_t now = store_clock(s);
+	/* Out of memory: the hit goes unrecorded, which only ages the entry. */
+	struct pending *h = pending_take(&s->hits, key, 0);
+
+	if (!h)
+		return;
+	h->hits++;
+	h->at = now;
 }
 
 void store_note_user(struct store *s, const unsigned char key[32], int64_t user)
 {
 	/* Out of memory: the note is lost, which hides the entry from user
 	 * (until it asks again), never shows it to anyone else. */
-	if ((s->notes_n + 1) * 2 > s->notes_cap && notes_grow(s) < 0)
+	struct pending *n = pending_take(&s->notes, key, user);
+
+	if (!n)
 		return;
-	struct note *n = &s->notes[note_slot(s->notes, s->notes_cap, key, user)];
-	if (!n->used) {
-		memcpy(n->key, key, 32);
-		n->user = user;
-		n->used = 1;
-		s->notes_n++;
-	}
 	/* The clock's last value: at or after the row's created, which the
 	 * same clock gave, and before any put that replaces it. */
 	n->at = s->clock_us;
@@ -897,42 +587,6 @@ static int load_totals(struct store *s)
 	return rc == SQLITE_ROW ? 0 : -1;
 }
 
-/* The reserve file's size at most (see the design comment). */
-#define RESERVE_BYTES (16 << 20)
-
-/* Allocate <dir>/reserve where it is missing or short (best effort): at
- * most RESERVE_BYTES, and at most share percent of the free space. */
-static void reserve_make(struct store *s, int share)
-{
-	struct statvfs v;
-	struct stat st;
-	char p[4096];
-
-	snprintf(p, sizeof p, "%s/reserve", s->dir);
-	int64_t have = stat(p, &st) == 0 ? (int64_t)st.st_size : 0;
-	if (have >= RESERVE_BYTES || statvfs(s->dir, &v) < 0)
-		return;
-	int64_t want = ((int64_t)v.f_bavail * (int64_t)v.f_frsize + have) / 100 * share;
-	if (want > RESERVE_BYTES)
-		want = RESERVE_BYTES;
-	if (want <= have || want < (256 << 10))
-		return;
-	int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return;
-	if (posix_fallocate(fd, 0, (off_t)want) != 0 && ftruncate(fd, (off_t)have) < 0)
-		log_debug("cannot size '%s': %s", p, strerror(errno));
-	close(fd);
-}
-
-static void reserve_release(struct store *s)
-{
-	char p[4096];
-
-	snprintf(p, sizeof p, "%s/reserve", s->dir);
-	unlink(p);
-}
-
 struct store *store_open(const char *dir, int64_t max_bytes, struct buf *err)
 {
 	struct store *s = calloc(1, sizeof *s);
@@ -1035,8 +689,8 @@ void store_close(struct store *s)
 	ZSTD_freeDCtx(s->dctx);
 	buf_free(&s->zdata);
 	buf_free(&s->zlog);
-	free(s->hits);
-	free(s->notes);
+	free(s->hits.slot);
+	free(s->notes.slot);
 	hot_free(&s->hot);
 	blobs_close(s->blobs);
 	free(s->doomed);
@@ -1045,7 +699,13 @@ void store_close(struct store *s)
 	free(s);
 }
 
-/* ---- the hit and put paths ---- */
+void store_set_checkpointer(struct store *s, struct syncer *y)
+{
+	ckpt_free(s->ckpt);
+	s->ckpt = y ? ckpt_new(s->db, s->path, y) : NULL;
+}
+
+/* ---- the hit path ---- */
 
 /* Delete a row that failed its check; count it and say so. */
 static void drop_corrupt(struct store *s, const unsigned char key[32], int64_t size,
@@ -1265,512 +925,25 @@ int store_set_trust(struct store *s, const unsigned char key[32], int trust)
 	return 0;
 }
 
-/*
- * Inside store_put()'s transaction: delete the least recently used
- * artifacts of scope (never key itself, which the put replaces) until
- * size more bytes fit in its share. What was deleted is returned in
- * *removed and *removed_bytes, applied to the totals once committed.
- */
-static int make_room_in_scope(struct store *s, const unsigned char key[32], int64_t scope,
-			      int64_t size, int64_t *removed, int64_t *removed_bytes)
-{
-	sqlite3_stmt *st = s->st[ST_SCOPE_BYTES];
-	int64_t have = 0;
-	int rc;
-
-	/* No scope holds more than the whole cache: nothing to count. */
-	if (s->bytes + size <= s->artifact_share)
-		return SQLITE_DONE;
-	sqlite3_bind_int64(st, 1, scope);
-	sqlite3_bind_blob(st, 2, key, 32, SQLITE_STATIC);
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_ROW) {
-		have = (int64_t)sqlite3_column_double(st, 0);
-		rc = SQLITE_DONE;
-	}
-	sqlite3_reset(st);
-	while (rc == SQLITE_DONE && have + size > s->artifact_share) {
-		struct victim v[EVICT_BATCH];
-		int n = 0;
-		st = s->st[ST_SCOPE_LRU];
-		sqlite3_bind_int64(st, 1, scope);
-		sqlite3_bind_blob(st, 2, key, 32, SQLITE_STATIC);
-		while (n < EVICT_BATCH && (rc = sqlite3_step(st)) == SQLITE_ROW)
-			victim_read(st, &v[n++]);
-		sqlite3_reset(st);
-		if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-			return rc;
-		rc = SQLITE_DONE;
-		if (!n)
-			break;
-		for (int i = 0; i < n && have + size > s->artifact_share; i++) {
-			sqlite3_bind_int64(s->st[ST_DEL_ROWID], 1, v[i].rowid);
-			if ((rc = run_st(s, ST_DEL_ROWID)) != SQLITE_DONE)
-				return rc;
-			if (v[i].has_file)
-				doomed_add(s, &v[i].file);
-			have -= v[i].size;
-			*removed += 1;
-			*removed_bytes += v[i].size;
-		}
-	}
-	return rc;
-}
-
-/*
- * After a put failed with SQLITE_FULL (rolled back): make room on the disk
- * for an entry of size bytes from the cache's own oldest entries (see the
- * design comment). Checkpoint failures are ignored: the retry says whether
- * it was enough.
- */
-static void make_room_on_disk(struct store *s, int64_t size)
-{
-	int64_t want = 2 * size + RESERVE_BYTES + (1 << 20), tenth = s->bytes / 10;
-
-	reserve_release(s);
-	ckpt_hold(s->ckpt);     /* the thread's checkpoint first */
-	sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
-	s->unlink_now = 1;      /* the retry needs the room now */
-	int n = store_evict_lru(s, s->bytes - (want > tenth ? want : tenth));
-	s->unlink_now = 0;
-	sqlite3_exec(s->db, "PRAGMA incremental_vacuum", NULL, NULL, NULL);
-	sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
-	ckpt_release(s->ckpt);
-	reserve_make(s, 50);    /* for the next time, from the room just made */
-	s->ctr.full_retries++;
-	log_warn("disk full under '%s': evicted %d of the oldest entries to store a new one "
-		 "(%lld bytes in %lld entries remain)", s->path, n < 0 ? 0 : n,
-		 (long long)s->bytes, (long long)s->entries);
-}
-
-/* After a put that wrote key's file for sum failed: remove the file
- * unless the row that stays names it (the same value put again). */
-static void put_undo_file(struct store *s, const unsigned char key[32], int64_t sum)
-{
-	if (!row_names_file(s, key, sum))
-		blobs_unlink(s->blobs, key, sum);
-}
-
-/* A value that arrives in pieces (store.h): its temporary blob file and
- * the hash of what it holds so far. */
-struct store_spool {
-	struct store *s;
-	struct blob_tmp *tmp;   /* NULL once it failed or was placed */
-	XXH64_state_t *hash;    /* of the bytes written */
-	size_t len, got;
-	int retried;            /* the disk was full once: room was made */
-};
-
-/* store_put(), for a value in e->data or, with sp, in sp's file. */
-static int put_entry(struct store *s, const unsigned char key[32], const struct store_entry *e,
-		     struct store_spool *sp, struct buf *err)
-{
-	int retried = 0, file = 0, wrote = 0;
-	size_t doomed_mark = s->ndoomed;
-	int64_t sum = 0;
-	const char *components = e->components ? e->components : "{}";
-	const char *arch = e->arch ? e->arch : "";
-	const char *log = e->log ? e->log : "";
-	size_t log_len = e->log ? e->log_len : 0;
-	struct buf ferr = BUF_INIT;
-	char msg[512], replaced[BLOBS_RETIRED_MAX] = "";
-	int rc;
-
-	if (e->kind != STORE_PTX && e->kind != STORE_CUBIN && e->kind != STORE_ARTIFACT) {
-		snprintf(msg, sizeof msg, "unknown entry kind %d", (int)e->kind);
-		goto fail_nodb;
-	}
-	if ((int64_t)e->data_len > MAX_RAW_LEN || (int64_t)log_len > MAX_RAW_LEN) {
-		snprintf(msg, sizeof msg, "entry too large (%zu bytes)", e->data_len);
-		goto fail_nodb;
-	}
-	/* A large value goes to its file raw; the row holds its reference. */
-	file = e->data_len >= BLOB_MIN || sp;
-	if (file)
-		buf_reset(&s->zdata);
-	if ((!file && compress_into(s, &s->zdata, e->data, e->data_len) < 0) ||
-	    compress_into(s, &s->zlog, log, log_len) < 0) {
-		snprintf(msg, sizeof msg, "cannot compress (out of memory)");
-		goto fail_nodb;
-	}
-	/* entry_checksum(), the value's hash taken as it was spooled. */
-	sum = sp ? (int64_t)XXH64(log, log_len, XXH64_digest(sp->hash))
-		 : entry_checksum(e->data, e->data_len, log, log_len);
-	int64_t size = (int64_t)((file ? e->data_len : s->zdata.len) + s->zlog.len +
-				 strlen(components) + strlen(arch)) + ROW_OVERHEAD;
-	int64_t now = store_clock(s);
-	int64_t old_size = 0, old_sum = 0, shared_out = 0, shared_out_bytes = 0;
-	int existed = 0, old_file = 0;
-
-	if (e->kind == STORE_ARTIFACT && s->artifact_share && size > s->artifact_share) {
-		snprintf(msg, sizeof msg, "a %zu-byte value takes more than a scope's "
-			 "share of the cache (artifact-share, %lld bytes)", e->data_len,
-			 (long long)s->artifact_share);
-		goto fail_nodb;
-	}
-again:
-	old_size = old_sum = shared_out = shared_out_bytes = 0;
-	existed = old_file = 0;
-	/* The file is durable before the row that names it is committed. */
-	if (file && !wrote && sp) {
-		/* Its bytes are on disk already, and nowhere else: placed once,
-		 * kept through a retry (doomed_commit() spares it). */
-		struct blob_tmp *t = sp->tmp;
-		sp->tmp = NULL;
-		buf_reset(&ferr);
-		if (blobs_tmp_place(t, key, sum, replaced, &ferr) < 0) {
-			snprintf(msg, sizeof msg, "%s", ferr.data ? ferr.data : "cannot write");
-			goto fail_nodb;
-		}
-		wrote = 1;
-		memcpy(s->placed.key, key, 32);
-		s->placed.sum = sum;
-		s->placing = 1;
-	} else if (file && !wrote) {
-		buf_reset(&ferr);
-		if (blobs_write(s->blobs, key, sum, e->data, e->data_len, replaced, &ferr) < 0) {
-			int full = errno == ENOSPC || errno == EDQUOT;
-			struct statvfs v;
-			snprintf(msg, sizeof msg, "%s", ferr.data ? ferr.data : "cannot write");
-			/* A value the whole cache's room could not hold is refused
-			 * without emptying the cache for nothing. */
-			if (full && statvfs(s->dir, &v) == 0 &&
-			    (int64_t)v.f_bavail * (int64_t)v.f_frsize + s->bytes < size)
-				full = 0;
-			/* In a batch: the whole batch is redone put by put,
-			 * with this retry. */
-			s->batch_lost |= s->batch && full;
-			if (full && !retried && !s->batch) {
-				retried = 1;
-				make_room_on_disk(s, size);
-				goto again;
-			}
-			goto fail_nodb;
-		}
-		wrote = 1;
-	}
-	if (replaced[0]) {      /* the same value's file before this one */
-		retired_dispose(s, replaced);
-		replaced[0] = '\0';
-	}
-	doomed_mark = s->ndoomed;
-	rc = tx_begin(s);
-	if (rc != SQLITE_DONE)
-		goto fail;
-	if (e->kind == STORE_ARTIFACT && s->artifact_share) {
-		rc = make_room_in_scope(s, key, e->scope, size, &shared_out, &shared_out_bytes);
-		if (rc != SQLITE_DONE)
-			goto fail;
-	}
-
-	sqlite3_stmt *st = s->st[ST_OLD_SIZE];
-	sqlite3_bind_blob(st, 1, key, 32, SQLITE_STATIC);
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_ROW) {
-		existed = 1;
-		old_size = sqlite3_column_int64(st, 0);
-		old_sum = sqlite3_column_int64(st, 1);
-		old_file = sqlite3_column_int64(st, 2) == FILE_REF_LEN;
-		rc = SQLITE_DONE;
-	}
-	sqlite3_reset(st);
-	if (rc != SQLITE_DONE)
-		goto fail;
-
-	st = s->st[ST_PUT];
-	sqlite3_bind_blob(st, 1, key, 32, SQLITE_STATIC);
-	sqlite3_bind_int(st, 2, (int)e->kind);
-	sqlite3_bind_int(st, 3, e->status);
-	sqlite3_bind_text(st, 4, arch, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 5, now);
-	sqlite3_bind_int64(st, 6, e->compile_us);
-	sqlite3_bind_int64(st, 7, size);
-	sqlite3_bind_int64(st, 8, (int64_t)e->data_len);
-	sqlite3_bind_int64(st, 9, (int64_t)log_len);
-	sqlite3_bind_int64(st, 10, sum);
-	sqlite3_bind_text(st, 11, components, -1, SQLITE_STATIC);
-	/* zeroblob(0) rather than NULL for an empty value: the column is NOT NULL. */
-	if (file)
-		sqlite3_bind_blob(st, 12, FILE_REF, FILE_REF_LEN, SQLITE_STATIC);
-	else
-		sqlite3_bind_blob(st, 12, s->zdata.len ? s->zdata.data : "", (int)s->zdata.len,
-				  SQLITE_STATIC);
-	sqlite3_bind_blob(st, 13, s->zlog.len ? s->zlog.data : "", (int)s->zlog.len,
-			  SQLITE_STATIC);
-	sqlite3_bind_int64(st, 14, e->producer);
-	sqlite3_bind_int(st, 15, e->trust);
-	sqlite3_bind_int64(st, 16, e->kind == STORE_ARTIFACT ? e->scope : -1);
-	sqlite3_bind_text(st, 17, e->ns ? e->ns : "", -1, SQLITE_STATIC);
-	rc = sqlite3_step(st);
-	if (rc != SQLITE_DONE) {
-		snprintf(msg, sizeof msg, "%s", sqlite3_errmsg(s->db));
-		sqlite3_reset(st);
-		goto fail_msg;
-	}
-	sqlite3_reset(st);
-
-	rc = tx_commit(s);
-	if (rc != SQLITE_DONE)
-		goto fail;
-
-	/* Committed: the files of the rows it replaced or pushed out go. */
-	if (old_file && (!file || old_sum != sum)) {
-		struct doomed d = { .sum = old_sum };
-		memcpy(d.key, key, 32);
-		doomed_add(s, &d);
-	}
-	if (!s->batch)          /* else at the batch's commit */
-		doomed_commit(s);
-	s->placing = 0;
-	buf_free(&ferr);
-	if (existed) {
-		s->bytes += size - old_size;
-	} else {
-		s->entries++;
-		s->bytes += size;
-	}
-	s->entries -= shared_out;
-	s->bytes -= shared_out_bytes;
-	s->ctr.share_evictions += shared_out;
-	if (s->max_bytes && s->bytes > s->max_bytes && !s->batch)
-		store_evict_lru(s, s->max_bytes - s->max_bytes / 10);
-	return 0;
-
-fail:
-	snprintf(msg, sizeof msg, "%s", sqlite3_errcode(s->db) == rc ?
-		 sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
-fail_msg:
-	rollback(s);
-	s->ndoomed = doomed_mark;       /* its removals are undone; a batch's earlier puts' stay */
-	/* In a batch: the whole batch is redone put by put, with this retry. */
-	s->batch_lost |= s->batch && (rc & 0xff) == SQLITE_FULL;
-	if ((rc & 0xff) == SQLITE_FULL && !retried && !s->batch) {
-		retried = 1;
-		make_room_on_disk(s, size);
-		/* The eviction may have taken the key's old row, and with it a
-		 * file of the same name (the same value put again): write it
-		 * once more (a spooled one was spared). */
-		if (wrote && !sp) {
-			put_undo_file(s, key, sum);
-			wrote = 0;
-		}
-		goto again;
-	}
-fail_nodb:
-	s->placing = 0;
-	if (wrote)
-		put_undo_file(s, key, sum);
-	buf_free(&ferr);
-	s->ctr.write_errors++;
-	if (err)
-		buf_printf(err, "cannot store entry in '%s': %s", s->path, msg);
-	log_warn("cannot store entry in '%s': %s", s->path, msg);
-	return -1;
-}
-
-int store_put(struct store *s, const unsigned char key[32], const struct store_entry *e,
-	      struct buf *err)
-{
-	return put_entry(s, key, e, NULL, err);
-}
-
-/* A spool's failure: counted and logged as a put's, its file removed. */
-static void spool_fail(struct store_spool *sp, const char *msg, struct buf *err)
-{
-	struct store *s = sp->s;
-
-	blobs_tmp_drop(sp->tmp);
-	sp->tmp = NULL;
-	s->ctr.write_errors++;
-	if (err)
-		buf_printf(err, "cannot store entry in '%s': %s", s->path, msg);
-	log_warn("cannot store entry in '%s': %s", s->path, msg);
-}
-
-struct store_spool *store_spool_open(struct store *s, enum store_kind kind, size_t len,
-				     struct buf *err)
-{
-	struct store_spool *sp = calloc(1, sizeof *sp);
-	struct buf ferr = BUF_INIT;
-	char msg[512];
-
-	if (!sp || !(sp->hash = XXH64_createState())) {
-		free(sp);
-		buf_printf(err, "cannot store entry in '%s': out of memory", s->path);
-		return NULL;
-	}
-	sp->s = s;
-	sp->len = len;
-	XXH64_reset(sp->hash, 0);
-	/* store_put()'s refusals that need no byte of the value, before any
-	 * byte is written. */
-	if ((int64_t)len > MAX_RAW_LEN || len < BLOB_MIN) {
-		snprintf(msg, sizeof msg, "a spooled value of %zu bytes (not %zu to %lld)", len,
-			 BLOB_MIN, (long long)MAX_RAW_LEN);
-		goto fail;
-	}
-	if (kind == STORE_ARTIFACT && s->artifact_share &&
-	    (int64_t)len + ROW_OVERHEAD > s->artifact_share) {
-		snprintf(msg, sizeof msg, "a %zu-byte value takes more than a scope's "
-			 "share of the cache (artifact-share, %lld bytes)", len,
-			 (long long)s->artifact_share);
-		goto fail;
-	}
-	if (!(sp->tmp = blobs_tmp_new(s->blobs, "spool", &ferr))) {
-		snprintf(msg, sizeof msg, "%s", ferr.data ? ferr.data : "cannot create a file");
-		goto fail;
-	}
-	buf_free(&ferr);
-	return sp;
-fail:
-	spool_fail(sp, msg, err);
-	buf_free(&ferr);
-	store_spool_abort(sp);
-	return NULL;
-}
-
-int store_spool_write(struct store_spool *sp, const void *data, size_t n, struct buf *err)
-{
-	struct store *s = sp->s;
-	struct buf ferr = BUF_INIT;
-	const char *p = data;
-	char msg[512];
-
-	if (!sp->tmp)
-		return -1;
-	if (n > sp->len - sp->got) {
-		snprintf(msg, sizeof msg, "more bytes than the value's %zu", sp->len);
-		goto fail;
-	}
-	XXH64_update(sp->hash, p, n);
-	for (;;) {
-		size_t done = 0;
-		int rc = blobs_tmp_write(sp->tmp, p, n, &done, &ferr);
-		sp->got += done;
-		/* At its last byte all of it is written, under the same
-		 * full-disk rule as the rest. */
-		if (rc == 0 && sp->got == sp->len)
-			rc = blobs_tmp_flush(sp->tmp, &ferr);
-		if (rc == 0)
-			break;
-		int full = errno == ENOSPC || errno == EDQUOT;
-		struct statvfs v;
-		p += done;
-		n -= done;
-		snprintf(msg, sizeof msg, "%s", ferr.data ? ferr.data : "cannot write");
-		buf_reset(&ferr);
-		/* As store_put(): the oldest entries make room once, unless
-		 * the whole cache's room could not hold the value. */
-		if (full && statvfs(s->dir, &v) == 0 &&
-		    (int64_t)v.f_bavail * (int64_t)v.f_frsize + s->bytes + (int64_t)sp->got <
-		    (int64_t)sp->len)
-			full = 0;
-		if (!full || sp->retried || s->batch)
-			goto fail;
-		sp->retried = 1;
-		make_room_on_disk(s, (int64_t)sp->len + ROW_OVERHEAD);
-	}
-	buf_free(&ferr);
-	return 0;
-fail:
-	buf_free(&ferr);
-	spool_fail(sp, msg, err);
-	return -1;
-}
-
-int store_spool_sync(struct store_spool *sp)
-{
-	/* At its last byte store_spool_write() wrote all it had staged. */
-	return sp->tmp && sp->got == sp->len ? blobs_tmp_sync(sp->tmp) : EINVAL;
-}
-
-int store_put_spool(struct store *s, const unsigned char key[32], const struct store_entry *e,
-		    struct store_spool *sp, struct buf *err)
-{
-	int rc = -1;
-
-	if (!sp->tmp) {
-		buf_printf(err, "cannot store entry in '%s': its value could not be written",
-			   s->path);
-	} else if (sp->got != sp->len || e->data_len != sp->len || (e->log && e->log_len)) {
-		spool_fail(sp, "a spooled value that is not whole", err);
-	} else {
-		rc = put_entry(s, key, e, sp, err);
-	}
-	store_spool_abort(sp);
-	return rc;
-}
-
-void store_spool_abort(struct store_spool *sp)
-{
-	if (!sp)
-		return;
-	blobs_tmp_drop(sp->tmp);
-	XXH64_freeState(sp->hash);
-	free(sp);
-}
-
-int store_batch_begin(struct store *s)
-{
-	if (s->batch)
-		return -1;
-	if (run_st(s, ST_BEGIN) != SQLITE_DONE) {
-		rollback(s);
-		return -1;
-	}
-	s->batch = 1;
-	s->batch_lost = 0;
-	s->batch_entries = s->entries;
-	s->batch_bytes = s->bytes;
-	s->batch_ctr = s->ctr;
-	return 0;
-}
-
-int store_batch_commit(struct store *s, struct buf *err)
-{
-	int rc = SQLITE_DONE;
-
-	if (!s->batch)
-		return -1;
-	s->batch = 0;
-	if (!s->batch_lost && (rc = run_st(s, ST_COMMIT)) == SQLITE_DONE) {
-		doomed_commit(s);
-		if (s->max_bytes && s->bytes > s->max_bytes)
-			store_evict_lru(s, s->max_bytes - s->max_bytes / 10);
-		return 0;
-	}
-	if (err)
-		buf_printf(err, "cannot store entries in '%s': %s", s->path,
-			   s->batch_lost ? "a put failed the transaction" :
-			   sqlite3_errcode(s->db) == rc ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
-	rollback(s);
-	doomed_forget(s);
-	s->batch_lost = 0;
-	s->entries = s->batch_entries;
-	s->bytes = s->batch_bytes;
-	s->ctr = s->batch_ctr;
-	return -1;
-}
-
 void store_flush(struct store *s)
 {
-	if (!s || (!s->hits_n && !s->notes_n))
+	if (!s || (!s->hits.n && !s->notes.n))
 		return;
 	sqlite3_stmt *st = s->st[ST_HIT];
 	int rc = run_st(s, ST_BEGIN);
-	for (size_t i = 0; rc == SQLITE_DONE && i < s->hits_cap; i++) {
-		struct hit *h = &s->hits[i];
+	for (size_t i = 0; rc == SQLITE_DONE && i < s->hits.cap; i++) {
+		struct pending *h = &s->hits.slot[i];
 		if (!h->used)
 			continue;
 		sqlite3_bind_blob(st, 1, h->key, 32, SQLITE_STATIC);
 		sqlite3_bind_int64(st, 2, h->hits);
-		sqlite3_bind_int64(st, 3, h->last_used);
+		sqlite3_bind_int64(st, 3, h->at);
 		rc = sqlite3_step(st);
 		sqlite3_reset(st);
 	}
 	st = s->st[ST_NOTE];
-	for (size_t i = 0; rc == SQLITE_DONE && i < s->notes_cap; i++) {
-		struct note *n = &s->notes[i];
+	for (size_t i = 0; rc == SQLITE_DONE && i < s->notes.cap; i++) {
+		struct pending *n = &s->notes.slot[i];
 		if (!n->used)
 			continue;
 		sqlite3_bind_blob(st, 1, n->key, 32, SQLITE_STATIC);
@@ -1788,12 +961,8 @@ void store_flush(struct store *s)
 		rollback(s);
 		return;
 	}
-	if (s->hits_n)
-		memset(s->hits, 0, s->hits_cap * sizeof *s->hits);
-	s->hits_n = 0;
-	if (s->notes_n)
-		memset(s->notes, 0, s->notes_cap * sizeof *s->notes);
-	s->notes_n = 0;
+	pending_clear(&s->hits);
+	pending_clear(&s->notes);
 }
 
 void store_totals(struct store *s, int64_t *entries, int64_t *bytes)
@@ -1802,23 +971,6 @@ void store_totals(struct store *s, int64_t *entries, int64_t *bytes)
 		*entries = s->entries;
 	if (bytes)
 		*bytes = s->bytes;
-}
-
-void store_kind_totals(struct store *s, enum store_kind kind, int64_t *entries,
-		       int64_t *bytes)
-{
-	sqlite3_stmt *st;
-
-	*entries = *bytes = 0;
-	if (sqlite3_prepare_v2(s->db, "SELECT count(*), total(size) FROM entries WHERE kind = ?1",
-			       -1, &st, NULL) != SQLITE_OK)
-		return;
-	sqlite3_bind_int(st, 1, (int)kind);
-	if (sqlite3_step(st) == SQLITE_ROW) {
-		*entries = sqlite3_column_int64(st, 0);
-		*bytes = (int64_t)sqlite3_column_double(st, 1);
-	}
-	sqlite3_finalize(st);
 }
 
 void store_set_artifact_share(struct store *s, int64_t bytes)
@@ -1849,6 +1001,23 @@ void store_result_free(struct store_result *r)
 	}
 	buf_free(&r->data);
 	buf_free(&r->log);
+}
+
+/* ---- eviction ---- */
+
+/* One row of an eviction query (rowid, size, key, checksum, length(data)). */
+void victim_read(sqlite3_stmt *st, struct victim *v)
+{
+	const void *k = sqlite3_column_blob(st, 2);
+
+	v->rowid = sqlite3_column_int64(st, 0);
+	v->size = sqlite3_column_int64(st, 1);
+	v->has_file = sqlite3_column_int64(st, 4) == FILE_REF_LEN && k &&
+		      sqlite3_column_bytes(st, 2) == 32;
+	if (v->has_file) {
+		memcpy(v->file.key, k, 32);
+		v->file.sum = sqlite3_column_int64(st, 3);
+	}
 }
 
 int store_evict_lru(struct store *s, int64_t target_bytes)
@@ -1903,435 +1072,6 @@ int store_evict_lru(struct store *s, int64_t target_bytes)
 		log_info("evicted %lld cache entries; %lld bytes in %lld entries remain",
 			 (long long)removed, (long long)s->bytes, (long long)s->entries);
 	return (int)removed;
-}
-
-/* ---- maintenance ---- */
-
-static const char *kind_name(int64_t kind)
-{
-	return kind == STORE_PTX ? "ptx" : kind == STORE_CUBIN ? "cubin" :
-	       kind == STORE_ARTIFACT ? "artifact" : "unknown";
-}
-
-/* Columns shared by show and list, in this order. */
-#define ROW_COLS "key, kind, status, arch, data_len, size, hits, created, " \
-		 "last_used, compile_us, components"
-
-/* Append the metadata object of the row st is on (ROW_COLS first), without
- * its closing brace. */
-static int row_json(sqlite3_stmt *st, struct buf *j)
-{
-	char hex[65];
-	const void *k = sqlite3_column_blob(st, 0);
-	unsigned char key[32] = { 0 };
-	struct flat_field f[FLAT_MAX_FIELDS];
-
-	if (k && sqlite3_column_bytes(st, 0) == 32)
-		memcpy(key, k, 32);
-	key_hex(key, hex);
-	const char *arch = (const char *)sqlite3_column_text(st, 3);
-	const char *comp = (const char *)sqlite3_column_text(st, 10);
-	if (!arch)
-		arch = "";
-	if (!comp)
-		comp = "";
-	if (buf_printf(j, "{\"key\":\"%s\",\"kind\":\"%s\",\"status\":%lld,\"arch\":",
-		       hex, kind_name(sqlite3_column_int64(st, 1)),
-		       (long long)sqlite3_column_int64(st, 2)) < 0 ||
-	    buf_json_str(j, arch, strlen(arch)) < 0 ||
-	    buf_printf(j, ",\"data_len\":%lld,\"stored_bytes\":%lld,\"hits\":%lld,"
-		       "\"created\":%lld,\"last_used\":%lld,\"compile_us\":%lld,"
-		       "\"components\":",
-		       (long long)sqlite3_column_int64(st, 4),
-		       (long long)sqlite3_column_int64(st, 5),
-		       (long long)sqlite3_column_int64(st, 6),
-		       (long long)(sqlite3_column_int64(st, 7) / 1000000),
-		       (long long)(sqlite3_column_int64(st, 8) / 1000000),
-		       (long long)sqlite3_column_int64(st, 9)) < 0)
-		return -1;
-	/* Embed the components as an object when they are ours; anything else
-	 * (a damaged row) as a string, so the output is always valid JSON. */
-	if (flat_parse(comp, f, FLAT_MAX_FIELDS) >= 0)
-		return buf_puts(j, comp);
-	return buf_json_str(j, comp, strlen(comp));
-}
-
-/* The WHERE clause of a filter, with ?1..?4 and ?6..?8 bound by
- * bind_filter() (?5 and ?9 are left to the query). */
-#define FILTER_WHERE " WHERE (?1 = 0 OR kind = ?1) AND (?2 IS NULL OR arch = ?2)" \
-		     " AND (?3 = 0 OR last_used < ?3) AND (?4 = 0 OR data_len >= ?4)" \
-		     " AND (?6 IS NULL OR (kind = 3 AND ns = ?6))" \
-		     " AND (?7 IS NULL OR kind != 3 OR scope = ?7)" \
-		     " AND (?8 IS NULL OR EXISTS (SELECT 1 FROM entry_users u" \
-		     " WHERE u.key = entries.key AND u.identity = ?8))"
-
-static void bind_filter(struct store *s, sqlite3_stmt *st, const struct store_filter *f)
-{
-	static const struct store_filter all = { 0 };
-
-	if (!f)
-		f = &all;
-	sqlite3_bind_int(st, 1, (int)f->kind);
-	if (f->arch && *f->arch)
-		sqlite3_bind_text(st, 2, f->arch, -1, SQLITE_TRANSIENT);
-	else
-		sqlite3_bind_null(st, 2);
-	sqlite3_bind_int64(st, 3, f->older_than_s > 0 ?
-			   store_clock(s) - f->older_than_s * 1000000 : 0);
-	sqlite3_bind_int64(st, 4, f->min_bytes);
-	if (f->ns && *f->ns)
-		sqlite3_bind_text(st, 6, f->ns, -1, SQLITE_TRANSIENT);
-	else
-		sqlite3_bind_null(st, 6);
-	if (f->scoped)
-		sqlite3_bind_int64(st, 7, f->scope);
-	else
-		sqlite3_bind_null(st, 7);
-	if (f->own)
-		sqlite3_bind_int64(st, 8, f->user);
-	else
-		sqlite3_bind_null(st, 8);
-}
-
-int store_show(struct store *s, const unsigned char key[32], const struct store_filter *f,
-	       struct buf *json)
-{
-	sqlite3_stmt *st;
-	struct buf data = BUF_INIT, log = BUF_INIT;
-	const char *why = NULL;
-	int ret = -1;
-
-	store_flush(s);
-	if (sqlite3_prepare_v2(s->db, "SELECT " ROW_COLS ", log_len, checksum, data, log "
-			       "FROM entries" FILTER_WHERE " AND key = ?9", -1, &st,
-			       NULL) != SQLITE_OK)
-		return -1;
-	bind_filter(s, st, f);
-	sqlite3_bind_blob(st, 9, key, 32, SQLITE_STATIC);
-	int rc = sqlite3_step(st);
-	if (rc == SQLITE_DONE) {
-		ret = 0;
-		goto out;
-	}
-	if (rc != SQLITE_ROW || row_json(st, json) < 0)
-		goto out;
-	if (sqlite3_column_int64(st, 2) != 0) {
-		int bad = check_row(s, st, key, 1, 4, 11, 12, 13, 14, &data, &log, &why);
-		if (bad < 0)
-			goto out;
-		if (bad) {
-			if (buf_puts(json, ",\"log_error\":") < 0 ||
-			    buf_json_str(json, why, strlen(why)) < 0)
-				goto out;
-		} else if (buf_puts(json, ",\"log\":") < 0 ||
-			   buf_json_str(json, log.data ? log.data : "", log.len) < 0) {
-			goto out;
-		}
-	}
-	if (buf_puts(json, "}") < 0)
-		goto out;
-	ret = 1;
-out:
-	sqlite3_finalize(st);
-	buf_free(&data);
-	buf_free(&log);
-	return ret;
-}
-
-int store_tenant_id(struct store *s, const char *name, int64_t *id)
-{
-	sqlite3_stmt *st = NULL;
-	int ret = -1;
-
-	/* Once given, a name's number is its own for the cache's life. */
-	if (sqlite3_prepare_v2(s->db, "INSERT OR IGNORE INTO tenants (name) VALUES (?1)", -1,
-			       &st, NULL) != SQLITE_OK)
-		return -1;
-	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-	int rc = sqlite3_step(st);
-	sqlite3_finalize(st);
-	if (rc != SQLITE_DONE ||
-	    sqlite3_prepare_v2(s->db, "SELECT id FROM tenants WHERE name = ?1", -1, &st,
-			       NULL) != SQLITE_OK)
-		return -1;
-	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-	if (sqlite3_step(st) == SQLITE_ROW) {
-		*id = sqlite3_column_int64(st, 0);
-		ret = 0;
-	}
-	sqlite3_finalize(st);
-	return ret;
-}
-
-int store_list(struct store *s, const struct store_filter *f, int limit,
-	       struct buf *json)
-{
-	sqlite3_stmt *st;
-	int n = 0, rc;
-
-	store_flush(s);
-	if (sqlite3_prepare_v2(s->db, "SELECT " ROW_COLS " FROM entries" FILTER_WHERE
-			       " ORDER BY created DESC, rowid DESC LIMIT ?5",
-			       -1, &st, NULL) != SQLITE_OK)
-		return -1;
-	bind_filter(s, st, f);
-	sqlite3_bind_int64(st, 5, limit > 0 ? limit : -1);
-	if (buf_puts(json, "[") < 0)
-		goto fail;
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		if ((n && buf_puts(json, ",") < 0) || row_json(st, json) < 0 ||
-		    buf_puts(json, "}") < 0)
-			goto fail;
-		n++;
-	}
-	if (rc != SQLITE_DONE || buf_puts(json, "]") < 0)
-		goto fail;
-	sqlite3_finalize(st);
-	return n;
-fail:
-	sqlite3_finalize(st);
-	return -1;
-}
-
-int store_remove(struct store *s, const struct store_filter *f)
-{
-	sqlite3_stmt *st;
-	int rc;
-
-	store_flush(s);
-	/* The files of the rows it takes, unlinked once their delete is
-	 * committed (the master is the only writer: nothing comes between). */
-	if (sqlite3_prepare_v2(s->db, "SELECT key, checksum FROM entries" FILTER_WHERE
-			       " AND length(data) = 8", -1, &st, NULL) != SQLITE_OK)
-		return -1;
-	bind_filter(s, st, f);
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		const void *k = sqlite3_column_blob(st, 0);
-		struct doomed d = { .sum = sqlite3_column_int64(st, 1) };
-		if (!k || sqlite3_column_bytes(st, 0) != 32)
-			continue;
-		memcpy(d.key, k, 32);
-		doomed_add(s, &d);
-	}
-	sqlite3_finalize(st);
-	if (rc != SQLITE_DONE ||
-	    sqlite3_prepare_v2(s->db, "DELETE FROM entries" FILTER_WHERE, -1, &st,
-			       NULL) != SQLITE_OK) {
-		doomed_forget(s);
-		return -1;
-	}
-	bind_filter(s, st, f);
-	rc = sqlite3_step(st);
-	sqlite3_finalize(st);
-	if (rc != SQLITE_DONE) {
-		log_warn("cannot remove entries from '%s': %s", s->path, sqlite3_errmsg(s->db));
-		doomed_forget(s);
-		return -1;
-	}
-	doomed_commit(s);
-	int removed = sqlite3_changes(s->db);
-	/* Recount rather than track each row's size. */
-	if (sqlite3_prepare_v2(s->db, "SELECT count(*), coalesce(sum(size), 0) FROM entries",
-			       -1, &st, NULL) == SQLITE_OK) {
-		if (sqlite3_step(st) == SQLITE_ROW) {
-			s->entries = sqlite3_column_int64(st, 0);
-			s->bytes = sqlite3_column_int64(st, 1);
-		}
-		sqlite3_finalize(st);
-	}
-	s->ctr.evictions += removed;
-	if (removed)
-		log_info("removed %d cache entries; %lld bytes in %lld entries remain",
-			 removed, (long long)s->bytes, (long long)s->entries);
-	return removed;
-}
-
-int store_count(struct store *s, const struct store_filter *f, int64_t *entries,
-		int64_t *bytes)
-{
-	sqlite3_stmt *st;
-	int ret = -1;
-
-	*entries = *bytes = 0;
-	store_flush(s);
-	if (sqlite3_prepare_v2(s->db, "SELECT count(*), total(size) FROM entries" FILTER_WHERE,
-			       -1, &st, NULL) != SQLITE_OK)
-		return -1;
-	bind_filter(s, st, f);
-	if (sqlite3_step(st) == SQLITE_ROW) {
-		*entries = sqlite3_column_int64(st, 0);
-		*bytes = (int64_t)sqlite3_column_double(st, 1);
-		ret = 0;
-	}
-	sqlite3_finalize(st);
-	return ret;
-}
-
-int store_nearest(struct store *s, const char *components_json, const struct store_filter *f,
-		  struct buf *json)
-{
-	struct flat_field want[FLAT_MAX_FIELDS], have[FLAT_MAX_FIELDS];
-	struct buf best = BUF_INIT;
-	unsigned char best_key[32];
-	int64_t best_kind = 0;
-	int best_diff = -1, ret = -1, rc;
-	sqlite3_stmt *st;
-
-	int nw = flat_parse(components_json ? components_json : "", want, FLAT_MAX_FIELDS);
-	if (nw < 0)
-		return 0;
-	store_flush(s);
-	if (sqlite3_prepare_v2(s->db, "SELECT key, kind, components FROM entries" FILTER_WHERE
-			       " ORDER BY last_used DESC", -1, &st, NULL) != SQLITE_OK)
-		return -1;
-	bind_filter(s, st, f);
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		const char *comp = (const char *)sqlite3_column_text(st, 2);
-		const void *k = sqlite3_column_blob(st, 0);
-		if (!comp || !k || sqlite3_column_bytes(st, 0) != 32)
-			continue;
-		int nh = flat_parse(comp, have, FLAT_MAX_FIELDS);
-		if (nh < 0)
-			continue;
-		int d = flat_diff(have, nh, want, nw);
-		if (best_diff >= 0 && d >= best_diff)
-			continue;
-		best_diff = d;
-		best_kind = sqlite3_column_int64(st, 1);
-		memcpy(best_key, k, 32);
-		buf_reset(&best);
-		if (buf_puts(&best, comp) < 0)
-			goto out;
-		if (!d)
-			break;
-	}
-	if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-		goto out;
-	if (best_diff < 0) {
-		ret = 0;
-		goto out;
-	}
-
-	char hex[65];
-	int nh = flat_parse(best.data, have, FLAT_MAX_FIELDS);
-	int first = 1;
-	key_hex(best_key, hex);
-	if (buf_printf(json, "{\"key\":\"%s\",\"kind\":\"%s\",\"differing\":[", hex,
-		       kind_name(best_kind)) < 0)
-		goto out;
-	/* Requested order first, then the fields only the stored entry has. */
-	for (int i = 0; i < nw + nh; i++) {
-		const struct flat_field *sf, *rf;
-		const struct flat_field *name;
-		if (i < nw) {
-			name = &want[i];
-			rf = name;
-			sf = flat_find(have, nh, name);
-			if (sf && flat_eq_value(sf, rf))
-				continue;
-		} else {
-			name = &have[i - nw];
-			sf = name;
-			if (flat_find(want, nw, name))
-				continue;
-			rf = NULL;
-		}
-		if ((!first && buf_puts(json, ",") < 0) ||
-		    buf_puts(json, "{\"name\":\"") < 0 ||
-		    buf_append(json, name->name, name->name_len) < 0 ||
-		    buf_puts(json, "\",\"stored\":") < 0 || flat_value_json(json, sf) < 0 ||
-		    buf_puts(json, ",\"requested\":") < 0 || flat_value_json(json, rf) < 0 ||
-		    buf_puts(json, "}") < 0)
-			goto out;
-		first = 0;
-	}
-	if (buf_puts(json, "]}") < 0)
-		goto out;
-	ret = 1;
-out:
-	sqlite3_finalize(st);
-	buf_free(&best);
-	return ret;
-}
-
-/* Whether f matches every entry. */
-static int filter_is_all(const struct store_filter *f)
-{
-	return !f->kind && !(f->arch && *f->arch) && f->older_than_s <= 0 && f->min_bytes <= 0 &&
-	       !(f->ns && *f->ns) && !f->scoped && !f->own;
-}
-
-int store_verify(struct store *s, const struct store_filter *f, struct buf *report)
-{
-	sqlite3_stmt *st;
-	struct buf data = BUF_INIT, log = BUF_INIT;
-	int problems = 0, rc;
-
-	store_flush(s);
-	if (sqlite3_prepare_v2(s->db, "SELECT key, kind, data_len, log_len, checksum, "
-			       "data, log FROM entries" FILTER_WHERE, -1, &st, NULL) != SQLITE_OK) {
-		buf_printf(report, "cannot read entries: %s\n", sqlite3_errmsg(s->db));
-		return -1;
-	}
-	bind_filter(s, st, f);
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		const char *why = NULL;
-		char hex[65] = "(bad key)";
-		const void *k = sqlite3_column_blob(st, 0);
-		int ok_key = k && sqlite3_column_bytes(st, 0) == 32;
-		if (ok_key)
-			key_hex(k, hex);
-		int bad = check_row(s, st, ok_key ? k : NULL, 1, 2, 3, 4, 5, 6, &data, &log, &why);
-		if (bad < 0) {
-			buf_printf(report, "cannot check entry %s: %s\n", hex,
-				   why ? why : "out of memory");
-			problems = -1;
-			break;
-		}
-		if (bad) {
-			buf_printf(report, "entry %s: %s\n", hex, why);
-			problems++;
-		}
-	}
-	if (problems >= 0 && rc != SQLITE_DONE) {
-		buf_printf(report, "cannot read entries: %s\n", sqlite3_errmsg(s->db));
-		problems = -1;
-	}
-	sqlite3_finalize(st);
-	buf_free(&data);
-	buf_free(&log);
-	if (problems < 0)
-		return -1;
-	/* Files no row names: only a failed unlink leaves one while the
-	 * daemon runs (a file's row commits in the same call that places it,
-	 * and its removal in the same call that unlinks it). Everyone's, so
-	 * for the whole cache only. */
-	if (!f || filter_is_all(f))
-		problems += blobs_sweep(s->blobs, row_names_file, s, report);
-
-	if (sqlite3_prepare_v2(s->db, "PRAGMA integrity_check", -1, &st, NULL) != SQLITE_OK) {
-		buf_printf(report, "cannot run integrity_check: %s\n", sqlite3_errmsg(s->db));
-		return -1;
-	}
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		const char *r = (const char *)sqlite3_column_text(st, 0);
-		if (r && !strcmp(r, "ok"))
-			continue;
-		if (!r && (sqlite3_errcode(s->db) & 0xff) == SQLITE_NOMEM) {
-			rc = SQLITE_NOMEM;
-			break;
-		}
-		buf_printf(report, "integrity_check: %s\n", r ? r : "?");
-		problems++;
-	}
-	/* A check that could not run (out of memory, I/O error) is not a
-	 * problem found in the cache: say so and return -1. */
-	if (rc != SQLITE_DONE) {
-		buf_printf(report, "cannot run integrity_check: %s\n", sqlite3_errmsg(s->db));
-		problems = -1;
-	}
-	sqlite3_finalize(st);
-	return problems;
 }
 
 void store_set_max_size(struct store *s, int64_t max_bytes)

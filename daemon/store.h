@@ -1,14 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * store: the SQLite cache of compiled blobs; the only file that speaks
- * SQLite. One database (cache.db) in the cache directory, WAL mode, one
+ * store: the SQLite cache of compiled blobs; the only files that speak
+ * SQLite (store.c, with store_put.c, store_files.c and store_admin.c over
+ * store_int.h). One database (cache.db) in the cache directory, WAL mode, one
  * writer: the master process. Workers and clients never open it.
  *
  * Blobs (PTX, cubin, and the log text beside them) are stored
  * zstd-compressed with a checksum that is verified on every read: a blob
  * that fails it is deleted and reported as a miss, never returned. A value
  * of BLOB_MIN bytes and more (256 KiB) is a file of its own beside the
- * database instead (blobs.h: raw bytes, read-only, durable before the row
+ * database instead (store_blobs.h: raw bytes, read-only, durable before the row
  * that names it is committed, unlinked after the row's removal is), under
  * the same checksum, counted in the size cap and evicted with its row;
  * store_get_file() hands out a descriptor of it rather than its bytes. A put is
@@ -27,8 +28,8 @@
 
 #include "proto/buf.h"
 
-/* Values of at least this many bytes live in blob files (blobs.h), not in
- * rows: store.c's design comment has the measurement. */
+/* Values of at least this many bytes live in blob files (store_blobs.h), not in
+ * rows: store_put.c's design comment has the measurement. */
 #define BLOB_MIN ((size_t)256 << 10)
 
 struct store;
@@ -158,7 +159,7 @@ int store_put(struct store *s, const unsigned char key[32],
 /*
  * A large value that arrives in pieces (an artifact put's value, taken
  * from the socket as it comes: conn.c, artifact.c), never whole in memory:
- * written to a temporary blob file (blobs.h; swept at the next open if a
+ * written to a temporary blob file (store_blobs.h; swept at the next open if a
  * kill leaves it) and hashed on the way, then stored by store_put_spool().
  *
  * store_spool_open(): a spool for a value of len bytes (BLOB_MIN and

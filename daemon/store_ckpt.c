@@ -21,7 +21,7 @@
  * once per 8 MiB of WAL rather than all of them at every 4 MiB
  * (bench/NOTES.md has the figures). The WAL thus stays within
  * CKPT_LOOP_PAGES and one commit, inside the full disk's reserve
- * (store.c: 16 MiB), however slow the thread. That wait, and a full
+ * (store_int.h: 16 MiB), however slow the thread. That wait, and a full
  * disk's own TRUNCATE checkpoints on the loop, are ckpt_hold(): the mutex
  * the thread holds around its checkpoint, without which they would find
  * the checkpoint lock taken and do nothing.

@@ -15,13 +15,13 @@ import sys
 sys.path.insert(0, os.path.join(ROOT, "python"))
 from ptxcache import Client  # noqa: E402
 
-# Values stored in their rows (under blobs.c's 256 KiB), random so that
+# Values stored in their rows (under store_blobs.c's 256 KiB), random so that
 # each takes its size in WAL pages.
 ROW_VALUE = 200 << 10
 # The WAL's size from which a commit hands the thread a checkpoint
 # (store_ckpt.c's CKPT_PAGES: 500 pages and their frame headers).
 MARK = 500 * (4096 + 24)
-RESERVE = 16 << 20     # store.c's RESERVE_BYTES
+RESERVE = 16 << 20     # store_int.h's RESERVE_BYTES
 
 
 def slow_checkpoints(d, log, ms):

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """A cache whose disk fills up (a real one: a small tmpfs): every put
 still stores, the daemon making room from its own oldest entries
-(store.c, disk_full_retries), where before every put after the disk filled
+(store_put.c, disk_full_retries), where before every put after the disk filled
 failed (store_errors) until someone made room. No size cap is set, so the
 disk is the only bound."""
 import os
@@ -42,7 +42,7 @@ def test_disk_full_puts_evict_the_oldest_and_keep_storing():
 
 
 def test_a_full_disk_gets_its_room_at_once_though_unlinks_are_slow():
-    """A removed entry's file is unlinked off the loop (store.c's
+    """A removed entry's file is unlinked off the loop (store_files.c's
     file_unlink()), but not when the disk is full: the put's retry needs
     the room the evictions made now, not once a slow disk has unlinked
     their files (tests/tools/slowsync.c: 150 ms each)."""

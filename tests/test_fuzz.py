@@ -39,6 +39,6 @@ def test_fuzz_cubin_debug_corpus_replays():
 
 
 def test_fuzz_flat_corpus_replays():
-    """Components texts, real and broken: flat.c reads within the text, and
+    """Components texts, real and broken: store_flat.c reads within the text, and
     what it parses writes out and parses again to the same fields."""
     replay("flat")

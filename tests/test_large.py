@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Large values (daemon/blobs.c, store.c): artifacts of 256 KiB and more
+"""Large values (daemon/store_blobs.c, store_put.c, store.c): artifacts of 256 KiB and more
 live in files beside the database and are answered from them, inline
 (sendfile) or as the file's descriptor (SCM_RIGHTS) to a client that asks.
 A large put's value, sent last, goes from the socket to its file as it

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fuzz_flat: libFuzzer harness for daemon/flat.c, which reads back the
+ * fuzz_flat: libFuzzer harness for daemon/store_flat.c, which reads back the
  * components JSON of every entry that show and explain look at: text out
  * of the database, which a damaged disk or another writer can make
  * anything.
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/flat.h"
+#include "daemon/store_flat.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

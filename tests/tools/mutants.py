@@ -187,7 +187,8 @@ MUTANTS: List[Mutant] = [
     Mutant("l2-url-unredacted-log", "tier secrets: the log names a server with its password",
            "daemon/l2_conf.c", "l2_url_redacted(full.data, shown);", "buf_puts(shown, full.data);",
            ("test_secrets.test_secrets_the_log_shows_no_password",)),
-    # Large values' blob files (daemon/store.c, blobs.c, conn.c).
+    # Large values' blob files (daemon/store.c, store_admin.c, store_blobs.c,
+    # conn.c).
     Mutant("blob-checksum-unchecked", "blob files: served without their checksum", "daemon/*.c",
            'if ((int64_t)XXH64(out->log.data ? out->log.data : "", out->log.len, hash) != sum) {',
            "if (0) {",
@@ -211,8 +212,8 @@ MUTANTS: List[Mutant] = [
            "c->fds_unread = 0;", "return 1;",
            ("test_large.test_descriptors_in_flight_are_bounded_per_connection_then_values_go_inline",
             "test_large.test_a_client_that_reads_keeps_getting_descriptors_however_many_it_holds")),
-    # Large values (daemon/store.c, blobs.c): the spool's disk-full retry and
-    # its refusal of a value larger than all the room; a removed file
+    # Large values (daemon/store_put.c, store_files.c, store_blobs.c): the
+    # spool's disk-full retry and its refusal of a value larger than all the room; a removed file
     # unlinked, never truncated; a remembered hash and a file's size checked.
     Mutant("spool-no-disk-retry", "a spool that fills the disk fails without making room",
            "daemon/*.c", "if (!full || sp->retried || s->batch)", "if (1)",
@@ -221,17 +222,17 @@ MUTANTS: List[Mutant] = [
            "daemon/*.c", "+ s->bytes + (int64_t)sp->got <", "+ s->bytes + (int64_t)sp->got < 0 *",
            ("test_large.test_a_disk_that_fills_inside_a_large_puts_spool_makes_room_once_or_refuses_cleanly",)),
     Mutant("blob-removal-truncates", "a removed entry's file truncated before its unlink",
-           "daemon/blobs.c", "/* (The log is the loop's: a failure here is left to the sweep.) */",
+           "daemon/store_blobs.c", "/* (The log is the loop's: a failure here is left to the sweep.) */",
            "{ (void)fchmodat(b->dfd, name, 0600, 0); int t = openat(b->dfd, name, O_WRONLY | O_CLOEXEC); "
            "if (t >= 0) { if (ftruncate(t, 0) < 0) {} close(t); } }",
            ("test_large.test_a_value_libptxcache_mapped_keeps_its_bytes_when_its_entry_is_evicted_and_purged",
             "test_large.test_a_value_held_while_evicted_or_purged_keeps_its_bytes_and_its_space_comes_back")),
     Mutant("blob-seen-never-stale", "a remembered hash trusted for a file changed since",
-           "daemon/blobs.c", "return s->used && s->dev == st->st_dev && s->ino == st->st_ino &&",
+           "daemon/store_blobs.c", "return s->used && s->dev == st->st_dev && s->ino == st->st_ino &&",
            "return s->used && s->dev == st->st_dev && s->ino == st->st_ino; return 0 &&",
            ("test_large.test_a_damaged_blob_file_is_a_miss_counted_never_served_and_dropped",)),
     Mutant("blob-size-unchecked", "a blob file of another size than its row's served",
-           "daemon/blobs.c", "if ((int64_t)st->st_size != len) {", "if (0) {",
+           "daemon/store_blobs.c", "if ((int64_t)st->st_size != len) {", "if (0) {",
            ("test_large.test_a_damaged_blob_file_is_a_miss_counted_never_served_and_dropped",)),
     # The artifact scope check (daemon/artifact.c).
     Mutant("scope-everyone", "scope check: every uid in one scope", "daemon/*.c",
@@ -241,7 +242,7 @@ MUTANTS: List[Mutant] = [
     Mutant("scope-no-groups", "scope check: artifact-groups ignored", "daemon/*.c",
            "if ((i < 0 ? c->gid : c->groups[i]) == a->groups[g])", "if (0)",
            ("test_artifact.test_a_group_shares_one_scope",)),
-    # Whose entries ls, show and explain describe (daemon/store.c, manage.c).
+    # Whose entries ls, show and explain describe (daemon/store_admin.c, manage.c).
     Mutant("view-everyone", "per-identity view: every entry shown to everyone", "daemon/*.c",
            '" AND (?8 IS NULL OR EXISTS (SELECT 1 FROM entry_users u"',
            '" AND (?8 IS NULL OR 1 OR EXISTS (SELECT 1 FROM entry_users u"',
@@ -250,13 +251,13 @@ MUTANTS: List[Mutant] = [
     Mutant("view-no-hits", "per-identity view: a hit not noted", "daemon/*.c",
            "store_note_user(s->store, k->hash, conn_tenant(c));", "(void)0;",
            ("test_manage.test_an_entry_a_uid_is_answered_with_is_its_own_too",)),
-    # Group commit of artifact puts (daemon/put_batch.c).
+    # Group commit of artifact puts (daemon/store_batch.c).
     Mutant("put-batch-off", "group commit: each put its own commit", "daemon/*.c",
            "int together = n > 1 && store_batch_begin(b->store) == 0;", "int together = 0;",
            ("test_artifact.test_concurrent_puts_share_a_commit_and_each_is_durable_before_its_reply",
             "test_artifact.test_a_failing_put_in_a_batch_loses_and_acknowledges_no_other")),
-    # The store and the request path (daemon/blobs.c, conn.c, put_batch.c,
-    # store.c, client/lib.c, python/ptxcache/client.py): blob files' modes
+    # The store and the request path (daemon/store_blobs.c, conn.c, store_batch.c,
+    # store_put.c, client/lib.c, python/ptxcache/client.py): blob files' modes
     # and O_NOFOLLOW, a descriptor's place among the replies, truncated
     # control messages, a batch redone after ENOSPC, the reply after the
     # commit, entry_users kept to the rows there are.
@@ -293,7 +294,7 @@ MUTANTS: List[Mutant] = [
            "if len(got) > 1 or len(self._fds) + len(got) > FDS_MAX:",
            ("test_large.test_a_client_out_of_descriptors_gets_a_clear_error_and_the_daemon_serves_on",)),
     # A large put's file synced off the loop (daemon/syncer.c, artifact.c,
-    # blobs.c), its connection paused meanwhile (conn.c).
+    # store_blobs.c), its connection paused meanwhile (conn.c).
     Mutant("sync-on-loop", "a put's file synced on the loop, not by the syncer", "daemon/*.c",
            "if (syncer_sync(a->sync, spool_sync, spool_synced, p) < 0)", "if (1)",
            ("test_large.test_a_large_puts_sync_leaves_the_daemon_serving_everyone_else",)),
@@ -365,7 +366,7 @@ MUTANTS: List[Mutant] = [
            ("test_tenants.test_redis_tier_keeps_tenants_apart_across_nodes",)),
     # verify's report per identity (daemon/manage.c); libptxcache's
     # descriptor it cannot take (client/lib.c); two scopes' same large
-    # bytes two files (daemon/blobs.c); two listed groups two scopes
+    # bytes two files (daemon/store_blobs.c); two listed groups two scopes
     # (daemon/artifact.c).
     Mutant("verify-everyone", "verify: every entry checked and reported to anyone", "daemon/*.c",
            "int problems = store_verify(c->srv->store, &view, &report);",
@@ -404,7 +405,7 @@ MUTANTS: List[Mutant] = [
            "AFTER UPDATE OF created ON entries BEGIN",
            "AFTER UPDATE OF created ON entries WHEN 0 BEGIN",
            ("test_manage.test_an_entry_replaced_or_recreated_by_another_uid_leaves_the_first_view",)),
-    # A put answered by its commit's result (daemon/put_batch.c, store.c):
+    # A put answered by its commit's result (daemon/store_batch.c, store_put.c):
     # a batch whose COMMIT failed (a full disk) is redone put by put, and a
     # lone put's failed COMMIT is its failure (an error), never "stored".
     Mutant("batch-commit-unchecked", "group commit: a batch's failed COMMIT answered \"stored\"",
@@ -528,7 +529,7 @@ MUTANTS: List[Mutant] = [
            "client/lib.c", "if (!asked && ask_max_value(pc) < 0)", "if (!asked && 0)",
            ("test_large.test_libptxcache_does_not_send_a_value_over_artifact_max_value",)),
     Mutant("blob-hash-settles-in-seconds", "blobs: a fresh file's hash is remembered only after a second",
-           "daemon/blobs.c", "if (!st->st_ctim.tv_nsec || !st->st_mtim.tv_nsec)", "if (1)",
+           "daemon/store_blobs.c", "if (!st->st_ctim.tv_nsec || !st->st_mtim.tv_nsec)", "if (1)",
            ("test_large.test_a_value_put_a_moment_ago_is_hashed_by_its_gets_for_a_tick_not_a_second",)),
     Mutant("ptxas-no-pdeathsig", "cubin: ptxas is not killed with its worker", "daemon/*.c",
            "if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != c->parent)",

@@ -327,7 +327,7 @@ static int put_loop(enum store_fault kind, int persist, int64_t max_bytes,
 		if (r < 0)
 			rs->failed++;
 		want[id] = r == 0;
-		/* A full disk makes room from the oldest entries (store.c). */
+		/* A full disk makes room from the oldest entries (store_put.c). */
 		if (check_cache(dir, id + 1, want, max_bytes != 0 || kind == STORE_FAULT_FULL,
 				entries, bytes, what, n) < 0)
 			return -1;

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_flat: daemon/flat.c against texts whose fields are known: what
+ * test_flat: daemon/store_flat.c against texts whose fields are known: what
  * key.c writes parses to its fields; anything else is refused.
  */
 #include "tests/unit/unit.h"
 
 #include <string.h>
 
-#include "daemon/flat.h"
+#include "daemon/store_flat.h"
 
 static int field_is(const struct flat_field *f, int n, const char *name, const char *val,
 		    int is_str)

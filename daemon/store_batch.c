@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * put_batch: see put_batch.h.
+ * store_batch: see store_batch.h.
  *
  * Design: the staged puts are an array; the first one staged activates
  * the batch's event, which libevent runs after the events already active
@@ -13,7 +13,7 @@
  * one turn of the loop read, which the connections' own read bounds
  * bound.
  */
-#include "daemon/put_batch.h"
+#include "daemon/store_batch.h"
 
 #include <stdlib.h>
 #include <string.h>

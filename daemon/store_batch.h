@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * put_batch: group commit of store puts. Puts staged while the loop
+ * store_batch: group commit of store puts. Puts staged while the loop
  * dispatches what is ready (put_batch_add()) are written by one event
  * that runs after those, in one transaction (store_batch_begin()), and
  * only then answered, each with its own outcome: a put is never answered
@@ -14,8 +14,8 @@
  * max-autotune, 4,715 in one compile), and one commit each is a write(2)
  * of WAL frames and a lock each; several clients' puts at once share one.
  */
-#ifndef PTXCACHE_PUT_BATCH_H
-#define PTXCACHE_PUT_BATCH_H
+#ifndef PTXCACHE_STORE_BATCH_H
+#define PTXCACHE_STORE_BATCH_H
 
 #include "daemon/store.h"
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* flat: see flat.h. */
-#include "daemon/flat.h"
+/* store_flat: see store_flat.h. */
+#include "daemon/store_flat.h"
 
 #include <string.h>
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * blobs: large values as files beside the database; see blobs.h for the
+ * store_blobs: large values as files beside the database; see store_blobs.h for the
  * interface.
  *
  * Design:
@@ -12,7 +12,7 @@
  *    descriptor passed to the client (SCM_RIGHTS, conn.c), which maps or
  *    reads it itself. So the bytes are stored raw, never compressed
  *    (zstd -3 takes 2x a write+fsync of the same 64 MB, and a compressed
- *    file could not be handed over): store.c's measurements are in its
+ *    file could not be handed over): store_put.c's measurements are in its
  *    design comment.
  *
  *  - Named by their row: <key hex>-<checksum hex>, not by content alone.
@@ -69,7 +69,7 @@
  *    it would reach the first client's descriptor as well. Six waiters of
  *    an 8 MB put cost the daemon 8.4 MB of reads, not 50.3 MB.
  */
-#include "daemon/blobs.h"
+#include "daemon/store_blobs.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,19 +1,20 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * blobs: the files that hold large values beside the database, private
- * to store.c (which decides which values go here and names each by the
- * row that owns it: the entry's key and its checksum). No SQLite here,
- * and no knowledge of rows: store.c commits a row only after its file is
- * durable, and unlinks a file only after the row's removal is committed;
- * blobs_sweep() at open reclaims what a kill -9 left in between.
+ * store_blobs: the files that hold large values beside the database, private
+ * to the store (store_put.c decides which values go here and names each by
+ * the row that owns it: the entry's key and its checksum). No SQLite here,
+ * and no knowledge of rows: store_put.c commits a row only after its file
+ * is durable, and store_files.c unlinks a file only after the row's
+ * removal is committed; blobs_sweep() at open reclaims what a kill -9
+ * left in between.
  *
  * A file is <dir>/blobs/<kk>/<key hex>-<checksum hex>: the value's raw
  * bytes, mode 0400, never written again once renamed into place, in
  * directories of mode 0700 (only the daemon's user, and root, reach
- * them). See blobs.c for the design.
+ * them). See store_blobs.c for the design.
  */
-#ifndef PTXCACHE_BLOBS_H
-#define PTXCACHE_BLOBS_H
+#ifndef PTXCACHE_STORE_BLOBS_H
+#define PTXCACHE_STORE_BLOBS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -39,7 +40,7 @@ void blobs_close(struct blobs *b);      /* NULL ok */
 int blobs_write(struct blobs *b, const unsigned char key[32], int64_t sum,
 		const void *data, size_t len, char *replaced, struct buf *err);
 
-/* A value written in pieces (store.c's spools: a put's value as it
+/* A value written in pieces (store_put.c's spools: a put's value as it
  * arrives): a temporary file in blobs/, 0400 from its creation, which
  * blobs_sweep() removes at the next open if a kill leaves it.
  * blobs_tmp_new() names it after tag (at most 16 bytes are used): NULL,
@@ -81,7 +82,7 @@ void blobs_tmp_drop(struct blob_tmp *t);
 /* Open key's file for sum read-only, checked to be a regular file of
  * exactly len bytes, and give *hash, XXH64 of its bytes (seed 0): read and
  * hashed unless this very file (device, inode, size, modification and
- * change times) was hashed before, settled (see blobs.c). Returns the
+ * change times) was hashed before, settled (see store_blobs.c). Returns the
  * descriptor (the caller owns it; a new open file description each call,
  * so its offset is its own), or with *why -1 (damage: missing, of another
  * size, unreadable) or -2 (nothing known wrong with the file: it cannot

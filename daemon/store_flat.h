@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * flat: the components format read back. key.c writes an entry's
+ * store_flat: the components format read back. key.c writes an entry's
  * components (what its key was derived from) as a flat JSON object of
  * strings and scalars; the store's explain and show read them with this:
  * parse into fields that point into the text, find and compare fields,
  * count how many differ. Nothing is unescaped or copied, so two texts
  * key.c wrote compare equal field by field exactly when their raw forms do.
  */
-#ifndef PTXCACHE_FLAT_H
-#define PTXCACHE_FLAT_H
+#ifndef PTXCACHE_STORE_FLAT_H
+#define PTXCACHE_STORE_FLAT_H
 
 #include <stddef.h>
 
