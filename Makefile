@@ -91,7 +91,7 @@ endif
 
 PROTO_SRC  := proto/buf.c proto/frame.c proto/msg.c proto/ptxas_args.c proto/llc_args.c
 DAEMON_SRC := daemon/main.c daemon/config.c daemon/log.c daemon/server.c daemon/compile.c \
-              daemon/cubin_req.c daemon/manage.c daemon/flight.c daemon/worker.c daemon/worker_loop.c daemon/sandbox.c \
+              daemon/cubin_req.c daemon/manage.c daemon/flight.c daemon/worker.c daemon/worker_spawn.c daemon/worker_loop.c daemon/sandbox.c \
               daemon/confirm.c daemon/store.c daemon/store_ckpt.c daemon/store_hot.c daemon/blobs.c daemon/flat.c daemon/key.c daemon/codegen.c daemon/cubin.c \
               daemon/cubin_debug.c daemon/cubin_debug_elf.c daemon/cluster.c daemon/l2.c daemon/l2_conn.c daemon/l2_conf.c daemon/fleet.c daemon/put_batch.c daemon/syncer.c daemon/artifact.c daemon/conn.c daemon/reply.c daemon/idle.c daemon/tenant.c
 DAEMON_CXX := daemon/llvm_shim.cpp
