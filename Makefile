@@ -269,7 +269,7 @@ check-asan: deps
 # The chart needs matplotlib (`mk/deps.sh bench` installs it); without it
 # the figures are still written and the chart is skipped.
 PLOT_PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
-$(B)/bench/bench: $(call obj,bench/bench.c) $(B)/libptxcache.a $(COMPAT_OBJ)
+$(B)/bench/bench: $(call obj,$(wildcard bench/*.c)) $(B)/libptxcache.a $(COMPAT_OBJ)
 	@mkdir -p $(dir $@)
 	@echo "  LD  $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(BENCH_LIBS)
