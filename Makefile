@@ -91,9 +91,9 @@ endif
 
 PROTO_SRC  := proto/buf.c proto/frame.c proto/msg.c proto/ptxas_args.c proto/llc_args.c
 DAEMON_SRC := daemon/main.c daemon/config.c daemon/log.c daemon/server.c daemon/compile.c \
-              daemon/cubin_req.c daemon/manage.c daemon/flight.c daemon/worker.c daemon/worker_loop.c daemon/sandbox.c \
+              daemon/cubin_req.c daemon/manage.c daemon/flight.c daemon/worker.c daemon/worker_spawn.c daemon/worker_loop.c daemon/sandbox.c \
               daemon/confirm.c daemon/store.c daemon/store_put.c daemon/store_files.c daemon/store_admin.c daemon/store_ckpt.c daemon/store_hot.c daemon/store_blobs.c daemon/store_flat.c daemon/key.c daemon/codegen.c daemon/cubin.c \
-              daemon/cubin_debug.c daemon/cluster.c daemon/l2.c daemon/l2_conn.c daemon/l2_conf.c daemon/fleet.c daemon/store_batch.c daemon/syncer.c daemon/artifact.c daemon/conn.c daemon/reply.c daemon/idle.c daemon/tenant.c
+              daemon/cubin_debug.c daemon/cubin_debug_elf.c daemon/cluster.c daemon/l2.c daemon/l2_conn.c daemon/l2_conf.c daemon/fleet.c daemon/store_batch.c daemon/syncer.c daemon/artifact.c daemon/conn.c daemon/reply.c daemon/idle.c daemon/tenant.c
 DAEMON_CXX := daemon/llvm_shim.cpp
 CLIENT_SRC := client/lib.c
 CLI_SRC    := client/cli.c client/autostart.c client/front.c client/llc.c client/ptxas.c client/artifact.c
@@ -190,7 +190,7 @@ $(B)/ptxcache: $(call obj,$(CLI_SRC)) $(B)/libptxcache.a $(COMPAT_OBJ)
 
 UNIT_SRC := $(wildcard tests/unit/*.c)
 $(B)/unit: $(call obj,$(UNIT_SRC) daemon/store.c daemon/store_put.c daemon/store_files.c daemon/store_admin.c daemon/store_ckpt.c daemon/syncer.c daemon/tenant.c daemon/store_hot.c daemon/store_blobs.c daemon/store_flat.c daemon/store_fault.c daemon/key.c daemon/log.c daemon/cluster.c daemon/l2.c daemon/l2_conn.c daemon/l2_conf.c \
-		daemon/cubin_debug.c $(PROTO_SRC))
+		daemon/cubin_debug.c daemon/cubin_debug_elf.c $(PROTO_SRC))
 	@echo "  LD  $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DEP_LIBS)
 $(call obj,$(UNIT_SRC)): CFLAGS += -I$(B)/gen
@@ -203,10 +203,10 @@ $(B)/l2drive: $(call obj,tests/tools/l2drive.c daemon/cluster.c daemon/l2.c daem
 	@echo "  LD  $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DEP_LIBS)
 
-# relocdrive: daemon/cubin_debug.c on its own against the real ptxas's
+# relocdrive: daemon/cubin_debug.c and cubin_debug_elf.c on their own against the real ptxas's
 # cubins, driven by tests/test_reloc.py's oracle.
 all: $(B)/relocdrive
-$(B)/relocdrive: $(call obj,tests/tools/relocdrive.c daemon/cubin_debug.c proto/buf.c)
+$(B)/relocdrive: $(call obj,tests/tools/relocdrive.c daemon/cubin_debug.c daemon/cubin_debug_elf.c proto/buf.c)
 	@echo "  LD  $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lm
 
@@ -227,7 +227,7 @@ FUZZ_SECONDS   ?= 60
 FUZZ_CC        ?= clang
 all: $(patsubst %,$(B)/fuzz/replay_%,$(FUZZ_HARNESSES))
 .SECONDARY: $(patsubst %,$(B)/obj/tests/fuzz/fuzz_%.o,$(FUZZ_HARNESSES)) $(B)/obj/tests/fuzz/replay.o
-$(B)/fuzz/replay_cubin_debug: $(call obj,daemon/cubin_debug.c)
+$(B)/fuzz/replay_cubin_debug: $(call obj,daemon/cubin_debug.c daemon/cubin_debug_elf.c)
 $(B)/fuzz/replay_flat: $(call obj,daemon/store_flat.c)
 $(B)/fuzz/replay_%: $(B)/obj/tests/fuzz/fuzz_%.o $(B)/obj/tests/fuzz/replay.o $(call obj,$(PROTO_SRC))
 	@mkdir -p $(dir $@)
@@ -241,7 +241,7 @@ fuzz: deps
 	  echo "  FUZZ $$h ($(FUZZ_SECONDS) s)"; \
 	  $(FUZZ_CC) -g -O1 -std=gnu11 -I. -D_GNU_SOURCE $(DEP_CFLAGS) \
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	    -o $(B)/fuzz/libfuzzer_$$h tests/fuzz/fuzz_$$h.c $(PROTO_SRC) daemon/cubin_debug.c daemon/store_flat.c \
+	    -o $(B)/fuzz/libfuzzer_$$h tests/fuzz/fuzz_$$h.c $(PROTO_SRC) daemon/cubin_debug.c daemon/cubin_debug_elf.c daemon/store_flat.c \
 	    $(DEP_LIBS) || exit 1; \
 	  mkdir -p $(B)/fuzz/corpus_$$h; \
 	  $(B)/fuzz/libfuzzer_$$h -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
@@ -269,7 +269,7 @@ check-asan: deps
 # The chart needs matplotlib (`mk/deps.sh bench` installs it); without it
 # the figures are still written and the chart is skipped.
 PLOT_PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
-$(B)/bench/bench: $(call obj,bench/bench.c) $(B)/libptxcache.a $(COMPAT_OBJ)
+$(B)/bench/bench: $(call obj,$(wildcard bench/*.c)) $(B)/libptxcache.a $(COMPAT_OBJ)
 	@mkdir -p $(dir $@)
 	@echo "  LD  $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(BENCH_LIBS)

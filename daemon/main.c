@@ -3,7 +3,7 @@
  * ptxcached: entry point. Settings come from config.c; the daemon itself
  * is server.c (the master's loop, which drives the rest); this file only
  * picks the mode (serve, verify a stopped cache, or be a worker: the image
- * worker.c execs).
+ * worker_spawn.c execs).
  */
 #include <stdio.h>
 #include <string.h>

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * worker: the pool of long-lived compile processes, the master's side of
- * them (the loop each worker runs is worker_loop.c). See worker.h for the
- * model.
+ * them (the loop each worker runs is worker_loop.c; the clone and exec
+ * that start one, worker_spawn.c). See worker.h for the model.
  *
  * Why processes and not threads: LLVM aborts the whole process on some
  * inputs ("LLVM ERROR: Cannot select ..."), keeps backend options in global
@@ -60,18 +60,9 @@
 #include "daemon/worker.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -81,6 +72,7 @@
 #include <event2/event.h>
 
 #include "daemon/log.h"
+#include "daemon/worker_spawn.h"
 #include "proto/frame.h"
 #include "proto/msg.h"
 
@@ -102,8 +94,6 @@
 #define BG_OVERHEAD 1024
 /* Option sets remembered as failing; the oldest is forgotten first. */
 #define MAX_FAILING_SETS 64
-/* How much of what a failed worker printed goes into the reason. */
-#define START_LOG_TAIL 1024
 
 TAILQ_HEAD(job_queue, pool_job);
 
@@ -409,39 +399,6 @@ static void retire(struct worker *w)
 	kill_worker(w, NULL);
 }
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	if (flag == FTW_DP)
-		rmdir(path);
-	else
-		unlink(path);
-	return 0;
-}
-
-/* Remove an assembler worker's directory, which the master made ("":
- * none). Never follows a link the worker may have left in it. */
-static void rm_tree(const char *dir)
-{
-	if (dir[0])
-		nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
-}
-
-int pool_prepare_tmp(const char *dir, struct buf *err)
-{
-	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
-		buf_printf(err, "cannot create '%s': %s", dir, strerror(errno));
-		return -1;
-	}
-	/* What workers of a daemon that was killed left behind; the cache
-	 * lock says no other daemon uses it. */
-	nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
-	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
-		buf_printf(err, "cannot create '%s': %s", dir, strerror(errno));
-		return -1;
-	}
-	return 0;
-}
-
 static struct failing_set *failing_find(struct pool *p, const char *optset)
 {
 	struct failing_set *f;
@@ -547,31 +504,6 @@ static void start_failed(struct pool *p, const char *optset, const char *why,
 	}
 }
 
-/* What a worker that died while starting printed, and how it died. */
-static void start_failure_reason(struct worker *w, struct buf *why)
-{
-	char tail[START_LOG_TAIL + 1];
-	struct stat st;
-	ssize_t n = 0;
-
-	if (w->timed_out)
-		buf_printf(why, "it did not finish starting within %d s",
-			   w->pool->cfg.job_timeout_s);
-	else if (WIFSIGNALED(w->status))
-		buf_printf(why, "it died of signal %d (%s)", WTERMSIG(w->status),
-			   strsignal(WTERMSIG(w->status)));
-	else
-		buf_printf(why, "it exited with status %d", WEXITSTATUS(w->status));
-	if (w->start_log >= 0 && fstat(w->start_log, &st) == 0 && st.st_size > 0) {
-		off_t from = st.st_size > START_LOG_TAIL ? st.st_size - START_LOG_TAIL : 0;
-		n = pread(w->start_log, tail, START_LOG_TAIL, from);
-	}
-	while (n > 0 && (tail[n - 1] == '\n' || tail[n - 1] == '\0'))
-		n--;
-	if (n > 0)
-		buf_printf(why, "; it printed: %.*s", (int)n, tail);
-}
-
 /* Both the socket has closed and the exit status is in: finish w. */
 static void finish(struct worker *w)
 {
@@ -582,7 +514,8 @@ static void finish(struct worker *w)
 		 * out of time at idle priority, says nothing of its options. */
 		if (!w->retired && !(w->background && w->timed_out)) {
 			struct buf why = BUF_INIT;
-			start_failure_reason(w, &why);
+			worker_start_reason(&why, w->timed_out, w->status, w->start_log,
+					    w->pool->cfg.job_timeout_s);
 			start_failed(p, w->optset, why.data ? why.data : "it died", 0);
 			buf_free(&why);
 		}
@@ -625,7 +558,7 @@ static void finish(struct worker *w)
 		bufferevent_free(w->bev);
 	if (w->timer)
 		event_free(w->timer);
-	rm_tree(w->tmp);
+	worker_rm_tmp(w->tmp);
 	TAILQ_REMOVE(&p->workers, w, link);
 	free(w->optset);
 	free(w);
@@ -859,168 +792,32 @@ static void send_config(struct pool *p, struct worker *w)
 	buf_free(&out);
 }
 
-/* Every descriptor from lo up closed, in spawn()'s child: close_range(2)
- * where the kernel has it (5.9 on; glibc has a wrapper only from 2.34, so
- * the system call itself), else one close() per descriptor the process
- * may hold (kernels before 5.9: RHEL 8's 4.18). System calls alone. */
-static void close_from(int lo)
-{
-	if (syscall(SYS_close_range, (unsigned)lo, ~0U, 0) == 0)
-		return;
-	struct rlimit rl;
-	long hi = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
-		? (long)rl.rlim_cur : 65536;
-	for (long fd = lo; fd < hi; fd++)
-		close((int)fd);
-}
-
-/* What spawn()'s child needs for its exec. */
-struct spawn_child {
-	pid_t master;
-	int sock, start_log, background;
-	char *const *env;
-	sigset_t mask;          /* the master's, given back before the exec */
-};
-
-/* worker.h */
-void child_signals_default(const sigset_t *mask)
-{
-	for (int sig = 1; sig < NSIG; sig++) {
-		struct sigaction sa;
-		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) < 0 ||
-		    sa.sa_handler == SIG_DFL || sa.sa_handler == SIG_IGN)
-			continue;
-		memset(&sa, 0, sizeof sa);
-		sa.sa_handler = SIG_DFL;
-		sigaction(sig, &sa, NULL);
-	}
-	sigprocmask(SIG_SETMASK, mask, NULL);
-}
-
-/*
- * The child of spawn(), until its exec: a clean image of the daemon's
- * binary in worker mode, with stdin/stdout on /dev/null, stderr, the
- * socket (fd 3) and the start log (fd 4), and an environment of our
- * making. Nothing of the master's memory or descriptors survives the exec.
- *
- * It runs on a stack of its own in the master's memory (clone() with
- * CLONE_VM | CLONE_VFORK, as posix_spawn() does): the master waits, and
- * copies no page table of its own, until the exec. So it makes system
- * calls alone and writes only to its own stack; it starts with every
- * signal blocked and puts each the master catches back to its default
- * before giving back the master's mask, so that no handler of the master
- * runs here.
- */
-static int spawn_child(void *arg)
-{
-	const struct spawn_child *c = arg;
-
-	child_signals_default(&c->mask);
-	if (dup2(c->sock, 3) < 0 || dup2(c->start_log, 4) < 0)
-		_exit(1);
-	close_from(5);
-	int null = open("/dev/null", O_RDWR);
-	if (null >= 0) {
-		dup2(null, 0);
-		dup2(null, 1);
-		close(null);
-	}
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	/* The master died before PDEATHSIG was set: we were handed to init
-	 * or a subreaper (the master itself may be pid 1, in a container with
-	 * no init). PDEATHSIG holds across the exec. */
-	if (getppid() != c->master)
-		_exit(1);
-	/* A background worker (and the ptxas it runs) gets the CPU
-	 * only when nothing else wants it; no way back up (that needs
-	 * a privilege), and it never serves a foreground job. */
-	if (c->background) {
-		struct sched_param sp = { 0 };
-		if (sched_setscheduler(0, SCHED_IDLE, &sp) < 0)
-			setpriority(PRIO_PROCESS, 0, 19);
-	}
-	/* Its name in ps tells the two kinds apart. */
-	char *argv[] = { (char *)(c->background ? "ptxcached-confirm" : "ptxcached"),
-			 (char *)"--worker", NULL };
-	execve("/proc/self/exe", argv, c->env);
-	/* The daemon never sets a locale: strerror() allocates nothing. */
-	const char *why = strerror(errno);
-	static const char msg[] = "cannot exec the daemon's binary as a worker: ";
-	if (write(4, msg, sizeof msg - 1) < 0 || write(4, why, strlen(why)) < 0 ||
-	    write(4, "\n", 1) < 0)
-		_exit(127);
-	_exit(127);
-}
-
 /* Start a worker for optset (background: a background worker, at idle
  * priority). Returns it, or NULL if clone or socketpair fail. */
 static struct worker *spawn(struct pool *p, const char *optset, int background)
 {
-	/* The child's stack until its exec; the master waits meanwhile, so
-	 * one is enough. */
-	static char child_stack[64 << 10] __attribute__((aligned(16)));
-	struct spawn_child child;
-	sigset_t all;
-	int sv[2];
-	char tmp[256] = "";
-	int start_log = memfd_create("ptxcache-worker-start", MFD_CLOEXEC);
+	struct worker_proc proc;
 
-	if (start_log < 0) {
-		log_err("cannot create a worker's start log: %s", strerror(errno));
+	if (worker_exec(optset, background, p->cfg.tmp_parent, p->env, &proc) < 0)
 		return NULL;
-	}
-	if (!strcmp(optset, POOL_ASM_SET)) {
-		snprintf(tmp, sizeof tmp, "%s/asm-XXXXXX", p->cfg.tmp_parent);
-		if (!mkdtemp(tmp)) {
-			log_err("cannot create a worker's directory '%s': %s", tmp, strerror(errno));
-			close(start_log);
-			return NULL;
-		}
-	}
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
-		log_err("cannot create worker socket: %s", strerror(errno));
-		close(start_log);
-		rm_tree(tmp);
-		return NULL;
-	}
-	child.master = getpid();
-	child.sock = sv[1];
-	child.start_log = start_log;
-	child.background = background;
-	child.env = p->env;
-	sigfillset(&all);
-	sigprocmask(SIG_SETMASK, &all, &child.mask);
-	pid_t pid = clone(spawn_child, child_stack + sizeof child_stack,
-			  CLONE_VM | CLONE_VFORK | SIGCHLD, &child);
-	int clone_errno = errno;
-	sigprocmask(SIG_SETMASK, &child.mask, NULL);
-	if (pid < 0) {
-		log_err("cannot fork worker: %s", strerror(clone_errno));
-		close(sv[0]);
-		close(sv[1]);
-		close(start_log);
-		rm_tree(tmp);
-		return NULL;
-	}
-	close(sv[1]);
-	evutil_make_socket_nonblocking(sv[0]);
+	evutil_make_socket_nonblocking(proc.sock);
 	struct worker *w = calloc(1, sizeof *w);
 	if (!w || !(w->optset = strdup(optset))) {
 		free(w);
-		close(sv[0]);
-		close(start_log);
-		kill(pid, SIGKILL);
-		rm_tree(tmp);
+		close(proc.sock);
+		close(proc.start_log);
+		kill(proc.pid, SIGKILL);
+		worker_rm_tmp(proc.tmp);
 		return NULL;
 	}
-	w->start_log = start_log;
-	memcpy(w->tmp, tmp, sizeof tmp);
+	w->start_log = proc.start_log;
+	memcpy(w->tmp, proc.tmp, sizeof proc.tmp);
 	w->tenant = POOL_ANY_TENANT;
 	w->pool = p;
-	w->pid = pid;
+	w->pid = proc.pid;
 	w->background = background;
 	w->state = W_STARTING;
-	w->bev = bufferevent_socket_new(p->base, sv[0], BEV_OPT_CLOSE_ON_FREE);
+	w->bev = bufferevent_socket_new(p->base, proc.sock, BEV_OPT_CLOSE_ON_FREE);
 	w->timer = evtimer_new(p->base, on_timeout, w);
 	send_config(p, w);
 	/* Starting (LLVM set-up and warm-up) gets the same limit as a job. */
@@ -1035,7 +832,7 @@ static struct worker *spawn(struct pool *p, const char *optset, int background)
 		p->counters.spawned++;
 	}
 	log_debug("%s worker %d started (options '%s')", background ? "background" : "a",
-		  (int)pid, optset);
+		  (int)proc.pid, optset);
 	return w;
 }
 
@@ -1431,24 +1228,6 @@ again:
 	p->dispatching = 0;
 }
 
-/* A worker's environment: a plain PATH, and the sanitizers' settings in a
- * sanitizer build; nothing else of the master's (it may hold secrets). */
-static char **worker_env(void)
-{
-	extern char **environ;
-	size_t n = 0, i = 0;
-	for (char **e = environ; *e; e++)
-		n++;
-	char **env = calloc(n + 2, sizeof *env);
-	if (!env || !(env[i++] = strdup("PATH=/usr/local/bin:/usr/bin:/bin")))
-		return env;
-	for (char **e = environ; *e; e++)
-		if (!strncmp(*e, "ASAN_OPTIONS=", 13) || !strncmp(*e, "LSAN_OPTIONS=", 13) ||
-		    !strncmp(*e, "UBSAN_OPTIONS=", 14))
-			env[i++] = strdup(*e);
-	return env;
-}
-
 struct pool *pool_new(struct event_base *base, const struct pool_config *cfg,
 		      struct buf *err)
 {
@@ -1464,7 +1243,7 @@ struct pool *pool_new(struct event_base *base, const struct pool_config *cfg,
 	TAILQ_INIT(&p->owners);
 	TAILQ_INIT(&p->bg);
 	TAILQ_INIT(&p->failing);
-	if (!(p->env = worker_env())) {
+	if (!(p->env = worker_env_new())) {
 		buf_puts(err, "out of memory");
 		pool_free(p);
 		return NULL;
@@ -1669,7 +1448,7 @@ void pool_free(struct pool *p)
 			event_free(w->timer);
 		if (w->start_log >= 0)
 			close(w->start_log);
-		rm_tree(w->tmp);
+		worker_rm_tmp(w->tmp);
 		free(w->optset);
 		free(w);
 	}

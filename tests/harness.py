@@ -215,7 +215,7 @@ class Daemon:
     def workers(self, background=False):
         """Pids of the daemon's worker processes, once all have started;
         background: its background (confirmation) workers instead, named
-        ptxcached-confirm (daemon/worker.c)."""
+        ptxcached-confirm (daemon/worker_spawn.c)."""
         deadline = time.time() + 60
         while self.stats()["workers_ready"] < self.stats()["workers"]:
             assert time.time() < deadline, "workers did not start"

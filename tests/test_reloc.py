@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Portable -lineinfo cubins relocated to paths and stamps of any length
-(daemon/cubin_debug.c's dbg_rewrite()): the widened oracle.
+(daemon/cubin_debug_elf.c's dbg_rewrite()): the widened oracle.
 
 A client's source paths and stamps may have any lengths: /tmp/torchinductor_
 alice and /tmp/torchinductor_bob, file names of 1 to 250 bytes, directories
@@ -9,8 +9,9 @@ missing, one to three .file directives sharing directories or not. Every
 cubin the cache lays out for such a client must be byte for byte the one the
 real ptxas writes for that client's own PTX and files.
 
-Two levels: build/relocdrive runs cubin_debug.c alone (the store's layout
-for the canonical view, then each client's layout from it) against the real
+Two levels: build/relocdrive runs cubin_debug.c and cubin_debug_elf.c
+alone (the store's layout for the canonical view, then each client's
+layout from it) against the real
 ptxas over the corpus, fast; the daemon, through the ptxas front, shows the
 same as hits. The client PTX comes from the corpus IR through llc (each
 DIFile given the client's paths) and from Triton's own PTX through
@@ -266,8 +267,8 @@ def test_reloc_retarget_ptx_is_llc():
 
 
 def test_reloc_oracle_model_corpus():
-    """cubin_debug.c alone against the real ptxas over the corpus (a
-    subset; all with PTXCACHE_RELOC_FULL=1): for each kernel and each
+    """cubin_debug.c and cubin_debug_elf.c alone against the real ptxas
+    over the corpus (a subset; all with PTXCACHE_RELOC_FULL=1): for each kernel and each
     directory grouping, clients with paths of 2 to 850 bytes, stamps of
     every ULEB128 length and missing files, from llc's PTX and from
     Triton's own; the cubin laid out from the canonical entry is ptxas's,

@@ -305,7 +305,7 @@ def _sig_field(pid, name):
 
 def test_workers_start_with_the_masters_signal_mask():
     """A worker is spawned with its child on the master's memory until the
-    exec (clone with CLONE_VM | CLONE_VFORK, daemon/worker.c), which blocks
+    exec (clone with CLONE_VM | CLONE_VFORK, daemon/worker_spawn.c), which blocks
     every signal meanwhile: the worker must still start with the master's
     own mask, so that SIGTERM and SIGHUP reach it and the ptxas it runs,
     and serve."""
@@ -323,7 +323,7 @@ def test_workers_start_with_the_masters_signal_mask():
 
 def test_workers_start_under_a_master_that_is_pid_1():
     """In a container with no init the master is PID 1 of its namespace:
-    a new worker's parent check (daemon/worker.c: the parent is still the
+    a new worker's parent check (daemon/worker_spawn.c: the parent is still the
     master, not init or a subreaper) compares with the master's pid, not
     with 1, so its workers start and serve."""
     if os.geteuid() != 0:

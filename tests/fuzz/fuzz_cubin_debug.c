@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fuzz_cubin_debug: libFuzzer harness for daemon/cubin_debug.c, which reads
- * a client's PTX and stamps and every cubin it rewrites.
+ * fuzz_cubin_debug: libFuzzer harness for daemon/cubin_debug.c and
+ * cubin_debug_elf.c, which read a client's PTX and stamps and every cubin
+ * they rewrite.
  *
  * The input is SOURCES '\0' PTX '\0' CUBIN (missing parts are empty): the
  * stamps as the front sends them, the PTX, and a cubin (the seeds hold real

@@ -385,7 +385,7 @@ MUTANTS: List[Mutant] = [
     Mutant("scope-groups-merged", "scope check: every listed group one scope", "daemon/*.c",
            "return ARTIFACT_SCOPE_GROUP(a->groups[g]);", "return ARTIFACT_SCOPE_GROUP(a->groups[0]);",
            ("test_tenants.test_a_large_value_of_a_group_reaches_its_group_on_its_tenant_alone",)),
-    # The worker's start (daemon/worker.c): the master's signal mask given
+    # The worker's start (daemon/worker_spawn.c): the master's signal mask given
     # back before the exec; the parent check against the master's pid
     # (not 1: the master may be PID 1 itself, in a container).
     Mutant("worker-mask-kept-blocked", "worker start: the spawn's all-blocked mask kept",

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * relocdrive: daemon/cubin_debug.c on its own against cubins of the real
- * ptxas, for tests/test_reloc.py's oracle.
+ * relocdrive: daemon/cubin_debug.c and cubin_debug_elf.c on their own
+ * against cubins of the real ptxas, for tests/test_reloc.py's oracle.
  *
  *   relocdrive BASE.ptx BASE.src BASE.cubin [PTX SRC CUBIN]...
  *
