@@ -62,7 +62,7 @@
  *    as an error but no failure; replies that do not verify are Redis
  *    working as asked (someone else's data is wrong): rejects. One dead
  *    shard turns its own keys off, not the others'.
- *  - A cluster (cluster.c does the arithmetic): the slot map is read with
+ *  - A cluster (l2_cluster.c does the arithmetic): the slot map is read with
  *    CLUSTER SLOTS from a seed at start, and again, in the background, at
  *    most every L2_REFRESH_MS (doubling while reads fail, up to 5 s),
  *    after a MOVED, a failed or silent node, a CLUSTERDOWN or a command
@@ -78,7 +78,7 @@
  *    may be sent twice). A cluster command keeps its formatted bytes until
  *    it completes, to be sent again. Only numeric addresses reach hiredis
  *    (seeds resolved when the URL is parsed; the cluster reports IPs, and
- *    cluster.c refuses a map or a redirection that names a host).
+ *    l2_cluster.c refuses a map or a redirection that names a host).
  *
  * Never: block the loop; log the secret or a password; call a callback
  * twice; let a command outlive its bound.

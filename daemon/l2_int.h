@@ -21,7 +21,7 @@
 #include <hiredis/hiredis.h>
 #include <hiredis/async.h>
 
-#include "daemon/cluster.h"
+#include "daemon/l2_cluster.h"
 #include "daemon/l2.h"
 #include "proto/buf.h"
 

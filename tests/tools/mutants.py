@@ -70,7 +70,7 @@ class Mutant(NamedTuple):
 
 
 MUTANTS: List[Mutant] = [
-    # The slot hash's tag rule (daemon/cluster.c).
+    # The slot hash's tag rule (daemon/l2_cluster.c).
     Mutant("tag-empty-counts", "slot hash tag rule: an empty {} is a tag", "daemon/*.c",
            "if (close && close > open + 1)", "if (close)",
            ("unit:cluster_slot_vectors",)),
@@ -333,7 +333,7 @@ MUTANTS: List[Mutant] = [
            "daemon/*.c", "s->unlink_now = 1;      /* the retry needs the room now */",
            "s->unlink_now = 0;",
            ("test_disk_full.test_a_full_disk_gets_its_room_at_once_though_unlinks_are_slow",)),
-    # The lease hand-off (daemon/artifact.c, fleet.c, flight.c).
+    # The lease hand-off (daemon/artifact.c, l2_fleet.c, flight.c).
     Mutant("handoff-artifact", "lease hand-off: a node's lease ends, no waiter takes it",
            "daemon/*.c", "for (pp = &s->waiters; *pp && !(*pp)->want_lease; pp = &(*pp)->next)",
            "for (pp = &s->waiters; *pp; pp = &(*pp)->next)",

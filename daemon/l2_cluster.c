@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * cluster: Redis Cluster's routing arithmetic, pure; see cluster.h.
+ * l2_cluster: Redis Cluster's routing arithmetic, pure; see l2_cluster.h.
  *
  * What: the key's hash slot (CRC16-XMODEM, polynomial 0x1021, initial 0,
  * mod 16384, with the hash-tag rule of the Redis Cluster specification),
@@ -22,7 +22,7 @@
  * Never: read a redisReply element without checking its type first; index
  * an array past its element count; trust a slot, a port or a length.
  */
-#include "daemon/cluster.h"
+#include "daemon/l2_cluster.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>
