@@ -84,6 +84,7 @@
  * twice; let a command outlive its bound.
  */
 #include "daemon/l2_int.h"
+#include "daemon/l2_seal.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -97,8 +98,6 @@
 #include <event2/event.h>
 #include <event2/util.h>
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/kdf.h>
 
 #include "daemon/log.h"
 
@@ -1382,25 +1381,6 @@ static int use_servers(struct l2 *l2, const struct l2_conf *c)
 	return 0;
 }
 
-/* AES-256-GCM's first use in a process costs milliseconds (the provider
- * builds its table of ciphers; the first key schedule): one seal of a
- * block here, at start, so a fresh node's first value does not pay it. */
-static void crypto_warm_up(void)
-{
-	static const unsigned char key[32], nonce[12];
-	unsigned char in[16] = { 0 }, out[16], tag[16];
-	EVP_CIPHER *gcm = EVP_CIPHER_fetch(NULL, "AES-256-GCM", NULL);
-	EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
-	int n;
-
-	if (gcm && c && EVP_EncryptInit_ex(c, EVP_aes_256_gcm(), NULL, key, nonce) == 1 &&
-	    EVP_EncryptUpdate(c, out, &n, in, sizeof in) == 1 &&
-	    EVP_EncryptFinal_ex(c, out, &n) == 1)
-		EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, sizeof tag, tag);
-	EVP_CIPHER_CTX_free(c);
-	EVP_CIPHER_free(gcm);
-}
-
 /* A transfer's buffers (hiredis's reply, the record it opens into) come
  * from the heap, and in a fresh process each of their pages faults in at
  * its first write: about 12 us a page on a virtualised host, 3 ms a MiB,
@@ -1443,11 +1423,7 @@ struct l2 *l2_new(struct event_base *base, const struct l2_config *cfg, struct b
 	}
 	if (!(l2->conf = conf_new(cfg, NULL, err)))
 		goto fail;
-	/* libcrypto's one-time setup (its configuration file, the default
-	 * provider that l2.c's seal fetches HKDF and AES-GCM from) here, at
-	 * start, rather than in the first lookup's turn of the loop. */
-	EVP_KDF_free(EVP_KDF_fetch(NULL, "HKDF", NULL));
-	crypto_warm_up();
+	seal_warm_up();                 /* l2_seal.c: libcrypto, AES-GCM */
 	heap_warm_up();
 	if (!(l2->refresh_timer = evtimer_new(base, on_refresh_timer, l2)) ||
 	    use_servers(l2, l2->conf) < 0) {
