@@ -74,4 +74,9 @@ int cluster_redirect_parse(const char *s, size_t len, const char *conn_host,
 /* Is host a numeric IPv4 or IPv6 address? */
 int cluster_numeric_host(const char *host);
 
+/* The decimal digits [s, e) (at least one, nothing else) as a number no
+ * larger than max: 0 and *out, or -1. A redirection's slot and port, and
+ * l2_conf.c's URL's port and database. */
+int cluster_decimal(const char *s, const char *e, long max, long *out);
+
 #endif
