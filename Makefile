@@ -93,7 +93,7 @@ PROTO_SRC  := proto/buf.c proto/frame.c proto/msg.c proto/ptxas_args.c proto/llc
 DAEMON_SRC := daemon/main.c daemon/config.c daemon/log.c daemon/server.c daemon/compile.c \
               daemon/cubin_req.c daemon/manage.c daemon/flight.c daemon/worker.c daemon/worker_spawn.c daemon/worker_loop.c daemon/sandbox.c \
               daemon/confirm.c daemon/store.c daemon/store_put.c daemon/store_files.c daemon/store_admin.c daemon/store_ckpt.c daemon/store_hot.c daemon/store_blobs.c daemon/store_flat.c daemon/key.c daemon/codegen.c daemon/cubin.c \
-              daemon/cubin_debug.c daemon/cubin_debug_elf.c daemon/cluster.c daemon/l2.c daemon/l2_conn.c daemon/l2_conf.c daemon/fleet.c daemon/store_batch.c daemon/syncer.c daemon/artifact.c daemon/conn.c daemon/reply.c daemon/idle.c daemon/tenant.c
+              daemon/cubin_debug.c daemon/cubin_debug_elf.c daemon/l2_cluster.c daemon/l2.c daemon/l2_seal.c daemon/l2_conn.c daemon/l2_ev.c daemon/l2_conf.c daemon/l2_fleet.c daemon/store_batch.c daemon/syncer.c daemon/artifact.c daemon/conn.c daemon/reply.c daemon/idle.c daemon/tenant.c
 DAEMON_CXX := daemon/llvm_shim.cpp
 CLIENT_SRC := client/lib.c
 CLI_SRC    := client/cli.c client/autostart.c client/front.c client/llc.c client/ptxas.c client/artifact.c
@@ -189,7 +189,7 @@ $(B)/ptxcache: $(call obj,$(CLI_SRC)) $(B)/libptxcache.a $(COMPAT_OBJ)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(CLI_LIBS)
 
 UNIT_SRC := $(wildcard tests/unit/*.c)
-$(B)/unit: $(call obj,$(UNIT_SRC) daemon/store.c daemon/store_put.c daemon/store_files.c daemon/store_admin.c daemon/store_ckpt.c daemon/syncer.c daemon/tenant.c daemon/store_hot.c daemon/store_blobs.c daemon/store_flat.c daemon/store_fault.c daemon/key.c daemon/log.c daemon/cluster.c daemon/l2.c daemon/l2_conn.c daemon/l2_conf.c \
+$(B)/unit: $(call obj,$(UNIT_SRC) daemon/store.c daemon/store_put.c daemon/store_files.c daemon/store_admin.c daemon/store_ckpt.c daemon/syncer.c daemon/tenant.c daemon/store_hot.c daemon/store_blobs.c daemon/store_flat.c daemon/store_fault.c daemon/key.c daemon/log.c daemon/l2_cluster.c daemon/l2.c daemon/l2_seal.c daemon/l2_conn.c daemon/l2_ev.c daemon/l2_conf.c \
 		daemon/cubin_debug.c daemon/cubin_debug_elf.c $(PROTO_SRC))
 	@echo "  LD  $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DEP_LIBS)
@@ -199,7 +199,7 @@ $(call obj,$(UNIT_SRC)): $(B)/gen/schema.h
 # l2drive: daemon/l2.c on its own against a live Redis, driven line by line
 # by tests/test_l2_live.py.
 all: $(B)/l2drive
-$(B)/l2drive: $(call obj,tests/tools/l2drive.c daemon/cluster.c daemon/l2.c daemon/l2_conn.c daemon/l2_conf.c daemon/log.c proto/buf.c)
+$(B)/l2drive: $(call obj,tests/tools/l2drive.c daemon/l2_cluster.c daemon/l2.c daemon/l2_seal.c daemon/l2_conn.c daemon/l2_ev.c daemon/l2_conf.c daemon/log.c proto/buf.c)
 	@echo "  LD  $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DEP_LIBS)
 

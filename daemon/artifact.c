@@ -61,7 +61,7 @@
 #include <event2/event.h>
 
 #include "daemon/config.h"
-#include "daemon/fleet.h"
+#include "daemon/l2_fleet.h"
 #include "daemon/key.h"
 #include "daemon/l2.h"
 #include "daemon/log.h"

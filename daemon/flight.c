@@ -8,7 +8,7 @@
  *
  *   with the Redis tier on, it is asked first (fleet_get()): a value that
  *     verifies finishes the flight as if computed here; a miss takes the
- *     key's fleet lease, or waits for the node that holds it (fleet.h);
+ *     key's fleet lease, or waits for the node that holds it (l2_fleet.h);
  *     anything else (timeout, rejected value, breaker open) goes on to
  *   the pool (pool_submit()): the job waits its turn in its user's queue
  *     (users served in turn, worker.h), then a worker of the job's option
@@ -42,7 +42,7 @@
 #include <string.h>
 
 #include "daemon/confirm.h"
-#include "daemon/fleet.h"
+#include "daemon/l2_fleet.h"
 #include "daemon/l2.h"
 #include "daemon/log.h"
 #include "daemon/tenant.h"

@@ -134,7 +134,7 @@ void l2_get_abandon(struct l2 *l2, void *arg);
 void l2_put_in(struct l2 *l2, const char *space, const unsigned char key[32],
 	       const struct l2_value *v);
 
-/* Fleet leases (fleet.c): at most one node of the fleet produces a key
+/* Fleet leases (l2_fleet.c): at most one node of the fleet produces a key
  * at a time. TAKE sets "<key's name>:lease" to this node's name (host:pid)
  * with an expiry of ttl_ms if no node holds it; RENEW sets the expiry
  * again if a node (this one, unless it let it lapse) holds it; DROP lets

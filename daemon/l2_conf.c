@@ -254,20 +254,32 @@ static int split_host(const char **host, const char *end, const char **hend,
 	return 0;
 }
 
-static int parse_num(const char *s, const char *e, long max, long *out)
+/* The credentials before the last '@' of [auth, end), if any: user:password
+ * or :password, percent-decoded into l2->user (when named) and
+ * l2->password; *at the '@', or NULL where there are none. 0; -1 with a
+ * message in err (no ':'); -2 where one does not decode (malformed, or no
+ * memory): the caller says what its URL looks like. shown: the URL as it
+ * may be logged. */
+static int parse_auth(struct l2_conf *l2, const char *auth, const char *end, const char **at,
+		      const char *shown, struct buf *err)
 {
-	long v = 0;
+	const char *c;
 
-	if (s == e)
+	*at = NULL;
+	for (const char *q = auth; q < end; q++)
+		if (*q == '@')
+			*at = q;
+	if (!*at)
+		return 0;
+	c = memchr(auth, ':', (size_t)(*at - auth));
+	if (!c) {
+		buf_printf(err, "bad l2 URL '%s': credentials are user:password or :password",
+			   shown);
 		return -1;
-	for (; s < e; s++) {
-		if (*s < '0' || *s > '9')
-			return -1;
-		v = v * 10 + (*s - '0');
-		if (v > max)
-			return -1;
 	}
-	*out = v;
+	if ((c > auth && !(l2->user = pct_decode(auth, c))) ||
+	    !(l2->password = pct_decode(c + 1, *at)))
+		return -2;
 	return 0;
 }
 
@@ -324,27 +336,19 @@ static void shown_with_user(struct buf *shown, const char *auth, const char *at)
 static int parse_cluster_url(struct l2_conf *l2, const char *auth, struct buf *shown,
 			     struct buf *err)
 {
-	const char *end = auth + strcspn(auth, "/"), *at = NULL, *h;
+	const char *end = auth + strcspn(auth, "/"), *at, *h;
 	struct buf disp = BUF_INIT;     /* shown, once parsed */
+	int rc;
 
 	if (*end == '/' && end[1] && strcmp(end + 1, "0")) {
 		buf_printf(err, "bad l2 URL '%s': a cluster has database 0 alone", shown->data);
 		return -1;
 	}
-	for (const char *q = auth; q < end; q++)
-		if (*q == '@')
-			at = q;
-	if (at) {
-		const char *c = memchr(auth, ':', (size_t)(at - auth));
-		if (!c) {
-			buf_printf(err, "bad l2 URL '%s': credentials are user:password or :password",
-				   shown->data);
-			return -1;
-		}
-		if ((c > auth && !(l2->user = pct_decode(auth, c))) ||
-		    !(l2->password = pct_decode(c + 1, at)))
-			goto bad;
-	}
+	rc = parse_auth(l2, auth, end, &at, shown->data, err);
+	if (rc == -1)
+		return -1;
+	if (rc < 0)
+		goto bad;
 	l2->cluster = 1;
 	h = at ? at + 1 : auth;
 	if (h == end || end[-1] == ',')
@@ -365,7 +369,7 @@ static int parse_cluster_url(struct l2_conf *l2, const char *auth, struct buf *s
 		if (split_host(&host, he, &hend, &colon) < 0)
 			goto bad;
 		if (hend == host || (size_t)(hend - host) >= sizeof name ||
-		    (colon && parse_num(colon + 1, he, 65535, &port) < 0) || port == 0)
+		    (colon && cluster_decimal(colon + 1, he, 65535, &port) < 0) || port == 0)
 			goto bad;
 		memcpy(name, host, (size_t)(hend - host));
 		name[hend - host] = '\0';
@@ -447,33 +451,23 @@ static int parse_url(struct l2_conf *l2, const char *url, const struct l2_conf *
 	}
 	auth = url + 8;
 	end = auth + strcspn(auth, "/");
-	for (const char *q = auth; q < end; q++)
-		if (*q == '@')
-			at = q;
-	if (at) {
-		const char *c = memchr(auth, ':', (size_t)(at - auth));
-		if (!c) {
-			buf_printf(err, "bad l2 URL '%s': credentials are user:password or :password",
-				   shown.data);
-			goto out;
-		}
-		if (c > auth && !(l2->user = pct_decode(auth, c)))
-			goto badurl;
-		if (!(l2->password = pct_decode(c + 1, at)))
-			goto badurl;
-		host = at + 1;
-	} else {
-		host = auth;
+	switch (parse_auth(l2, auth, end, &at, shown.data, err)) {
+	case -1:
+		goto out;
+	case -2:
+		goto badurl;
 	}
+	host = at ? at + 1 : auth;
 	if (split_host(&host, end, &hend, &colon) < 0)
 		goto badurl;
 	if (hend == host || (size_t)(hend - host) >= sizeof l2->host)
 		goto badurl;
-	if (colon && parse_num(colon + 1, end, 65535, &port) < 0)
+	if (colon && cluster_decimal(colon + 1, end, 65535, &port) < 0)
 		goto badurl;
 	if (port == 0)
 		goto badurl;
-	if (*end == '/' && end[1] && parse_num(end + 1, end + strlen(end), 1L << 30, &db) < 0)
+	if (*end == '/' && end[1] &&
+	    cluster_decimal(end + 1, end + strlen(end), 1L << 30, &db) < 0)
 		goto badurl;
 	l2->port = (int)port;
 	l2->db = (int)db;

@@ -24,7 +24,7 @@
  *    its connection's silence, not the command's size: when it fires and
  *    the connection has moved bytes since it was armed (read events, writes
  *    that shrank hiredis's output buffer, counted by our own libevent
- *    adapter; or the kernel's send queue, TIOCOUTQ, draining), it is armed
+ *    adapter, l2_ev.c; or the kernel's send queue, TIOCOUTQ, draining), it is armed
  *    again (but never past L2_CMD_MAX_MS: bytes that trickle without a
  *    pause as long as the period hold nothing for ever). A connection
  *    silent for a whole period is dropped with
@@ -62,7 +62,7 @@
  *    as an error but no failure; replies that do not verify are Redis
  *    working as asked (someone else's data is wrong): rejects. One dead
  *    shard turns its own keys off, not the others'.
- *  - A cluster (cluster.c does the arithmetic): the slot map is read with
+ *  - A cluster (l2_cluster.c does the arithmetic): the slot map is read with
  *    CLUSTER SLOTS from a seed at start, and again, in the background, at
  *    most every L2_REFRESH_MS (doubling while reads fail, up to 5 s),
  *    after a MOVED, a failed or silent node, a CLUSTERDOWN or a command
@@ -78,17 +78,18 @@
  *    may be sent twice). A cluster command keeps its formatted bytes until
  *    it completes, to be sent again. Only numeric addresses reach hiredis
  *    (seeds resolved when the URL is parsed; the cluster reports IPs, and
- *    cluster.c refuses a map or a redirection that names a host).
+ *    l2_cluster.c refuses a map or a redirection that names a host).
  *
  * Never: block the loop; log the secret or a password; call a callback
  * twice; let a command outlive its bound.
  */
 #include "daemon/l2_int.h"
+#include "daemon/l2_ev.h"
+#include "daemon/l2_seal.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -97,8 +98,6 @@
 #include <event2/event.h>
 #include <event2/util.h>
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/kdf.h>
 
 #include "daemon/log.h"
 
@@ -443,228 +442,6 @@ static void on_connect_timeout(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
-/* Our own libevent adapter for hiredis (its libevent.h, plus a progress
- * count): a command's timer bounds its connection's silence, not its size,
- * so each connection counts the read events it gets (bytes or a reply in)
- * and the writes that shrank hiredis's output buffer (bytes out). */
-struct l2_ev {
-	redisAsyncContext *ac;
-	struct event *rev, *wev;
-	uint64_t progress;
-	int *alive;                     /* cleared when hiredis frees ac */
-	long objs;                      /* of the reply being parsed (guarded_*()) */
-	size_t bytes;                   /* its strings' */
-};
-
-/*
- * hiredis 0.14 takes a reply's headers on trust: "*N" allocates N
- * pointers at once (13 bytes, "*2000000000", made it allocate 16 GB and
- * then hold the loop 40 s freeing them), "$N" buffers until N bytes came,
- * and an array keeps every string it parsed until its last. Redis is not
- * trusted: a reply of more than L2_REPLY_OBJS objects and element slots
- * (CLUSTER SLOTS of 16,384 ranges with a replica each is a third of it),
- * or whose strings, or bytes not parsed yet, pass L2_REPLY_BYTES (the
- * largest chunk a writer may make, and framing), ends its connection, as
- * one that broke.
- */
-#define L2_REPLY_OBJS (1L << 20)
-#define L2_REPLY_BYTES ((size_t)L2_CHUNK_MAX + (64 << 10))
-/* The most of a reader's buffer a connection keeps between replies. */
-#define L2_READER_KEEP ((size_t)8 << 20)
-
-static redisReplyObjectFunctions plain_fns, guarded_fns;
-
-/* Count n more objects and len more bytes of t's reply: whether it stays
- * within the bounds, and, at a reply's first object, whether a command
- * waits for it. hiredis 0.14 asserts that a reply no command waits for (a
- * "+OK" after the answer, on an idle connection) is a subscriber's, and
- * aborts the daemon; refused here, it ends the connection instead. */
-static int guarded_take(const redisReadTask *t, long n, size_t len)
-{
-	struct l2_ev *e = t->privdata;
-
-	if (!t->parent) {
-		if (!e->ac->replies.head)
-			return 0;
-		e->objs = 0;
-		e->bytes = 0;
-	}
-	e->objs += n;
-	e->bytes += len;
-	return e->objs <= L2_REPLY_OBJS && e->bytes <= L2_REPLY_BYTES;
-}
-
-static void *guarded_string(const redisReadTask *t, char *s, size_t len)
-{
-	return guarded_take(t, 1, len) ? plain_fns.createString(t, s, len) : NULL;
-}
-
-static void *guarded_array(const redisReadTask *t, int n)
-{
-	return guarded_take(t, 1 + (long)n, 0) ? plain_fns.createArray(t, n) : NULL;
-}
-
-static void *guarded_integer(const redisReadTask *t, long long v)
-{
-	return guarded_take(t, 1, 0) ? plain_fns.createInteger(t, v) : NULL;
-}
-
-static void *guarded_nil(const redisReadTask *t)
-{
-	return guarded_take(t, 1, 0) ? plain_fns.createNil(t) : NULL;
-}
-
-/* ac's reader made to count for e (a NULL object: hiredis's "out of
- * memory", which ends the connection). */
-static void reader_guard(redisAsyncContext *ac, struct l2_ev *e)
-{
-	redisReader *r = ac->c.reader;
-
-	if (!r || !r->fn)
-		return;
-	if (!guarded_fns.createArray) {
-		plain_fns = *r->fn;
-		guarded_fns = plain_fns;
-		guarded_fns.createString = guarded_string;
-		guarded_fns.createArray = guarded_array;
-		guarded_fns.createInteger = guarded_integer;
-		guarded_fns.createNil = guarded_nil;
-	}
-	r->fn = &guarded_fns;
-	r->privdata = e;
-}
-
-/* Whether ac's reader holds more of a reply, not parsed yet, than one may
- * have. */
-static int reply_too_long(const redisAsyncContext *ac)
-{
-	const redisReader *r = ac->c.reader;
-
-	return r && r->buf && sdslen(r->buf) - r->pos > L2_REPLY_BYTES;
-}
-
-/* hiredis reads 16 KiB a call: while more has arrived, read on, up to
- * L2_READ_TURN bytes an event, so a large reply takes a few turns of the
- * loop rather than one per 16 KiB (and the other lookups on the loop
- * still get their turn between). */
-#define L2_READ_TURN (1 << 20)
-#define L2_HIREDIS_READ (16 << 10)
-
-static void ev_read(evutil_socket_t fd, short what, void *arg)
-{
-	struct l2_ev *e = arg;
-	redisAsyncContext *ac = e->ac;
-	int alive = 1, avail;
-
-	e->progress++;                  /* before: the read may free e */
-	e->alive = &alive;
-	for (size_t n = 0; n < L2_READ_TURN; n += L2_HIREDIS_READ) {
-		redisAsyncHandleRead(ac);       /* may free ac, and e */
-		if (!alive)
-			return;
-		if (reply_too_long(ac)) {
-			struct l2_node *nd = ac->data;
-			note_error(nd->l2, "a reply longer than any chunk; dropping the connection");
-			drop_ac(nd, ac, OUT_ERROR);     /* frees ac, and e */
-			node_failed(nd);
-			return;
-		}
-		if ((ac->c.flags & (REDIS_DISCONNECTING | REDIS_FREEING)) ||
-		    ioctl(fd, FIONREAD, &avail) < 0 || avail <= 0)
-			break;
-	}
-	e->alive = NULL;
-}
-
-static void ev_write(evutil_socket_t fd, short what, void *arg)
-{
-	struct l2_ev *e = arg;
-	redisAsyncContext *ac = e->ac;
-	size_t before = ac->c.obuf ? sdslen(ac->c.obuf) : 0;
-	int alive = 1;
-
-	e->alive = &alive;
-	redisAsyncHandleWrite(ac);      /* a failed write frees ac, and e */
-	if (!alive)
-		return;
-	e->alive = NULL;
-	if (ac->c.obuf && sdslen(ac->c.obuf) < before)
-		e->progress++;
-}
-
-static void ev_add_read(void *p)  { event_add(((struct l2_ev *)p)->rev, NULL); }
-static void ev_del_read(void *p)  { event_del(((struct l2_ev *)p)->rev); }
-static void ev_add_write(void *p) { event_add(((struct l2_ev *)p)->wev, NULL); }
-static void ev_del_write(void *p) { event_del(((struct l2_ev *)p)->wev); }
-
-static void ev_cleanup(void *p)
-{
-	struct l2_ev *e = p;
-
-	if (e->alive)
-		*e->alive = 0;
-	event_free(e->rev);
-	event_free(e->wev);
-	free(e);
-}
-
-static int ev_attach(redisAsyncContext *ac, struct event_base *base)
-{
-	struct l2_ev *e = calloc(1, sizeof *e);
-
-	if (!e || ac->ev.data)
-		goto fail;
-	e->ac = ac;
-	e->rev = event_new(base, ac->c.fd, EV_READ | EV_PERSIST, ev_read, e);
-	e->wev = event_new(base, ac->c.fd, EV_WRITE, ev_write, e);
-	if (!e->rev || !e->wev)
-		goto fail;
-	ac->ev.addRead = ev_add_read;
-	ac->ev.delRead = ev_del_read;
-	ac->ev.addWrite = ev_add_write;
-	ac->ev.delWrite = ev_del_write;
-	ac->ev.cleanup = ev_cleanup;
-	ac->ev.data = e;
-	reader_guard(ac, e);
-	event_add(e->rev, NULL);
-	event_add(e->wev, NULL);
-	return 0;
-fail:
-	if (e && e->rev)
-		event_free(e->rev);
-	if (e && e->wev)
-		event_free(e->wev);
-	free(e);
-	return -1;
-}
-
-static uint64_t progress_of(const redisAsyncContext *ac)
-{
-	const struct l2_ev *e = ac ? ac->ev.data : NULL;
-
-	return e ? e->progress : 0;
-}
-
-/* The bytes in ac's kernel send queue not yet taken by the other end
- * (TIOCOUTQ, for TCP and Unix sockets alike), or -1. A large write sits
- * there for a while after hiredis's buffer has shrunk: the queue draining
- * is progress too. */
-static int outq_of(const redisAsyncContext *ac)
-{
-	int n = 0;
-
-	return ac && ac->c.fd >= 0 && ioctl(ac->c.fd, TIOCOUTQ, &n) == 0 ? n : -1;
-}
-
-/* Bytes that came in on ac and wait to be read (FIONREAD), or 0: the
- * other end spoke, and this loop has not got to them yet. */
-static int inq_of(const redisAsyncContext *ac)
-{
-	int n = 0;
-
-	return ac && ac->c.fd >= 0 && ioctl(ac->c.fd, FIONREAD, &n) == 0 ? n : 0;
-}
-
 /* A command's timer: if its connection moved bytes since it was armed,
  * it is armed again; only a connection silent for the whole period times
  * out, and then that connection alone is dropped (completing every
@@ -710,6 +487,20 @@ static void on_cmd_timeout(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+/* ev_attach()'s hook: a reply longer than any may be (l2_ev.c) ends its
+ * connection, as one that broke. */
+static void reply_too_long_drop(redisAsyncContext *ac)
+{
+	struct l2_node *nd = ac->data;
+
+	note_error(nd->l2, "a reply longer than any chunk; dropping the connection");
+	drop_ac(nd, ac, OUT_ERROR);     /* frees ac */
+	node_failed(nd);
+}
+
+/* The most of a reader's buffer a connection keeps between replies. */
+#define L2_READER_KEEP ((size_t)8 << 20)
+
 static void resolve_again(struct l2 *l2);
 
 /* Open nd's connection (it completes in the background). 0 or -1. A
@@ -748,7 +539,7 @@ static int node_connect(struct l2_node *nd)
 	 * freed when the next reply starts to arrive. */
 	if (ac->c.reader)
 		ac->c.reader->maxbuf = L2_READER_KEEP;
-	if (ev_attach(ac, l2->base) < 0) {
+	if (ev_attach(ac, l2->base, reply_too_long_drop) < 0) {
 		note_error(l2, "cannot attach to the event loop");
 		redisAsyncFree(ac);
 		return -1;
@@ -1382,25 +1173,6 @@ static int use_servers(struct l2 *l2, const struct l2_conf *c)
 	return 0;
 }
 
-/* AES-256-GCM's first use in a process costs milliseconds (the provider
- * builds its table of ciphers; the first key schedule): one seal of a
- * block here, at start, so a fresh node's first value does not pay it. */
-static void crypto_warm_up(void)
-{
-	static const unsigned char key[32], nonce[12];
-	unsigned char in[16] = { 0 }, out[16], tag[16];
-	EVP_CIPHER *gcm = EVP_CIPHER_fetch(NULL, "AES-256-GCM", NULL);
-	EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
-	int n;
-
-	if (gcm && c && EVP_EncryptInit_ex(c, EVP_aes_256_gcm(), NULL, key, nonce) == 1 &&
-	    EVP_EncryptUpdate(c, out, &n, in, sizeof in) == 1 &&
-	    EVP_EncryptFinal_ex(c, out, &n) == 1)
-		EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, sizeof tag, tag);
-	EVP_CIPHER_CTX_free(c);
-	EVP_CIPHER_free(gcm);
-}
-
 /* A transfer's buffers (hiredis's reply, the record it opens into) come
  * from the heap, and in a fresh process each of their pages faults in at
  * its first write: about 12 us a page on a virtualised host, 3 ms a MiB,
@@ -1443,11 +1215,7 @@ struct l2 *l2_new(struct event_base *base, const struct l2_config *cfg, struct b
 	}
 	if (!(l2->conf = conf_new(cfg, NULL, err)))
 		goto fail;
-	/* libcrypto's one-time setup (its configuration file, the default
-	 * provider that l2.c's seal fetches HKDF and AES-GCM from) here, at
-	 * start, rather than in the first lookup's turn of the loop. */
-	EVP_KDF_free(EVP_KDF_fetch(NULL, "HKDF", NULL));
-	crypto_warm_up();
+	seal_warm_up();                 /* l2_seal.c: libcrypto, AES-GCM */
 	heap_warm_up();
 	if (!(l2->refresh_timer = evtimer_new(base, on_refresh_timer, l2)) ||
 	    use_servers(l2, l2->conf) < 0) {

@@ -8,7 +8,8 @@
  * generations of the settings that l2_conf.c makes (conf_new(),
  * conf_unref(), conf_moved()). The structures here are a generation of
  * the settings, a command, a transfer and the tier itself; a node
- * (struct l2_node) is the connection layer's alone.
+ * (struct l2_node) is the connection layer's alone. The seal (l2_seal.c)
+ * and hiredis's adapter to the loop (l2_ev.c) have headers of their own.
  */
 #ifndef PTXCACHE_L2_INT_H
 #define PTXCACHE_L2_INT_H
@@ -21,7 +22,7 @@
 #include <hiredis/hiredis.h>
 #include <hiredis/async.h>
 
-#include "daemon/cluster.h"
+#include "daemon/l2_cluster.h"
 #include "daemon/l2.h"
 #include "proto/buf.h"
 

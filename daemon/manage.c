@@ -34,7 +34,7 @@
 #include "daemon/codegen.h"
 #include "daemon/compile.h"
 #include "daemon/cubin_req.h"
-#include "daemon/fleet.h"
+#include "daemon/l2_fleet.h"
 #include "daemon/key.h"
 #include "daemon/l2.h"
 #include "daemon/store.h"

@@ -18,10 +18,10 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "daemon/config.h"
 #include "daemon/confirm.h"
 #include "daemon/conn.h"
 #include "daemon/cubin.h"
-#include "daemon/server.h"
 #include "proto/buf.h"
 
 struct msg;

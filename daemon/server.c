@@ -50,7 +50,7 @@
 #include "daemon/compile.h"
 #include "daemon/config.h"
 #include "daemon/flight.h"
-#include "daemon/fleet.h"
+#include "daemon/l2_fleet.h"
 #include "daemon/idle.h"
 #include "daemon/cubin.h"
 #include "daemon/key.h"

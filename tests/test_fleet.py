@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Once in the fleet (daemon/fleet.c): nodes (real daemons, each its own
+"""Once in the fleet (daemon/l2_fleet.c): nodes (real daemons, each its own
 store and socket) on one real redis-server, clients on each asking for the
 same artifact with a lease, as a JIT's processes do. One node produces;
 the others wait for its value in the tier and never produce; a producer

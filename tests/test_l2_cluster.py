@@ -33,7 +33,7 @@ def _crc16(data: bytes) -> int:
 
 
 def slot_of(key: str) -> int:
-    """The Redis Cluster hash slot, hash tags included (as cluster.c)."""
+    """The Redis Cluster hash slot, hash tags included (as l2_cluster.c)."""
     k = key.encode()
     i = k.find(b"{")
     if i >= 0:

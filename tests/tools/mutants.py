@@ -70,7 +70,7 @@ class Mutant(NamedTuple):
 
 
 MUTANTS: List[Mutant] = [
-    # The slot hash's tag rule (daemon/cluster.c).
+    # The slot hash's tag rule (daemon/l2_cluster.c).
     Mutant("tag-empty-counts", "slot hash tag rule: an empty {} is a tag", "daemon/*.c",
            "if (close && close > open + 1)", "if (close)",
            ("unit:cluster_slot_vectors",)),
@@ -138,7 +138,7 @@ MUTANTS: List[Mutant] = [
            "EVP_CipherUpdate(c, NULL, &n, (const unsigned char *)name, 0) == 1;",
            ("unit:l2_envelope_tampering",
             "test_l2_seal.test_l2_values_moved_to_another_key_or_scope_are_rejects")),
-    # The tier's chunks, seal and secrets (daemon/l2.c, l2_conf.c,
+    # The tier's chunks, seal and secrets (daemon/l2.c, l2_seal.c, l2_conf.c,
     # config.c, manage.c): the pipeline window, a missing chunk a miss, each chunk's index in
     # its nonce and associated data, HKDF over scope and id, version-1
     # values misses, the secret never logged, every URL shown redacted.
@@ -153,19 +153,19 @@ MUTANTS: List[Mutant] = [
            ("test_l2_chunks.test_l2_a_chunk_spoiled_past_the_first_window_or_during_the_fetch_is_a_miss",
             "test_l2_chunks.test_l2_tampered_missing_or_foreign_chunks_and_manifests_are_misses")),
     Mutant("l2-chunk-nonce-index-dropped", "tier seal: a chunk's index left out of its nonce",
-           "daemon/l2.c", "put_be(nonce + 8, index, 4);", "put_be(nonce + 8, 0, 4);",
+           "daemon/l2_seal.c", "put_be(nonce + 8, index, 4);", "put_be(nonce + 8, 0, 4);",
            ("test_l2_chunks.test_l2_chunked_layout_is_the_documented_one",)),
     Mutant("l2-chunk-ad-index-dropped", "tier seal: a chunk's index left out of its associated data",
-           "daemon/l2.c", "put_be(ad + L2_HEAD, i, 4);", "put_be(ad + L2_HEAD, 0, 4);",
+           "daemon/l2_seal.c", "put_be(ad + L2_HEAD, i, 4);", "put_be(ad + L2_HEAD, 0, 4);",
            ("test_l2_chunks.test_l2_chunked_layout_is_the_documented_one",)),
     Mutant("l2-hkdf-scope-dropped", "tier seal: a value's key the same in every scope",
-           "daemon/l2.c", "memcpy(info + n, scope, scope_len);", "memset(info + n, 0, scope_len);",
+           "daemon/l2_seal.c", "memcpy(info + n, scope, scope_len);", "memset(info + n, 0, scope_len);",
            ("unit:l2_value_key_is_hkdf_of_scope_and_id",)),
     Mutant("l2-hkdf-id-dropped", "tier seal: a value's key the same for every id",
-           "daemon/l2.c", "memcpy(info + n, id, L2_ID_LEN);", "memset(info + n, 0, L2_ID_LEN);",
+           "daemon/l2_seal.c", "memcpy(info + n, id, L2_ID_LEN);", "memset(info + n, 0, L2_ID_LEN);",
            ("unit:l2_value_key_is_hkdf_of_scope_and_id",)),
     Mutant("l2-version-1-rejected", "tier seal: a value of version 1 is a reject, not a miss",
-           "daemon/l2.c", "if (p[4] == L2_OLD_VERSION)", "if (0)",
+           "daemon/l2_seal.c", "if (p[4] == L2_OLD_VERSION)", "if (0)",
            ("unit:l2_envelope_tampering",
             "test_l2_live.test_l2_tampered_values_rejected")),
     Mutant("l2-secret-logged", "tier secrets: the secret file's bytes written to the log",
@@ -334,7 +334,7 @@ MUTANTS: List[Mutant] = [
            "daemon/*.c", "s->unlink_now = 1;      /* the retry needs the room now */",
            "s->unlink_now = 0;",
            ("test_disk_full.test_a_full_disk_gets_its_room_at_once_though_unlinks_are_slow",)),
-    # The lease hand-off (daemon/artifact.c, fleet.c, flight.c).
+    # The lease hand-off (daemon/artifact.c, l2_fleet.c, flight.c).
     Mutant("handoff-artifact", "lease hand-off: a node's lease ends, no waiter takes it",
            "daemon/*.c", "for (pp = &s->waiters; *pp && !(*pp)->want_lease; pp = &(*pp)->next)",
            "for (pp = &s->waiters; *pp; pp = &(*pp)->next)",
@@ -501,10 +501,10 @@ MUTANTS: List[Mutant] = [
            "if (w->state == W_BUSY)",
            ("test_confirm.test_a_stopped_confirmation_cancelled_by_a_reload_is_counted_out",)),
     Mutant("l2-unasked-reply-taken", "tier: a reply no command waits for is handed to hiredis",
-           "daemon/l2_conn.c", "if (!e->ac->replies.head)", "if (0)",
+           "daemon/l2_ev.c", "if (!e->ac->replies.head)", "if (0)",
            ("test_l2.test_a_reply_no_command_asked_for_ends_its_connection_not_the_daemon",)),
     Mutant("l2-array-strings-unbounded", "tier: an array's strings not counted against the reply's bytes",
-           "daemon/l2_conn.c", "return e->objs <= L2_REPLY_OBJS && e->bytes <= L2_REPLY_BYTES;",
+           "daemon/l2_ev.c", "return e->objs <= L2_REPLY_OBJS && e->bytes <= L2_REPLY_BYTES;",
            "return e->objs <= L2_REPLY_OBJS;",
            ("test_l2.test_a_redis_whose_replies_claim_billions_holds_neither_the_loop_nor_memory",)),
     Mutant("ptxas-no-fsize", "ptxas: the files it writes unbounded",

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Unit tests for daemon/cluster.c: hash slots against the Redis Cluster
+/* Unit tests for daemon/l2_cluster.c: hash slots against the Redis Cluster
  * specification's vectors and hash-tag rules, slot maps from well-formed
  * and hostile CLUSTER SLOTS replies (built here by hand), MOVED/ASK
  * redirections, IPv6 and empty hosts included, and l2_new()'s checks of a
@@ -13,7 +13,7 @@
 
 #include <event2/event.h>
 
-#include "daemon/cluster.h"
+#include "daemon/l2_cluster.h"
 #include "daemon/l2.h"
 
 static unsigned slot_of(const char *k)
@@ -57,7 +57,7 @@ TEST(cluster_slot_vectors)
 	/* Binary keys: a NUL is a byte like any other. */
 	CHECK(cluster_slot("a\0b", 3) != cluster_slot("a", 1));
 	/* Tagless keys: the slot is the CRC16 of the whole key modulo 16384,
-	 * against a CRC16-XMODEM computed here bit by bit (not cluster.c's
+	 * against a CRC16-XMODEM computed here bit by bit (not l2_cluster.c's
 	 * table). Most of these keys' CRCs are 16384 or more: the value the
 	 * daemon reduces, which must land on the remainder, not merely in
 	 * range. */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * cluster: what a Redis Cluster client must compute, with no I/O: the hash
+ * l2_cluster: what a Redis Cluster client must compute, with no I/O: the hash
  * slot of a key, the slot map a CLUSTER SLOTS reply describes, and the
  * MOVED and ASK redirections a node answers with. l2_conn.c routes over it.
  *
@@ -8,8 +8,8 @@
  * wrong shape, a slot or a port out of range, a host that is not a numeric
  * address is an error with a message, never a crash or a partial result.
  */
-#ifndef PTXCACHE_CLUSTER_H
-#define PTXCACHE_CLUSTER_H
+#ifndef PTXCACHE_L2_CLUSTER_H
+#define PTXCACHE_L2_CLUSTER_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -73,5 +73,10 @@ int cluster_redirect_parse(const char *s, size_t len, const char *conn_host,
 
 /* Is host a numeric IPv4 or IPv6 address? */
 int cluster_numeric_host(const char *host);
+
+/* The decimal digits [s, e) (at least one, nothing else) as a number no
+ * larger than max: 0 and *out, or -1. A redirection's slot and port, and
+ * l2_conf.c's URL's port and database. */
+int cluster_decimal(const char *s, const char *e, long max, long *out);
 
 #endif

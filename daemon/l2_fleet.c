@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fleet: a key produced once in the fleet; see fleet.h for the contract.
+ * l2_fleet: a key produced once in the fleet; see l2_fleet.h for the contract.
  *
  * One struct fleet_wait per key a family asks for, stepping through:
  *
@@ -26,7 +26,7 @@
  *    back, so the caller may end it from inside its callback.
  *  - l2_free() calls nothing back: fleet_free() frees what is left.
  */
-#include "daemon/fleet.h"
+#include "daemon/l2_fleet.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * cluster: Redis Cluster's routing arithmetic, pure; see cluster.h.
+ * l2_cluster: Redis Cluster's routing arithmetic, pure; see l2_cluster.h.
  *
  * What: the key's hash slot (CRC16-XMODEM, polynomial 0x1021, initial 0,
  * mod 16384, with the hash-tag rule of the Redis Cluster specification),
@@ -22,7 +22,7 @@
  * Never: read a redisReply element without checking its type first; index
  * an array past its element count; trust a slot, a port or a length.
  */
-#include "daemon/cluster.h"
+#include "daemon/l2_cluster.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -214,20 +214,19 @@ const struct cluster_addr *cluster_map_lookup(const struct cluster_map *m, unsig
 	return &m->node[m->owner[slot]];
 }
 
-/* Decimal digits [s, e) no larger than max into *out. 0 or -1. */
-static int decimal(const char *s, const char *e, long max, long *out)
+int cluster_decimal(const char *s, const char *e, long max, long *out)
 {
 	long v = 0;
 
-	if (s == e || e - s > 6)
+	if (s == e)
 		return -1;
 	for (; s < e; s++) {
 		if (*s < '0' || *s > '9')
 			return -1;
 		v = v * 10 + (*s - '0');
+		if (v > max)
+			return -1;
 	}
-	if (v > max)
-		return -1;
 	*out = v;
 	return 0;
 }
@@ -251,7 +250,8 @@ int cluster_redirect_parse(const char *s, size_t len, const char *conn_host,
 		return -1;
 	}
 	sp = memchr(p, ' ', (size_t)(e - p));
-	if (!sp || decimal(p, sp, CLUSTER_SLOTS - 1, &slot) < 0)
+	/* A slot and a port: at most six characters each. */
+	if (!sp || sp - p > 6 || cluster_decimal(p, sp, CLUSTER_SLOTS - 1, &slot) < 0)
 		return -1;
 	h = sp + 1;
 	for (const char *q = h; q < e; q++) {
@@ -260,7 +260,8 @@ int cluster_redirect_parse(const char *s, size_t len, const char *conn_host,
 		if (*q == ':')
 			colon = q;
 	}
-	if (!colon || decimal(colon + 1, e, 65535, &port) < 0 || port == 0)
+	if (!colon || e - (colon + 1) > 6 || cluster_decimal(colon + 1, e, 65535, &port) < 0 ||
+	    port == 0)
 		return -1;
 	he = colon;
 	if (he > h && *h == '[') {

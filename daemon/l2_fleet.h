@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fleet: a key produced once in the fleet, not once per node.
+ * l2_fleet: a key produced once in the fleet, not once per node.
  *
  * A request family whose key missed locally asks the shared tier through
  * fleet_get() instead of l2_get_in(). If the tier has the value, it is
@@ -13,8 +13,8 @@
  * cannot reach the tier produces on its own. Nothing a lease says is
  * trusted: a value is still believed only if its seal verifies (l2.c).
  */
-#ifndef PTXCACHE_FLEET_H
-#define PTXCACHE_FLEET_H
+#ifndef PTXCACHE_L2_FLEET_H
+#define PTXCACHE_L2_FLEET_H
 
 #include <stdint.h>
 
