@@ -6,6 +6,7 @@ that defines a symbol, the files that use it) and finds the cycles; a
 lower floor reaches a higher one only through a pointer it was given (the
 server's on_frame and on_quiet, the close hooks, a flight's waiter_ops)."""
 import os
+import re
 import shutil
 import sys
 
@@ -56,3 +57,17 @@ def test_the_floors_are_as_drawn():
     assert "compile" not in g["cubin_req"], g["cubin_req"]
     # Nothing below the server calls it; main.c alone does.
     assert [a for a in g if "server" in g[a]] == ["main"]
+
+
+def test_the_subsystem_table_names_every_file_of_daemon():
+    """ARCHITECTURE.md's table of the daemon's subsystems names each
+    source file of daemon/ (a header beside its .c goes without saying),
+    and no file that is not there."""
+    with open(os.path.join(ROOT, "ARCHITECTURE.md"), encoding="utf-8") as f:
+        text = f.read()
+    start = text.index("## The daemon's subsystems")
+    table = text[start:text.index("\n## ", start + 1)]
+    named = set(re.findall(r"`([a-z0-9_]+\.(?:c|h|cpp))`", table))
+    files = set(os.listdir(os.path.join(ROOT, "daemon")))
+    unnamed = {f for f in files - named if not (f.endswith(".h") and f[:-2] + ".c" in files)}
+    assert not unnamed and named <= files, (sorted(unnamed), sorted(named - files))
