@@ -582,27 +582,39 @@ MUTANTS: List[Mutant] = [
 ]
 
 
-# What a test file runs: the daemon and its clients, but for those that
-# drive a program of their own (alone, or beside the daemon).
+# What a test file runs beyond the daemon and its clients, by a name its
+# source (or that of a test file it imports) holds.
 CLIENTS = ["build/ptxcached", "build/ptxcache", "build/libptxcache.a", "build/libptxcache.so"]
-PROGRAMS = {
-    "test_l2_live": ["build/l2drive"],                  # daemon/l2.c alone
-    "test_sandbox": CLIENTS + ["build/ptxcached-probe"],
-    "test_reloc": CLIENTS + ["build/relocdrive"],
-    "test_fuzz": ["all"],
-}
+PROGRAMS = {"l2drive": "build/l2drive", "relocdrive": "build/relocdrive",
+            "PROBE_DAEMON": "build/ptxcached-probe", "replay_": "all"}
+
+
+def programs_of(module: str, seen: Optional[set] = None) -> List[str]:
+    """The programs tests/MODULE.py runs, with those of the test files it
+    imports."""
+    seen = set() if seen is None else seen
+    seen.add(module)
+    with open(os.path.join(ROOT, "tests", module + ".py"), encoding="utf-8") as f:
+        src = f.read()
+    out = [target for name, target in PROGRAMS.items() if name in src]
+    for other in re.findall(r"^(?:from|import) (test_\w+)", src, re.M):
+        if other not in seen:
+            out += programs_of(other, seen)
+    return out
 
 
 def targets(m: Mutant) -> List[str]:
-    """What make builds for m: what its named tests run, if it changes C
-    or schema.sql (the daemon embeds it at build time)."""
+    """What make builds for m: what its named tests run, if it changes
+    what the build compiles (C, or schema.sql, which the daemon embeds)."""
     if not m.files.endswith((".c", ".cpp", ".h", ".sql")):
         return []       # Python, the backend: the tests run the sources themselves
     out: List[str] = []
     for t in m.tests:
-        need = ["build/unit"] if t.startswith("unit:") else PROGRAMS.get(t.split(".")[0], CLIENTS)
-        out += [x for x in need if x not in out]
-    return out
+        need = ["build/unit"] if t.startswith("unit:") else CLIENTS + programs_of(t.split(".")[0])
+        for x in need:
+            if x not in out:
+                out.append(x)
+    return ["all"] if "all" in out else out
 
 
 def sh(cmd: List[str], cwd: str, log, timeout: Optional[float] = None, env=None) -> int:
