@@ -32,6 +32,7 @@ import ast
 import importlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -44,6 +45,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import harness  # noqa: E402
 
+# The longest a test file may run: the static and cross builds of a fresh
+# clone take minutes, under sanitizers more.
+FILE_TIMEOUT_S = 1800
 RESULT = re.compile(r"^(ok  |FAIL|skip) (\S+)(?: \((\d+\.\d) s\))?", re.M)
 
 
@@ -156,10 +160,18 @@ def run_file(tally: Tally, tf: TestFile, pattern: Optional[str], may_skip: Optio
         cmd += ["-k", pattern]
     if may_skip is not None:
         cmd += ["--only-skip", ",".join(may_skip)]
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True, errors="replace")
-    complete = "file %s: done" % tf.module in r.stdout
-    tally.job_ended(tf.module, r.stdout, complete, r.returncode, time.time() - t0)
+    # A session of its own: a file that outlives FILE_TIMEOUT_S is killed
+    # with everything it started (its daemons, its Redis servers).
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, errors="replace", start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=FILE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+        out += "(%s killed after %d s)\n" % (tf.module, FILE_TIMEOUT_S)
+    complete = "file %s: done" % tf.module in out
+    tally.job_ended(tf.module, out, complete, p.returncode, time.time() - t0)
 
 
 def last_times(path: str) -> Dict[str, float]:
