@@ -261,10 +261,10 @@ MUTANTS: List[Mutant] = [
     # and O_NOFOLLOW, truncated control messages, a batch redone after
     # ENOSPC, the reply after the commit, entry_users kept to the rows
     # there are. (conn_send_fd()'s "nothing queued" has no mutant: a reply
-    # is written at once where the socket takes it, and libevent runs a
-    # connection's write before its read in one turn, so no request is
-    # handled while bytes wait that the socket could take; broken, it was
-    # noticed in one run of three.)
+    # is written at once where the socket takes it, so bytes wait only
+    # while the socket is full, and then sendmsg() fails and the reply goes
+    # inline anyway; no test here reaches the turn where both differ, and
+    # broken, the check was noticed in one run of three.)
     Mutant("blob-file-mode", "blob files: created readable by all, not 0400", "daemon/*.c",
            "O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0400);",
            "O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);",
