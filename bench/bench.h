@@ -118,7 +118,7 @@ extern int64_t last_compile_us;
 
 void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-double now_ms(void);
+double bench_now_ms(void);
 double quantile(double *v, size_t n, double q);
 char *read_file(const char *path, size_t *len);
 void set_path(struct sockaddr_un *sa, const char *path);

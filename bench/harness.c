@@ -51,7 +51,7 @@ void note(const char *fmt, ...)
 	fprintf(stderr, "bench: note: %s\n", g.notes[g.nnotes - 1]);
 }
 
-double now_ms(void)
+double bench_now_ms(void)
 {
 	struct timespec ts;
 
@@ -113,7 +113,7 @@ void set_path(struct sockaddr_un *sa, const char *path)
 static int last_status;
 double run_timed(char *const argv[])
 {
-	double t0 = now_ms();
+	double t0 = bench_now_ms();
 	pid_t pid = fork();
 	int st;
 
@@ -128,7 +128,7 @@ double run_timed(char *const argv[])
 	}
 	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 		;
-	double t = now_ms() - t0;
+	double t = bench_now_ms() - t0;
 	last_status = st;
 	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? t : -1;
 }
@@ -178,7 +178,7 @@ void daemon_start_with(struct daemon *d, const char *name,
 		die("cannot create '%s': %s", d->dir, strerror(errno));
 	char workers[16];
 	snprintf(workers, sizeof workers, "%d", g.workers);
-	double t0 = now_ms();
+	double t0 = bench_now_ms();
 	d->pid = fork();
 	if (d->pid < 0)
 		die("cannot fork: %s", strerror(errno));
@@ -207,11 +207,11 @@ void daemon_start_with(struct daemon *d, const char *name,
 		ptxcache_close(pc);
 		if (waitpid(d->pid, NULL, WNOHANG) == d->pid)
 			die("'%s' exited at start; see %s", g.daemon, log);
-		if (now_ms() - t0 > 60000)
+		if (bench_now_ms() - t0 > 60000)
 			die("'%s' did not answer within 60 s", g.daemon);
 		usleep(2000);
 	}
-	d->start_ms = now_ms() - t0;
+	d->start_ms = bench_now_ms() - t0;
 }
 
 void daemon_stop(struct daemon *d)
@@ -376,10 +376,10 @@ double timed_req(int (*call)(ptxcache *, const char *, size_t,
 {
 	struct ptxcache_result res;
 
-	double t0 = now_ms();
+	double t0 = bench_now_ms();
 	if (call(pc, ir, n, &res) < 0)
 		die("%s: %s", what, ptxcache_errmsg(pc));
-	double t = now_ms() - t0;
+	double t = bench_now_ms() - t0;
 	if (res.status != PTXCACHE_OK)
 		die("%s: status %d: %s", what, res.status, res.log ? res.log : "");
 	if (want_cached >= 0 && res.cached != want_cached)
@@ -636,18 +636,18 @@ struct kernel *smallest(void)
  */
 double settle(const char *sock)
 {
-	double t0 = now_ms();
+	double t0 = bench_now_ms();
 
 	for (;;) {
 		long long pending = stat_of(sock, "confirms_pending");
 		long long running = stat_of(sock, "confirms_running");
 		long long live = stat_of(sock, "confirm_workers_live");
 		if (pending <= 0 && running <= 0 && live <= 0)
-			return now_ms() - t0;
-		if (now_ms() - t0 > 60000) {
+			return bench_now_ms() - t0;
+		if (bench_now_ms() - t0 > 60000) {
 			note("confirmations still in the background after 60 s: the steady "
 			     "and hit figures are not of a quiet daemon");
-			return now_ms() - t0;
+			return bench_now_ms() - t0;
 		}
 		usleep(5000);
 	}
@@ -680,9 +680,9 @@ double clients(const char *sock, int nproc, double duration_ms,
 		long long made = 0;
 		if (read(go[0], &x, 1) < 0)
 			_exit(1);
-		double end = now_ms() + duration_ms;
+		double end = bench_now_ms() + duration_ms;
 		for (int i = duration_ms ? c % g.nk : 0;; i = (i + 1) % g.nk) {
-			if (duration_ms ? now_ms() >= end : made == g.nk)
+			if (duration_ms ? bench_now_ms() >= end : made == g.nk)
 				break;
 			timed_req(ptx_req, pc, g.k[i].ir, g.k[i].ir_len, duration_ms ? 1 : -1,
 				    g.k[i].name, NULL);
@@ -696,7 +696,7 @@ double clients(const char *sock, int nproc, double duration_ms,
 	close(go[0]);
 	close(res[1]);
 	usleep(200000); /* let every client connect */
-	double t0 = now_ms();
+	double t0 = bench_now_ms();
 	close(go[1]);
 	*total = 0;
 	for (int c = 0; c < nproc; c++) {
@@ -705,7 +705,7 @@ double clients(const char *sock, int nproc, double duration_ms,
 		if (!WIFEXITED(st) || WEXITSTATUS(st))
 			die("client %d failed", c);
 	}
-	double t = now_ms() - t0;
+	double t = bench_now_ms() - t0;
 	long long made;
 	while (read(res[0], &made, sizeof made) == sizeof made)
 		*total += made;

@@ -91,11 +91,11 @@ void hit_runs(struct figures *f, const struct daemon *d, int cubin)
 			uint32_t hdr[2] = { (uint32_t)k->req_frame, (uint32_t)k->rep_frame };
 			memcpy(req, hdr, sizeof hdr);
 			memcpy(req + 8, k->ir, k->ir_len < k->req_frame ? k->ir_len : k->req_frame);
-			double t0 = now_ms();
+			double t0 = bench_now_ms();
 			if (write_full(ffd, req, 8 + k->req_frame) < 0 ||
 			    read_full(ffd, rep, k->rep_frame) < 0)
 				die("floor server failed");
-			flo[(size_t)p * g.nk + i] = (now_ms() - t0) * 1e3;
+			flo[(size_t)p * g.nk + i] = (bench_now_ms() - t0) * 1e3;
 			double t = timed_req(ptx_req, pc, k->ir, k->ir_len, 1, k->name, NULL);
 			hit[(size_t)p * g.nk + i] = t * 1e3;
 			pass[p] += t;
@@ -126,13 +126,13 @@ void hit_runs(struct figures *f, const struct daemon *d, int cubin)
 	if (cubin) {
 		pc = connect_or_die(d->sock);
 		for (int p = 0; p < passes; p++) {
-			double t0 = now_ms();
+			double t0 = bench_now_ms();
 			for (int i = 0; i < g.nk; i++) {
 				struct kernel *k = &g.k[i];
 				hit[(size_t)p * g.nk + i] = timed_req(cubin_req, pc, k->ir, k->ir_len, 1,
 								      k->name, NULL) * 1e3;
 			}
-			pass[p] = now_ms() - t0;
+			pass[p] = bench_now_ms() - t0;
 		}
 		ptxcache_close(pc);
 		for (int i = 0; i < g.nk; i++) {
@@ -176,10 +176,10 @@ void hit_loop(double seconds, int cubin)
 	printf("%d\n", (int)d.pid);
 	fflush(stdout);
 	sleep(1);
-	double end = now_ms() + seconds * 1e3, t0 = now_ms();
+	double end = bench_now_ms() + seconds * 1e3, t0 = bench_now_ms();
 	double dcpu = cpu_ns(d.pid), ccpu = cpu_ns(getpid());
 	long long n = 0;
-	while (now_ms() < end)
+	while (bench_now_ms() < end)
 		for (int i = 0; i < g.nk; i++, n++)
 			if (cubin)
 				timed_req(cubin_req, pc, g.k[i].ir, g.k[i].ir_len, 1, g.k[i].name, NULL);
@@ -188,7 +188,7 @@ void hit_loop(double seconds, int cubin)
 	ptxcache_close(pc);
 	/* CPU time per hit holds up on a busy machine better than wall time. */
 	fprintf(stderr, "bench: %lld hits, mean %.1f us; cpu per hit: daemon %.1f us, "
-		"client %.1f us\n", n, (now_ms() - t0) * 1e3 / (double)n,
+		"client %.1f us\n", n, (bench_now_ms() - t0) * 1e3 / (double)n,
 		(cpu_ns(d.pid) - dcpu) / 1e3 / (double)n,
 		(cpu_ns(getpid()) - ccpu) / 1e3 / (double)n);
 	hit_runs(&f, &d, cubin);

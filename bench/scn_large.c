@@ -103,10 +103,10 @@ static void hits_during_put(ptxcache *pc, const char *sock, const char *key, con
 		char x;
 		while (k < sizeof t / sizeof t[0] && read(stop[0], &x, 1) < 0 && errno == EAGAIN) {
 			struct ptxcache_artifact a;
-			double t0 = now_ms();
+			double t0 = bench_now_ms();
 			if (ptxcache_artifact_get(c, "large", "small", 0, 0, &a) < 0 || !a.found)
 				_exit(1);
-			t[k++] = now_ms() - t0;
+			t[k++] = bench_now_ms() - t0;
 			ptxcache_artifact_free(&a);
 		}
 		double out[2] = { quantile(t, k, 0.5), quantile(t, k, 1.0) };
@@ -253,17 +253,17 @@ void large_runs(struct large_fig *lf)
 		for (int r = 0; r < reps; r++) {
 			/* A put (durable here when it returns), then write+fsync of
 			 * the same bytes, alternating. */
-			double t0 = now_ms();
+			double t0 = bench_now_ms();
 			if (ptxcache_artifact_put(pc, "large", key, v, n, 0) < 0)
 				die("large put: %s", ptxcache_errmsg(pc));
-			put[r] = now_ms() - t0;
+			put[r] = bench_now_ms() - t0;
 			blobs_settle(&d);
-			t0 = now_ms();
+			t0 = bench_now_ms();
 			int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 			if (fd < 0 || write_full(fd, v, n) < 0 || fsync(fd) < 0)
 				die("cannot write '%s': %s", path, strerror(errno));
 			close(fd);
-			fs[r] = now_ms() - t0;
+			fs[r] = bench_now_ms() - t0;
 		}
 		lf[z].peak_put_kb = proc_kb(d.pid, "VmHWM") - put_idle_kb;
 		/* A new key's put (a compile's), then another value's put
@@ -287,25 +287,25 @@ void large_runs(struct large_fig *lf)
 		for (int r = -1; r < greps; r++) {
 			struct ptxcache_artifact a;
 			volatile unsigned char sum = 0;
-			double t0 = now_ms();
+			double t0 = bench_now_ms();
 			if (ptxcache_artifact_get(pc, "large", key, 0, 0, &a) < 0 || !a.found ||
 			    a.len != n)
 				die("large get: %s", ptxcache_errmsg(pc));
 			for (size_t i = 0; i < n; i += 4096)
 				sum ^= ((unsigned char *)a.value)[i];
 			if (r >= 0)
-				cg[r] = now_ms() - t0;
+				cg[r] = bench_now_ms() - t0;
 			if (memcmp(a.value, v, n))
 				die("large get: not the value put");
 			ptxcache_artifact_free(&a);
-			t0 = now_ms();
+			t0 = bench_now_ms();
 			char *m = malloc(n);
 			int fd = open(path, O_RDONLY | O_CLOEXEC);
 			if (!m || fd < 0 || read_full(fd, m, n) < 0)
 				die("cannot read '%s'", path);
 			close(fd);
 			if (r >= 0)
-				cr[r] = now_ms() - t0;
+				cr[r] = bench_now_ms() - t0;
 			free(m);
 		}
 		lf[z].put_ms = quantile(put, (size_t)reps, 0.5);

@@ -26,10 +26,10 @@ void miss_runs(struct figures *f, const struct daemon *d, int cubin)
 		size_t cn = 0;
 
 		kernel_req(&r, k->ir, k->ir_len);
-		double t0 = now_ms();
+		double t0 = bench_now_ms();
 		if (ptxcache_compile(pc, &r, &res) < 0)
 			die("miss %s: %s", k->name, ptxcache_errmsg(pc));
-		k->miss_ptx_ms = now_ms() - t0;
+		k->miss_ptx_ms = bench_now_ms() - t0;
 		if (res.status != PTXCACHE_OK || res.cached != k->dup)
 			die("miss %s: status %d, cached %d", k->name, res.status, res.cached);
 		f->miss_ptx_ms += k->miss_ptx_ms;
@@ -109,15 +109,15 @@ void miss_loop(double seconds)
 	double *t = malloc(cap * sizeof *t), *cu = malloc(cap * sizeof *cu);
 	if (!t || !cu)
 		die("out of memory");
-	double end = now_ms() + seconds * 1e3;
+	double end = bench_now_ms() + seconds * 1e3;
 	double dcpu = cpu_ns(d.pid), wcpu = children_cpu_ns(d.pid), ccpu = cpu_ns(getpid());
-	while (now_ms() < end && n < cap) {
+	while (bench_now_ms() < end && n < cap) {
 		struct ptxcache_result res;
 		ir = with_nonce(sm, (int)n + 1, &len);
-		double t0 = now_ms();
+		double t0 = bench_now_ms();
 		if (ptx_req(pc, ir, len, &res) < 0)
 			die("miss: %s", ptxcache_errmsg(pc));
-		t[n] = now_ms() - t0;
+		t[n] = bench_now_ms() - t0;
 		if (res.status != PTXCACHE_OK || res.cached)
 			die("miss: status %d, cached %d", res.status, res.cached);
 		cu[n++] = (double)res.compile_us / 1e3;

@@ -110,7 +110,7 @@ void redis_runs(struct figures *f, double t0)
 	    "", NULL, 0);
 	for (int i = 0; i < g.nnotes; i++)
 		printf("  note: %s\n", g.notes[i]);
-	printf("\n  %.0f s\n", (now_ms() - t0) / 1e3);
+	printf("\n  %.0f s\n", (bench_now_ms() - t0) / 1e3);
 	char *rm[] = { "/bin/rm", "-rf", g.tmp, NULL };
 	run_timed(rm);
 }

@@ -15,7 +15,7 @@ static double median_spawn(char *const argv[], int n)
 	double v[32];
 	n = n < 32 ? n : 32;
 	for (int i = 0; i < n; i++) {
-		double t0 = now_ms();
+		double t0 = bench_now_ms();
 		pid_t p = fork();
 		if (p == 0) {
 			if (argv) {
@@ -28,7 +28,7 @@ static double median_spawn(char *const argv[], int n)
 			_exit(0);
 		}
 		waitpid(p, NULL, 0);
-		v[i] = now_ms() - t0;
+		v[i] = bench_now_ms() - t0;
 	}
 	return quantile(v, (size_t)n, 0.5);
 }
