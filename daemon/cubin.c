@@ -43,7 +43,7 @@
 #include <openssl/evp.h>
 
 #include "daemon/log.h"
-#include "daemon/worker.h"
+#include "daemon/worker_spawn.h"
 
 extern char **environ;
 

@@ -86,7 +86,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/cubin_debug_int.h"
 
 /* More .file directives than this and the request is simply not portable
  * (Triton and Inductor kernels name a handful). The scan compares every
@@ -796,7 +795,7 @@ int dbg_view_copy(const struct dbg_view *v, struct dbg_view *out)
 	return 0;
 }
 
-/* cubin_debug_int.h */
+/* cubin_debug.h */
 int dbg_same_shape(const struct dbg_view *a, const struct dbg_view *b)
 {
 	if (a->n != b->n || a->nruns != b->nruns || a->lines != b->lines)

@@ -137,4 +137,11 @@ void dbg_view_free(struct dbg_view *v);
 int dbg_rewrite(const void *cubin, size_t n, const struct dbg_view *from,
 		const struct dbg_view *to, struct buf *out, const char **why);
 
+/* Between cubin_debug.c and cubin_debug_elf.c, the two halves of the
+ * portable keys: ptxas keeps 32 bits of a stamp (measured), so larger
+ * ones stay exact; and whether two views have the same files (indices,
+ * directory groups) and runs, as views of one key. */
+#define DBG_MAX_STAMP 0xffffffffull
+int dbg_same_shape(const struct dbg_view *a, const struct dbg_view *b);
+
 #endif

@@ -17,14 +17,13 @@
  * DBG_UNMODELLED (a miss), never an approximate cubin.
  *
  * It reads cubins from an assembler or the cache, and uses nothing of the
- * daemon but the views (cubin_debug_int.h) and proto/buf.
+ * daemon but the views (cubin_debug.h) and proto/buf.
  */
 #include "daemon/cubin_debug.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/cubin_debug_int.h"
 
 static int put_uleb(struct buf *b, uint64_t v)
 {

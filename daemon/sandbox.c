@@ -51,6 +51,7 @@
 
 #include "daemon/log.h"
 #include "daemon/worker.h"
+#include "daemon/worker_spawn.h"
 
 /* Landlock's ABI beyond what older headers know. */
 struct ll_ruleset_attr {

@@ -798,7 +798,8 @@ static struct worker *spawn(struct pool *p, const char *optset, int background)
 {
 	struct worker_proc proc;
 
-	if (worker_exec(optset, background, p->cfg.tmp_parent, p->env, &proc) < 0)
+	if (worker_exec(optset, background,
+			!strcmp(optset, POOL_ASM_SET) ? p->cfg.tmp_parent : NULL, p->env, &proc) < 0)
 		return NULL;
 	evutil_make_socket_nonblocking(proc.sock);
 	struct worker *w = calloc(1, sizeof *w);

@@ -178,10 +178,6 @@ void pool_cancel_background(struct pool *p);
 
 void pool_counters(struct pool *p, struct pool_counters *c);
 
-/* Create (or empty) dir, the parent of assembler workers' directories.
- * Call at start, holding the cache's lock. 0, or -1 with err. */
-int pool_prepare_tmp(const char *dir, struct buf *err);
-
 /* What the workers said of their sandbox, for stats. */
 void pool_sandbox(struct pool *p, struct buf *out);
 
@@ -215,13 +211,5 @@ void pool_free(struct pool *p);
  * as: its socket is fd 3, its start log fd 4; it reads its settings from
  * the socket. Returns only an exit status for a misuse by hand. */
 int worker_run(void);
-
-/*
- * In a child made by clone(CLONE_VM | CLONE_VFORK) with every signal
- * blocked, before its exec: each signal the parent catches put back to
- * its default, so that no handler of the parent's runs on the child's
- * stack, then mask (the parent's own) given back.
- */
-void child_signals_default(const sigset_t *mask);
 
 #endif

@@ -178,7 +178,7 @@ int worker_exec(const char *optset, int background, const char *tmp_parent, char
 		log_err("cannot create a worker's start log: %s", strerror(errno));
 		return -1;
 	}
-	if (!strcmp(optset, POOL_ASM_SET)) {
+	if (tmp_parent) {
 		snprintf(tmp, sizeof tmp, "%s/asm-XXXXXX", tmp_parent);
 		if (!mkdtemp(tmp)) {
 			log_err("cannot create a worker's directory '%s': %s", tmp, strerror(errno));

@@ -1,15 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * worker_spawn.h: a worker process's start (worker_spawn.c), for the pool
- * (worker.c) alone; child_signals_default() and pool_prepare_tmp() are
- * declared in worker.h, for the files beyond the pool that use them.
+ * (worker.c); and for the files beyond the pool that start a process or
+ * a worker's directory of their own, child_signals_default() (cubin.c)
+ * and pool_prepare_tmp() (sandbox.c).
  */
 #ifndef PTXCACHE_WORKER_SPAWN_H
 #define PTXCACHE_WORKER_SPAWN_H
 
+#include <signal.h>
 #include <sys/types.h>
 
-#include "daemon/worker.h"
 #include "proto/buf.h"
 
 /* How much of what a failed worker printed goes into the reason. */
@@ -26,9 +27,9 @@ struct worker_proc {
 };
 
 /* Start the daemon's binary as a worker of optset (background: at idle
- * priority, as ptxcached-confirm), with the environment env, its private
- * directory under tmp_parent if optset is POOL_ASM_SET. 0 with out
- * filled, or -1 (logged) with nothing left behind. */
+ * priority, as ptxcached-confirm), with the environment env, and a
+ * private directory under tmp_parent unless it is NULL (an assembler
+ * worker's). 0 with out filled, or -1 (logged) with nothing left behind. */
 int worker_exec(const char *optset, int background, const char *tmp_parent, char *const *env,
 		struct worker_proc *out);
 
@@ -46,5 +47,17 @@ char **worker_env_new(void);
 /* Remove an assembler worker's directory, which the master made ("":
  * none). Never follows a link the worker may have left in it. */
 void worker_rm_tmp(const char *dir);
+
+/* Create (or empty) dir, the parent of assembler workers' directories.
+ * Call at start, holding the cache's lock. 0, or -1 with err. */
+int pool_prepare_tmp(const char *dir, struct buf *err);
+
+/*
+ * In a child made by clone(CLONE_VM | CLONE_VFORK) with every signal
+ * blocked, before its exec: each signal the parent catches put back to
+ * its default, so that no handler of the parent's runs on the child's
+ * stack, then mask (the parent's own) given back.
+ */
+void child_signals_default(const sigset_t *mask);
 
 #endif
