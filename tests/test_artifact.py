@@ -801,6 +801,18 @@ def _fill(path):
                 assert e.errno == errno.ENOSPC, e
 
 
+def _puts_in_one_write(c, puts):
+    """Puts of (key, value) in one write, so that one turn of the loop
+    reads them all: {id: (frame type, body)} of their answers."""
+    c.raw.s.sendall(b"".join(frame(PUT, mp_pack(dict(id=i + 1, ns="triton", key=key, value=value)))
+                             for i, (key, value) in enumerate(puts)))
+    answers = {}
+    while len(answers) < len(puts):
+        ftype, body = c.reply()
+        answers[body["id"]] = (ftype, body)
+    return answers
+
+
 def test_a_batch_whose_commit_fails_is_answered_by_what_was_committed():
     """Eight puts in one write, so in one batch, whose COMMIT fails for
     real: the cache's disk (a tmpfs) was filled to its last byte after the
@@ -816,13 +828,7 @@ def test_a_batch_whose_commit_fails_is_answered_by_what_was_committed():
             puts = [("k%d" % i, os.urandom(1024)) for i in range(8)]
             before = d.stats()
             _fill(os.path.join(mnt, "filler"))
-            c.raw.s.sendall(b"".join(frame(PUT, mp_pack(dict(id=i + 1, ns="triton", key=key,
-                                                             value=value)))
-                                     for i, (key, value) in enumerate(puts)))
-            answers = {}
-            while len(answers) < len(puts):
-                ftype, body = c.reply()
-                answers[body["id"]] = (ftype, body)
+            answers = _puts_in_one_write(c, puts)
             c.close()
             assert all(f == PUT | 0x80 and b["stored"] for f, b in answers.values()), answers
             s, log = d.stats(), d.logtext()
@@ -861,13 +867,7 @@ def test_puts_whose_commit_fails_are_refused_and_are_not_there():
             c = Client(d.socket)
             puts = [("k%d" % i, os.urandom(1024)) for i in range(4)]
             _fill(os.path.join(mnt, "filler"))
-            c.raw.s.sendall(b"".join(frame(PUT, mp_pack(dict(id=i + 1, ns="triton", key=key,
-                                                             value=value)))
-                                     for i, (key, value) in enumerate(puts)))
-            answers = {}
-            while len(answers) < len(puts):
-                ftype, body = c.reply()
-                answers[body["id"]] = (ftype, body)
+            answers = _puts_in_one_write(c, puts)
             c.close()
             for ftype, body in answers.values():
                 assert ftype == ERROR and "database or disk is full" in body["message"], answers
