@@ -73,6 +73,7 @@
  *    is never thrown away because it could not be opened.
  */
 
+#include "daemon/store.h"
 #include "daemon/store_int.h"
 
 #include <errno.h>
@@ -976,6 +977,11 @@ void store_totals(struct store *s, int64_t *entries, int64_t *bytes)
 void store_set_artifact_share(struct store *s, int64_t bytes)
 {
 	s->artifact_share = bytes > 0 ? bytes : 0;
+}
+
+void store_set_syncer(struct store *s, struct syncer *y)
+{
+	s->sync = y;
 }
 
 void store_counters(struct store *s, struct store_counters *c)

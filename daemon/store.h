@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "daemon/store_counters.h"
 #include "proto/buf.h"
 
 /* Values of at least this many bytes live in blob files (store_blobs.h), not in
@@ -224,18 +225,6 @@ void store_kind_totals(struct store *s, enum store_kind kind, int64_t *entries,
 void store_set_artifact_share(struct store *s, int64_t bytes);
 
 /* Counters since open. */
-struct store_counters {
-	int64_t corrupt_blobs;  /* blobs that failed their checksum */
-	int64_t write_errors;   /* puts that failed */
-	int64_t evictions;      /* entries removed by the size cap */
-	int64_t share_evictions;/* artifacts removed by their scope's share */
-	int64_t full_retries;   /* puts that found the disk full, evicted the
-	                           oldest entries and tried once more */
-	/* From store_set_checkpointer()'s thread (0 without one): */
-	int64_t checkpoints;    /* the WAL's checkpoints it ran */
-	int64_t checkpoint_errors; /* ... that failed */
-	int checkpointing;      /* one queued or running now */
-};
 void store_counters(struct store *s, struct store_counters *c);
 
 /* Check every entry that f matches (NULL: all; decompress and verify

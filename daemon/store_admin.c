@@ -11,6 +11,7 @@
  * remove takes go as an eviction's do (store_files.c), and verify sweeps
  * the files no row names (blobs_sweep()).
  */
+#include "daemon/store.h"
 #include "daemon/store_int.h"
 
 #include <stdio.h>

@@ -91,11 +91,6 @@ static void file_unlink(struct store *s, const unsigned char key[32], int64_t su
 		retired_dispose(s, name);
 }
 
-void store_set_syncer(struct store *s, struct syncer *y)
-{
-	s->sync = y;
-}
-
 /* The removals are committed: unlink their files. */
 void doomed_commit(struct store *s)
 {

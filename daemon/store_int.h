@@ -10,7 +10,8 @@
  * show, ls, explain, remove, count, verify) stand on both, and nothing
  * in the store calls them. The structures here are the store itself, a
  * file whose row is going and a row an eviction reads; the store's
- * public contract is store.h.
+ * public contract is store.h, which this header stands below (each file
+ * of the store includes both).
  */
 #ifndef PTXCACHE_STORE_INT_H
 #define PTXCACHE_STORE_INT_H
@@ -21,7 +22,7 @@
 #include <sqlite3.h>
 #include <zstd.h>
 
-#include "daemon/store.h"
+#include "daemon/store_counters.h"
 #include "daemon/store_hot.h"
 #include "proto/buf.h"
 

@@ -59,6 +59,7 @@
  *    retry's eviction take the row of the same value put before (the same
  *    name), doomed_commit() spares the file (struct store's placed).
  */
+#include "daemon/store.h"
 #include "daemon/store_int.h"
 
 #include <errno.h>
