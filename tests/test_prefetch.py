@@ -35,11 +35,18 @@ NS = "inductor-fx"
 # on a miss (PF_SIZE bytes); with PF_GO set, it waits for a line on stdin
 # first and prints "asking" before its gets. Prints one JSON line.
 JOB = r"""
-import json, logging, os, sys
+import json, logging, os, sys, time
 logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 from ptxcache.artifacts import store
 from ptxcache import prefetch
 n, size = int(os.environ["PF_N"]), int(os.environ.get("PF_SIZE", "64"))
+if os.environ.get("PF_SETTLE") and prefetch._job is not None:
+    # As importing torch takes a while: the prefetch done first (else a
+    # key asked for before its batch is sent is the program's to ask).
+    for _ in range(6000):
+        if not prefetch._job.fetching:
+            break
+        time.sleep(0.01)
 if os.environ.get("PF_GO"):
     print("ready", flush=True)
     sys.stdin.readline()
@@ -93,7 +100,7 @@ def test_prefetch_second_process_asks_for_none_of_its_entries():
     try:
         with Daemon(workers=1) as d:
             need_artifacts(d)
-            env, script = job_env(tmp, d.socket, PF_N="12"), write_job(tmp)
+            env, script = job_env(tmp, d.socket, PF_N="12", PF_SETTLE="1"), write_job(tmp)
             first, err = run_job(script, env)
             assert first["job"] and first["got"] == [None] * 12 and first["counts"]["puts"] == 12, first
             assert not warnings_in(err), err
@@ -126,7 +133,7 @@ def test_prefetch_record_over_the_bound_fetches_its_first_entries():
     try:
         with Daemon(workers=1) as d:
             need_artifacts(d)
-            env, script = job_env(tmp, d.socket, PF_N="20", PF_SIZE="1024"), write_job(tmp)
+            env, script = job_env(tmp, d.socket, PF_N="20", PF_SIZE="1024", PF_SETTLE="1"), write_job(tmp)
             run_job(script, env)
             out, _ = run_job(script, env, PTXCACHE_PREFETCH_ENTRIES="5")
             c = out["counts"]
@@ -136,6 +143,7 @@ def test_prefetch_record_over_the_bound_fetches_its_first_entries():
             # Bytes: 3 KiB of the record's 1 KiB values (as the record says).
             out, _ = run_job(script, env, PTXCACHE_PREFETCH_MB=str(3.5 / 1024))
             assert out["counts"]["prefetched"] == 3, out["counts"]
+            assert out["layers"]["(prefetch)"]["gets"] == 1 + 3, out["layers"]
             from ptxcache.artifacts import ArtifactStore
             st = ArtifactStore(d.socket)
             from ptxcache import prefetch
@@ -164,8 +172,8 @@ def test_prefetch_another_tenant_sees_neither_the_record_nor_the_entries():
         with d:
             need_artifacts(d)
             script = write_job(tmp)
-            ex = job_env(tmp, d.sock("x"), PF_N="6", PF_SIZE="256")
-            ey = job_env(tmp, d.sock("y"), PF_N="6", PF_SIZE="64")
+            ex = job_env(tmp, d.sock("x"), PF_N="6", PF_SIZE="256", PF_SETTLE="1")
+            ey = job_env(tmp, d.sock("y"), PF_N="6", PF_SIZE="64", PF_SETTLE="1")
             run_job(script, ex)
             again, _ = run_job(script, ex)
             assert again["counts"]["prefetched"] == 6 and again["got"] == [True] * 6, again

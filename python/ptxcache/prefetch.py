@@ -159,6 +159,7 @@ class Job:
         self.changes = 0        # new entries noted
         self.saved = 0          # self.changes at the last write
         self.wake = threading.Event()
+        self.fetching = True    # until the prefetch has ended
 
     # ---- what ArtifactStore calls (any thread) -----------------------------
 
@@ -182,6 +183,7 @@ class Job:
         for k, s in wait:
             if not s.done.wait(IN_FLIGHT_WAIT_S):
                 st.counts["prefetch_timeouts"] += 1
+                self.end_flights()      # none of the others is waited for either
             with self.lock:
                 mine = self.table.get((ns, k)) is s and s.done.is_set()
                 if mine:
@@ -221,6 +223,7 @@ class Job:
             log.debug("ptxcache: prefetch failed", exc_info=True)
         finally:
             self.end_flights()
+            self.fetching = False
         while True:
             now = time.monotonic()
             if self.table and now >= self.deadline:
