@@ -41,9 +41,10 @@ import os
 import threading
 import time
 import weakref
-from typing import Iterable
+from typing import Any, Iterable
 
 from . import __version__
+from . import wire
 from .client import Client, version_of
 from .errors import Conflict, Denied, PtxcacheError, ServerError, Unsupported
 
@@ -116,7 +117,16 @@ class ArtifactStore:
         self._gone = False          # the daemon serves no artifacts: never ask again
         self._warned = False
         self.counts = {"hits": 0, "misses": 0, "puts": 0, "leases": 0, "releases": 0,
-                       "errors": 0, "skipped": 0}
+                       "errors": 0, "skipped": 0,
+                       # ptxcache.prefetch: entries fetched ahead, used, and
+                       # the bytes of those never used; in-flight waits that
+                       # met their bound.
+                       "prefetched": 0, "prefetch_used": 0, "prefetch_bytes": 0,
+                       "prefetch_wasted_bytes": 0, "prefetch_timeouts": 0}
+        # ptxcache.prefetch.Job when this process prefetches and records its
+        # job's entries: get_many() asks its table first, gets that hit and
+        # puts are noted in it.
+        self.job: Any = None
         # Per namespace: requests, round trips and the seconds and bytes
         # they took, as this process saw them (`layers()`).
         self._layers: dict[str, dict[str, float]] = {}
@@ -129,6 +139,7 @@ class ArtifactStore:
         self._deferred.clear()
         self._leases.clear()
         self._pending.clear()
+        self.job = None     # the parent's table may be half-filled: none here
 
     def layers(self) -> dict[str, dict[str, float]]:
         """{namespace: {gets, hits, trips, get_s, bytes_in, puts, put_s,
@@ -247,10 +258,16 @@ class ArtifactStore:
         keys = [k for k in keys]
         if not keys:
             return {}
+        job = self.job
+        out: dict[str, bytes] = {}
+        if job is not None and ns != job.RECORD_NS:
+            out, keys = job.take(self, ns, keys)
+            if not keys:
+                return out
         self._release_deferred()
         if not self.available():
             self.counts["skipped"] += len(keys)
-            return {}
+            return out
         c = self._client()
         wire_keys = [artifact_key(k) for k in keys]
         t0 = time.monotonic()
@@ -258,10 +275,10 @@ class ArtifactStore:
             replies = c.artifact_get_many(ns, wire_keys, lease=lease, wait_ms=self.wait_ms)
         except PtxcacheError as e:
             self._failed("artifact get '%s' %s" % (ns, _short(keys[0])), e)
-            return {}
+            return out
         except Exception as e:      # never let a cache lookup break a compile
             self._failed("artifact get '%s' %s" % (ns, _short(keys[0])), e)
-            return {}
+            return out
         now = time.monotonic()
         self._account(ns, gets=len(keys), trips=1, get_s=now - t0,
                       hits=sum(1 for r in replies if not isinstance(r, ServerError) and r.found),
@@ -269,7 +286,6 @@ class ArtifactStore:
                                    if not isinstance(r, ServerError) and r.value is not None))
         self._recovered()
         self._check_version(c)
-        out: dict[str, bytes] = {}
         for k, r in zip(keys, replies):
             if isinstance(r, ServerError):
                 if isinstance(r, Unsupported):
@@ -283,6 +299,8 @@ class ArtifactStore:
             if r.found and r.value is not None:
                 out[k] = r.value
                 self.counts["hits"] += 1
+                if job is not None:
+                    job.note(ns, k, len(r.value))
                 continue
             self.counts["misses"] += 1
             if r.lease is not None:
@@ -300,6 +318,9 @@ class ArtifactStore:
         """Store value under ns/key; fills this process's lease on it if it
         holds one. True if the daemon stored it."""
         self._release_deferred()
+        job = self.job
+        if job is not None:
+            job.forget(ns, key)     # a value fetched ahead is this one's elder
         with self._lock:
             held = self._leases.pop((ns, key), None)
         if not self.available():
@@ -353,8 +374,37 @@ class ArtifactStore:
         self._account(ns, puts=1, put_s=time.monotonic() - t0, bytes_out=len(value))
         self._recovered()
         self.counts["puts"] += 1
+        if job is not None and ok:
+            job.note(ns, key, len(value))
         self._flush(c)
         return ok
+
+    def prefetch_get(self, entries: list[tuple[str, str]]) -> list[bytes | None] | None:
+        """For ptxcache.prefetch's thread: the values of entries (ns, key),
+        None for each missing, in one round trip on this thread's
+        connection, without a lease and without waiting for a producer
+        (a key being produced is the normal path's). None if the daemon
+        failed: the store then answers misses, as after any failure."""
+        if not entries:
+            return []
+        if not self.available():
+            return None
+        c = self._client()
+        reqs = [(wire.T_ARTIFACT_GET, Client._get_fields(ns, artifact_key(k), False, 0))
+                for ns, k in entries]
+        t0 = time.monotonic()
+        try:
+            replies = c.call(reqs, 0.0)
+            values = [None if isinstance(r, ServerError) else Client._artifact_reply(r).value
+                      for r in replies]
+        except Exception as e:      # PtxcacheError or anything: the prefetch stops
+            self._failed("artifact prefetch of %d entries" % len(entries), e)
+            return None
+        self._account("(prefetch)", gets=len(entries), trips=1, get_s=time.monotonic() - t0,
+                      hits=sum(1 for v in values if v is not None),
+                      bytes_in=sum(len(v) for v in values if v is not None))
+        self._recovered()
+        return values
 
     def holds(self, ns: str, key: str) -> bool:
         """True if this process holds the lease on ns/key."""

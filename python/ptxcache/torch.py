@@ -40,7 +40,7 @@ import site
 import sys
 from typing import Any
 
-from . import front, inductor, pgo
+from . import front, inductor, pgo, prefetch
 from . import triton as triton_adapter
 
 __all__ = ["enable", "planned_environment", "ENV_SWITCH", "pth_installed"]
@@ -146,6 +146,7 @@ def enable(ptxas: bool = True) -> dict[str, Any]:
             except Exception:
                 log.warning("ptxcache: cannot set %s.%s", mod, attr, exc_info=True)
     how = inductor.install_on_import()
+    prefetch.start()        # the job's entries fetched while torch imports
     _state.update(enabled=True, set=set_now, kept=kept, inductor=how)
     if kept:
         log.info("ptxcache: kept your settings of %s", ", ".join(sorted(kept)))
