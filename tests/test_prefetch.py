@@ -373,3 +373,37 @@ def test_prefetch_daemon_killed_mid_prefetch_leaves_the_program_working():
         if relay:
             relay.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_prefetch_compile_workers_neither_fetch_nor_write_the_jobs_record():
+    """Inductor's compile workers inherit the job's variables (its
+    TORCH_COMPILE_JOB_ID too) and run ptxcache.pth, but are not the job:
+    the same program run as PyTorch runs a worker's script fetches
+    nothing and leaves the job's record as it was (its reads would age
+    the record's entries out)."""
+    tmp = tempfile.mkdtemp(prefix="ptxcache-pf-")
+    try:
+        with Daemon(workers=1) as d:
+            need_artifacts(d)
+            env, script = job_env(tmp, d.socket, PF_N="4", PF_SETTLE="1",
+                                  TORCH_COMPILE_JOB_ID="train-7"), write_job(tmp)
+            run_job(script, env)
+            record = lambda: subprocess.run(  # noqa: E731
+                [sys.executable, "-c", "import sys; from ptxcache.artifacts import store; "
+                 "sys.stdout.write(repr(store().get('job-entries', 'torch:train-7')))"],
+                env=env, capture_output=True, text=True, timeout=60).stdout
+            before = record()
+            assert "graph-3" in before, before
+            worker_dir = os.path.join(tmp, "torch", "_inductor", "compile_worker")
+            os.makedirs(worker_dir)
+            worker = os.path.join(worker_dir, "__main__.py")
+            shutil.copy(script, worker)
+            for _ in range(3):
+                out, _ = run_job(worker, env, PF_N="1")
+                assert not out["job"] and out["counts"]["prefetched"] == 0, out
+            assert record() == before
+            # The job's own process still finds its four entries.
+            out, _ = run_job(script, env)
+            assert out["counts"]["prefetch_used"] == 4, out
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -65,6 +65,7 @@ import dataclasses
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from typing import Any
@@ -106,9 +107,21 @@ def _env(name: str, default: float) -> float:
         return default
 
 
+# Inductor's compile workers (torch/_inductor/compile_worker/subproc_pool.py
+# in PyTorch 2.11 runs this file as the script): they inherit the job's
+# variables and run ptxcache.pth, but are no process of the job's own.
+# Their reads (autotune results) would age its record's entries, and a
+# record of their own (their arguments name the parent's pid) would never
+# be read again.
+COMPILE_WORKER = os.path.join("torch", "_inductor", "compile_worker", "__main__.py")
+
+
 def job_id() -> str | None:
     """The job's id: PyTorch's TORCH_COMPILE_JOB_ID where set, else
-    ptxcache.pgo.identity()'s; None for no program file."""
+    ptxcache.pgo.identity()'s; None for no program file, and for
+    Inductor's compile workers."""
+    if sys.argv and os.path.normpath(sys.argv[0]).endswith(COMPILE_WORKER):
+        return None
     given = os.environ.get("TORCH_COMPILE_JOB_ID")
     if given:
         return "torch:" + given

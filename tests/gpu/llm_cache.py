@@ -75,6 +75,8 @@ mode, out_path = sys.argv[1], os.environ["LLM_OUT"]
 layers = int(os.environ.get("LLM_LAYERS", "16"))
 lens = [int(x) for x in os.environ.get("LLM_LENS", "128,256,384").split(",")]
 batch, train_len = 4, int(os.environ.get("LLM_TRAIN_LEN", "256"))
+# "infer", "train" or both: the inference lengths, the training step.
+phases_wanted = os.environ.get("LLM_PHASES", "infer,train").split(",")
 dev = "cuda"
 cfg = LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816,
                   num_hidden_layers=layers, num_attention_heads=16, num_key_value_heads=8,
@@ -102,6 +104,32 @@ if _scale is not None:
     th.CachingAutotuner._dynamic_scale_rblock = _counted_scale
 else:
     scaled = None
+# Every kernel's autotuner, for the config each ran with (a warm output
+# that differs from its producer's: which kernels ran another config?).
+import weakref
+tuners = weakref.WeakSet()
+_init = th.CachingAutotuner.__init__
+def _noted_init(self, *a, **k):
+    _init(self, *a, **k)
+    tuners.add(self)
+th.CachingAutotuner.__init__ = _noted_init
+# The kernels this process timed its configs of (a warm process that times
+# again may choose another config, and a reduction's bits with it).
+benchmarked = []
+_bench = getattr(th.CachingAutotuner, "benchmark_all_configs", None)
+def _noted_bench(self, *a, **k):
+    benchmarked.append((getattr(self, "inductor_meta", None) or {}).get("kernel_name")
+                       or getattr(self.fn, "__name__", "?"))
+    return _bench(self, *a, **k)
+if _bench is not None:
+    th.CachingAutotuner.benchmark_all_configs = _noted_bench
+def kernel_configs():
+    out = {}
+    for t in list(tuners):
+        name = (getattr(t, "inductor_meta", None) or {}).get("kernel_name") or getattr(t.fn, "__name__", "?")
+        ls = getattr(t, "launchers", None) or []
+        out.setdefault(name, []).append(" | ".join(sorted(str(getattr(l, "config", "?")) for l in ls)))
+    return {k: sorted(v) for k, v in out.items()}
 prof = None
 if os.environ.get("TC_PROFILE") == "1":
     import cProfile
@@ -115,7 +143,7 @@ if prof:
     prof.enable()
 model.eval()
 with torch.no_grad():
-    for n in lens:
+    for n in (lens if "infer" in phases_wanted else []):
         ta = time.time()
         logits = compiled(input_ids=ids[n], use_cache=False).logits
         torch.cuda.synchronize()
@@ -125,20 +153,25 @@ with torch.no_grad():
     # The first length again, now through the dynamic graph (the newest of
     # the frame's entries, checked first): what a process given the PGO
     # profile computes for it from the start.
+    if "infer" not in phases_wanted or len(lens) < 2:
+        pass
+    else:
+      ta = time.time()
+      logits = compiled(input_ids=ids[lens[0]], use_cache=False).logits
+      torch.cuda.synchronize()
+      phases.append({"phase": "again%d" % lens[0], "s": time.time() - ta,
+                     "unique_graphs": counters["stats"].get("unique_graphs", 0)})
+      outs.append(logits)
+loss = None
+if "train" in phases_wanted:
+    model.train()
     ta = time.time()
-    logits = compiled(input_ids=ids[lens[0]], use_cache=False).logits
+    loss = compiled(input_ids=tr, labels=tr, use_cache=False).loss
+    loss.backward()
     torch.cuda.synchronize()
-    phases.append({"phase": "again%d" % lens[0], "s": time.time() - ta,
+    phases.append({"phase": "train%d" % train_len, "s": time.time() - ta,
                    "unique_graphs": counters["stats"].get("unique_graphs", 0)})
-    outs.append(logits)
-model.train()
-ta = time.time()
-loss = compiled(input_ids=tr, labels=tr, use_cache=False).loss
-loss.backward()
-torch.cuda.synchronize()
 t1 = time.time()
-phases.append({"phase": "train%d" % train_len, "s": t1 - ta,
-               "unique_graphs": counters["stats"].get("unique_graphs", 0)})
 if prof:
     prof.disable()
     prof.dump_stats(out_path + ".prof")
@@ -151,12 +184,13 @@ def train_hash(loss):
 hashes = {}
 for ph, o in zip(phases, outs):
     hashes[ph["phase"]] = hashlib.sha256(o.float().cpu().numpy().tobytes()).hexdigest()
-hashes["train%d" % train_len] = train_hash(loss)
+if loss is not None:
+    hashes["train%d" % train_len] = train_hash(loss)
 # The training step twice more, outside the timed span, on the same
 # inputs and weights: where this process's own repeats differ, its kernels
 # are not deterministic (atomic adds), whatever any cache gave it.
 again = []
-for _ in range(2):
+for _ in range(2 if loss is not None else 0):
     model.zero_grad(set_to_none=True)
     loss = compiled(input_ids=tr, labels=tr, use_cache=False).loss
     loss.backward()
@@ -168,7 +202,8 @@ res = {"compile_s": t1 - t0, "import_s": t_init - t_start, "phases": phases, "ha
        "attn": getattr(model.config, "_attn_implementation", None),
        "params": sum(p.numel() for p in model.parameters()),
        "job_id": getattr(torch.compiler.config, "job_id", None),
-       "train_len": train_len, "train_again": again, "scaled": scaled}
+       "train_len": train_len, "train_again": again, "scaled": scaled,
+       "kernel_configs": kernel_configs(), "benchmarked": benchmarked}
 try:
     from torch._dynamo.utils import compilation_time_metrics as ctm
     res["stages"] = {k: round(sum(v), 4) for k, v in ctm.items()}
@@ -281,19 +316,21 @@ def line(r):
     again = r.get("train_again", [])
     steady = "-" if not again else "same" if set(again) == {train} else "differ"
     return ("%.1f s (phases %s; graphs %s; fx hit/miss %s/%s; aot hit %s; job %s; requests %s; "
-            "MB in %.1f; coordesc %s; scaled %s; recheck %s; training step repeated: %s)"
+            "MB in %.1f; coordesc %s; scaled %s; recheck %s; training step repeated: %s; "
+            "kernels timed %s)"
             % (r["compile_s"], " ".join("%.1f" % p["s"] for p in r["phases"]),
                graphs(r), ind.get("fxgraph_cache_hit", 0), ind.get("fxgraph_cache_miss", 0),
                aot.get("autograd_cache_hit", 0), r.get("job_id"),
                int(sum(v.get("gets", 0) + v.get("puts", 0) for v in lay.values())),
                sum(v.get("bytes_in", 0) for v in lay.values()) / 1e6,
                ind.get("coordesc_tuning_bench", 0), r.get("scaled"),
-               r.get("ptxcache", {}).get("autotune"), steady))
+               r.get("ptxcache", {}).get("autotune"), steady, len(r.get("benchmarked", []))))
 
 
 def env_for(work, tools, tag, args, dirs=None, daemon=None, pth=None, **extra):
     env, cdir = tc.child_env(work, tools, tag, dirs=dirs, daemon=daemon, pth=pth)
-    env.update(LLM_LAYERS=str(args.layers), LLM_LENS=args.lens, LLM_TRAIN_LEN=str(args.train_len))
+    env.update(LLM_LAYERS=str(args.layers), LLM_LENS=args.lens, LLM_TRAIN_LEN=str(args.train_len),
+               LLM_PHASES=args.phases)
     env.update(extra)
     return env, cdir
 
@@ -506,10 +543,27 @@ def same(r, ref):
     return "all" if len(eq) == len(h) else ("%s of %d" % (",".join(eq) or "none", len(h)))
 
 
+# Each run's producer: the process whose directories or daemon it found warm.
+PRODUCER = {"local": "cold", "pkg-warm": "pkg-cold", "nopgo": "pkg-cold", "pkg-l2": "pkg-cold",
+            "own": "own-first", "prof-local": "cold", "prof-pkg": "pkg-cold"}
+
+
+def config_diff(r, ref):
+    """The kernels r ran with another launcher config than ref ran them
+    with (names both ran): "n of m: names..."."""
+    a, b = (r or {}).get("kernel_configs"), (ref or {}).get("kernel_configs")
+    if not a or not b:
+        return "-"
+    both = sorted(set(a) & set(b))
+    other = [k for k in both if a[k] != b[k]]
+    return "%d of %d%s" % (len(other), len(both), (": " + ", ".join(other[:4])) if other else "")
+
+
 def table(results):
     rows = ["| mode | run | times (s) | median | / local | graphs (Dynamo) | FX hit/miss | "
-            "requests | MB from the daemon (FX graph) | outputs = cold's | = pkg-cold's |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            "requests | MB from the daemon (FX graph) | outputs = cold's | = pkg-cold's | "
+            "= its producer's | kernels on another config than its producer |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for mode, res in results.items():
         if not isinstance(res, dict) or "local" not in res:
             continue
@@ -528,14 +582,16 @@ def table(results):
             req = int(sum(x.get("gets", 0) + x.get("puts", 0) for x in lay.values())) if lay else "-"
             mb = ("%.1f (%.1f)" % (sum(x.get("bytes_in", 0) for x in lay.values()) / 1e6,
                                    lay.get("inductor-fx", {}).get("bytes_in", 0) / 1e6) if lay else "-")
-            rows.append("| %s | %s | %s | %s | %s | %s | %s/%s | %s | %s | %s | %s |" % (
+            prod = res.get(PRODUCER.get(k, ""))
+            rows.append("| %s | %s | %s | %s | %s | %s | %s/%s | %s | %s | %s | %s | %s | %s |" % (
                 mode, k, ", ".join("%.2f" % x for x in ts) or r0.get("error", "-"),
                 "%.2f" % m if m is not None else "-",
                 "%.2fx" % (m / loc) if m is not None and loc else "-",
                 ", ".join(str(graphs(x)) for x in rs), c.get("fxgraph_cache_hit", 0),
                 c.get("fxgraph_cache_miss", 0), req, mb,
                 "; ".join(same(x, res.get("cold")) for x in rs),
-                "; ".join(same(x, res.get("pkg-cold")) for x in rs)))
+                "; ".join(same(x, res.get("pkg-cold")) for x in rs),
+                "; ".join(same(x, prod) for x in rs), "; ".join(config_diff(x, prod) for x in rs)))
         f = res.get("four")
         if f:
             rows.append("| %s | four at once | %s | | | | compiles %s (graphs %s) | | | %s | |" % (
@@ -576,6 +632,7 @@ def main():
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--lens", default="128,256,384")
     ap.add_argument("--train-len", type=int, default=256)
+    ap.add_argument("--phases", default="infer,train", help="infer, train, or both")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--runs", default="pkg-warm,pkg-l2",
                     help="of pkg-warm, pkg-l2, nopgo, own (needs --wheel), four, profile")
