@@ -214,6 +214,22 @@ def test_bytecode_never_runs_stale_foreign_or_garbled_entries():
                 SOURCE, "/elsewhere/cmodule.py", "exec", 0, True)))
             not_code = (good[:head_len] + bytecode.hashlib.sha256(marshal.dumps(OTHER)).digest()
                         + marshal.dumps(OTHER))
+            # Another interpreter's entry (another magic number) and those of
+            # other optimize levels, each under the key it would use for
+            # this source, holding code that answers otherwise: not this
+            # interpreter's, which compiles.
+            other_ctx = bytecode.context(0, 0).replace(
+                "magic=" + bytecode.importlib.util.MAGIC_NUMBER.hex(), "magic=00000d0a")
+            assert other_ctx != bytecode.context(0, 0)
+            for k, v in (entry(SOURCE, ctx=other_ctx, payload=OTHER), entry(SOURCE, optimize=2),
+                         entry(SOURCE, optimize=1)):
+                assert st.put(bytecode.NAMESPACE, k, v), k
+            r = s.run(s.module())
+            assert r["counts"]["loaded"] == 0 and r["compiles"] == 1, r
+            same_module(ref, r, r["file"])
+            assert r["doc"] == "The graph's docstring." and r["assert"] == "AssertionError: no args", r
+            # Entries under this interpreter's key that are not its
+            # bytecode of this source: each rejected, then replaced.
             cases = {"stale (another source's)": stale,
                      "another magic number under this key": other_magic,
                      "garbled payload": garbled,
@@ -228,20 +244,6 @@ def test_bytecode_never_runs_stale_foreign_or_garbled_entries():
                 same_module(ref, r, r["file"])
                 # The compile replaced it with this interpreter's entry.
                 assert st.get(bytecode.NAMESPACE, key) != value, what
-            # Another interpreter's entry (another magic number) and one of
-            # another optimize level, each under the key it would use,
-            # holding code that would answer otherwise: not this one's.
-            other_ctx = bytecode.context(0, 0).replace(
-                "magic=" + bytecode.importlib.util.MAGIC_NUMBER.hex(), "magic=00000d0a")
-            assert other_ctx != bytecode.context(0, 0)
-            for k, v in (entry(SOURCE, ctx=other_ctx, payload=OTHER), entry(SOURCE, optimize=2),
-                         entry(SOURCE, optimize=1)):
-                assert k != key and st.put(bytecode.NAMESPACE, k, v), k
-            st.put(bytecode.NAMESPACE, key, stale)   # this interpreter's: not to be run either
-            r = s.run(s.module())
-            assert r["counts"]["loaded"] == 0 and r["compiles"] == 1, r
-            same_module(ref, r, r["file"])
-            assert r["doc"] == "The graph's docstring." and r["assert"] == "AssertionError: no args", r
             # At -OO the same source's key is the optimize=2 one: its entry
             # loads (docstring and assert gone, as at -OO's compile).
             oo = s.run(s.module(), flags=["-OO"])
@@ -347,9 +349,13 @@ def test_torch_key_is_computed_once_per_installation():
             third = run()
             assert third["counts"] == {"stored": 0, "computed": 1} and computed() == 2, third
             assert third["key"] != first["key"], third
-            # One of Inductor's extra files appears: computed again.
-            with open(os.path.join(stubs, "torch", "_inductor", "script.ld"), "w") as f:
-                f.write("/* a linker script */\n")
+            # One of Inductor's extra files appears, in a directory that is
+            # no package (pkgutil does not look there; torch_key reads it
+            # by name): computed again.
+            aoti = os.path.join(stubs, "torch", "_inductor", "codegen", "aoti_runtime")
+            os.makedirs(aoti)
+            with open(os.path.join(aoti, "interface.cpp"), "w") as f:
+                f.write("// AOTInductor's interface\n")
             fourth = run()
             assert fourth["counts"]["computed"] == 1 and fourth["key"] != third["key"], fourth
             off = run(PTXCACHE_TORCH_KEY="0")
