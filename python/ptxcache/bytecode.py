@@ -237,8 +237,9 @@ def install(module: Any) -> bool:
         return True
     fn = getattr(module, FUNCTION, None)
     code = getattr(fn, "__code__", None)
-    if (not isinstance(fn, types.FunctionType) or fn.__globals__ is not getattr(module, "__dict__", None)
-            or code is None or "compile" not in code.co_names):
+    if (not isinstance(fn, types.FunctionType) or code is None
+            or fn.__globals__ is not getattr(module, "__dict__", None)
+            or "compile" not in code.co_names):
         log.info("ptxcache: %s.%s is not the function this was written for; bytecode stays local",
                  MODULE, FUNCTION)
         return False

@@ -167,8 +167,8 @@ def install(module: Any) -> bool:
     fn = getattr(module, "torch_key", None)
     cell = _func_cell(fn)
     is_fbcode = getattr(getattr(module, "config", None), "is_fbcode", None)
-    if (cell is None or not hasattr(fn, "set") or not isinstance(getattr(module, "_TORCH_PATH", None), str)
-            or not callable(is_fbcode)):
+    if (cell is None or not hasattr(fn, "set") or not callable(is_fbcode)
+            or not isinstance(getattr(module, "_TORCH_PATH", None), str)):
         log.info("ptxcache: %s.torch_key is not what this was written for; it stays PyTorch's",
                  MODULE)
         return False
