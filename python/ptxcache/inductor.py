@@ -55,7 +55,10 @@ torch._inductor.runtime.triton_heuristics, ptxcache.triton_key
 torch._inductor.runtime.triton_compat and triton.runtime.cache are
 imported, and ptxcache.pgo (a job id for
 Dynamo's profile of dynamic shapes, where the user set none) right after
-it imports torch.compiler.config.
+it imports torch.compiler.config, ptxcache.bytecode (output code modules'
+bytecode) right after torch._inductor.runtime.compile_tasks, and
+ptxcache.torch_key (PyTorch's installation hash) right after
+torch._inductor.codecache.
 
 ``InductorArtifacts`` is the logic as a plain class; the classes handed to
 PyTorch add its ``RemoteCacheBackend`` as a base (for its cache_stats) and
@@ -70,7 +73,7 @@ import sys
 import threading
 from typing import Any
 
-from . import autotune, pgo, triton_key
+from . import autotune, bytecode, pgo, torch_key, triton_key
 from .artifacts import ArtifactStore, store
 
 __all__ = ["InductorArtifacts", "CACHES", "install", "installed", "install_on_import",
@@ -286,7 +289,9 @@ _AFTER_IMPORT: dict[str, Any] = {MODULE: lambda m: install(m),
                                  autotune.MODULE: _install_autotune,
                                  triton_key.MODULE: _install_triton_key,
                                  triton_key.TRITON_MODULE: _install_triton_key,
-                                 pgo.MODULE: _install_pgo}
+                                 pgo.MODULE: _install_pgo,
+                                 bytecode.MODULE: lambda m: bytecode.install(m),
+                                 torch_key.MODULE: lambda m: torch_key.install(m)}
 
 
 class _ImportHook(importlib.abc.MetaPathFinder):

@@ -11,3 +11,8 @@ def _tristate(name):
 fx_graph_remote_cache = _tristate("TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE")
 autotune_remote_cache = _tristate("TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE")
 bundled_autotune_remote_cache = _tristate("TORCHINDUCTOR_BUNDLED_AUTOTUNE_REMOTE_CACHE")
+
+
+def is_fbcode():
+    # torch/_inductor/config.py's: not a Meta-internal build.
+    return False
