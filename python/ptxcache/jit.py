@@ -14,7 +14,7 @@ It turns on, each where its own switch does not say 0:
 | --- | --- | --- |
 | Triton, Inductor (and their ptxas) | their own caches' backends (ptxcache.torch) | PTXCACHE_TORCH=0 |
 | JAX | its persistent compilation cache, per key, with leases (ptxcache.jax) | PTXCACHE_JAX=0 |
-| CuPy, numba-cuda, vLLM, FlashInfer, DeepGEMM, a directory you declare | their cache directories, file by file (ptxcache.jitdirs) | PTXCACHE_JIT_DIRS=0 |
+| CuPy, DeepGEMM, a directory you declare | their cache directories, file by file (ptxcache.jitdirs, which says why numba-cuda's, FlashInfer's and vLLM's are left out) | PTXCACHE_JIT_DIRS_OFF=1 (or a list of kinds) |
 
 ``PTXCACHE_TORCH=1``, the switch before this one, keeps turning on the
 first row alone. ptxcache.pth runs enable() at start-up in every Python
@@ -51,11 +51,12 @@ def enable() -> dict[str, Any]:
     """Every part whose own switch is not 0; what each did. Safe to call
     more than once; a part that fails is logged and the others go on."""
     os.environ.setdefault(ENV_SWITCH, "1")
+    # Each part's own switch; jitdirs reads its own (PTXCACHE_JIT_DIRS_OFF).
     parts = {"torch": (torch_adapter.ENV_SWITCH, torch_adapter.enable),
-             "jax": (jax_adapter.ENV, jax_adapter.install_on_import),
-             "jitdirs": (jitdirs.ENV, jitdirs.enable)}
+             "jax": (jax_adapter.ENV_SWITCH, jax_adapter.install_on_import),
+             "jitdirs": (None, jitdirs.enable)}
     for name, (switch, turn_on) in parts.items():
-        if os.environ.get(switch) == "0":
+        if switch and os.environ.get(switch) == "0":
             _state[name] = "off (%s=0)" % switch
             continue
         try:
