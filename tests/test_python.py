@@ -1147,7 +1147,7 @@ def test_python_status_says_which_daemon_is_in_use_and_why():
         assert "PTXCACHE_AUTOSTART=0" in s["next"][0], s["next"]
         s = st(PTXCACHE_NODE_SOCKET=nobody, PTXCACHE_AUTOSTART="1")
         assert "starts ptxcached for you" in s["next"][0], s["next"]
-        assert any("PTXCACHE_TORCH=1" in n for n in s["next"]), s["next"]
+        assert any("PTXCACHE_JIT=1" in n for n in s["next"]), s["next"]
         with Daemon(workers=1) as d:
             s = st(PTXCACHE_NODE_SOCKET=d.socket)
             assert s["daemon"]["in_use"] == "node service" and s["daemon"]["reachable"], s["daemon"]

@@ -12,7 +12,8 @@ import os
 import sys
 from typing import Any
 
-from . import __version__, autostart, front, inductor, pgo, torch as ptorch, triton as ptriton, wire
+from . import __version__, autostart, front, inductor, jax as pjax, jit, jitdirs, pgo
+from . import torch as ptorch, triton as ptriton, wire
 from .client import Client, socket_and_source, version_of
 from .errors import PtxcacheError, Unsupported
 
@@ -139,9 +140,10 @@ def _next_steps(out: dict[str, Any]) -> list[str]:
             steps.append("the daemon at '%s' is version %s, this package %s: update one of "
                          "them" % (d["socket"], d["version"], __version__))
     if not (out["triton"]["wired"] and out["ptxas"]["wired"]):
-        steps.append("to put Triton's and Inductor's caches and ptxas on it: PTXCACHE_TORCH=1 "
-                     "(with ptxcache.pth installed, as pip install does), or "
-                     "ptxcache.torch.enable() before the first torch.compile")
+        steps.append("to put every JIT's cache on it (Triton's, Inductor's and their ptxas, JAX's, "
+                     "CuPy's and DeepGEMM's directories): PTXCACHE_JIT=1 (with ptxcache.pth "
+                     "installed, as pip install does), or ptxcache.jit.enable() before the first "
+                     "compile")
     return steps
 
 
@@ -168,7 +170,7 @@ def status(do_import: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"package": {"version": __version__, "file": os.path.dirname(__file__),
                                        "msgpack": wire.codec_name(),
                                        "pth_installed": ptorch.pth_installed()},
-                           "switch": {ptorch.ENV_SWITCH: os.environ.get(ptorch.ENV_SWITCH)},
+                           "switch": {v: os.environ.get(v) for v in (jit.ENV_SWITCH, ptorch.ENV_SWITCH)},
                            "daemon": _daemon_in_use()}
     fr, how = front.find_front(make_link=False)
     out["ptxas"] = {"front": fr, "found": how, "TRITON_PTXAS_PATH": os.environ.get("TRITON_PTXAS_PATH"),
@@ -211,9 +213,25 @@ def status(do_import: bool) -> dict[str, Any]:
                                                            inductor.SWITCHES[cache][0])
     ind["caches"]["RemoteDynamoPGOCache"].update(_pgo_job())
     out["inductor"] = ind
-    out["jax"] = {"version": _version("jax"), "wired": False,
-                  "note": "JAX's persistent cache takes no backend without patching its private "
-                          "names; use the ptxas front (README: Pointing a tool at it)"}
+    out["jax"] = {"version": _version("jax"), "tested": list(pjax.TESTED_JAX),
+                  pjax.ENV_SWITCH: os.environ.get(pjax.ENV_SWITCH)}
+    if do_import and out["jax"]["version"] and os.environ.get(pjax.ENV_SWITCH) != "0":
+        try:
+            import importlib
+            importlib.import_module(pjax.MODULE)
+            pjax.install_on_import()
+            out["jax"].update(pjax.installed())
+        except Exception as ex:
+            out["jax"]["import_error"] = str(ex)
+    out["jax"]["wired"] = (out["jax"].get("cache") == "ptxcache" if "cache" in out["jax"] else
+                           None if out["jax"]["version"] else False)
+    out["jitdirs"] = jitdirs.status()
+    if not out["jitdirs"]["enabled"]:
+        # Not enabled in this process: what each kind would be.
+        out["jitdirs"]["dirs"] = {
+            kind: {"served": False, "why": ("left out: " + k["why"]) if not k["served"] else
+                   "%s unset (or ptxcache.pth not installed)" % jit.ENV_SWITCH}
+            for kind, k in jitdirs.KINDS.items()}
     out["next"] = _next_steps(out)
     return out
 
@@ -226,7 +244,7 @@ def print_status(s: dict[str, Any]) -> None:
     p, d = s["package"], s["daemon"]
     print("ptxcache %s (%s), msgpack: %s, ptxcache.pth installed: %s"
           % (p["version"], p["file"], p["msgpack"], _yn(p["pth_installed"])))
-    print("%s: %s" % (ptorch.ENV_SWITCH, s["switch"][ptorch.ENV_SWITCH] or "unset"))
+    print("; ".join("%s: %s" % (v, x or "unset") for v, x in s["switch"].items()))
     print("daemon in use: %s: %s" % (d["in_use"], d["why"]))
     if d.get("reachable"):
         print("daemon: %s (from %s): %s, pid %s, artifacts: %s%s%s"
@@ -259,7 +277,16 @@ def print_status(s: dict[str, Any]) -> None:
                                           var, e.get(var) or "unset", extra,
                                           ("; " + e["note"]) if "note" in e else ""))
     j = s["jax"]
-    print("jax %s: NOT wired: %s" % (j["version"] or "not installed", j["note"]))
+    print("jax %s (checked against %s): persistent compilation cache %s%s" % (
+        j["version"] or "not installed", ", ".join(j["tested"]),
+        {True: "on the daemon", False: "NOT on the daemon", None: "?"}[j["wired"]],
+        "; " + j["import_error"] if "import_error" in j else
+        "; cache: %s" % j["cache"] if "cache" in j else ""))
+    print("JIT cache directories, file by file (%s=NAME=PATH,... adds yours):" % jitdirs.ENV_DIRS)
+    for kind, row in s["jitdirs"].get("dirs", {}).items():
+        print("  %-12s %-10s %s%s" % (kind, "served" if row.get("served") else "NOT served",
+                                     row.get("path", ""), "; " + row["why"] if row.get("why") else
+                                     "; identity " + row["identity"] if row.get("identity") else ""))
     for step in s["next"]:
         print("next: %s" % step)
 
