@@ -1,0 +1,2 @@
+_version = "0.11.0"
+__version__ = _version
