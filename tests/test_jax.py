@@ -108,7 +108,7 @@ def test_jax_four_processes_compile_each_computation_once():
                 assert got == ["compiled", "hit", "hit", "hit"], (name, res)
                 assert len({r["results"][name][1] for r, _ in res}) == 1, res
             s = d.stats()
-            assert s["artifact_waits"] >= 6 and s["artifact_wait_hits"] >= 6, s
+            assert s["artifact_waits"] >= 1 and s["artifact_wait_hits"] >= 1, s
             assert not any(warnings_in(err) for _, err in res), res
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
