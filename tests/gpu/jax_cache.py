@@ -27,8 +27,9 @@ both results on the host:
 local, pkg-warm and pkg-l2 alternate for --rounds rounds (median in
 results.md). Every run's outputs (loss, logits' checksum, the step's
 updated parameters) are hashed and compared with the cold run's. The
-package is switched on by calling ptxcache.jax.install_on_import()
-before jax is imported (what the package's switch does at start-up).
+package is switched on as a user's job has it: PTXCACHE_JIT=1 and
+ptxcache.pth (where the interpreter reads no site for it, the call of
+ptxcache.jax.install_on_import() before jax is imported).
 JAX's minimum compile time to store (1 s) is left as JAX has it, in
 every run. results.json is rewritten after each run.
 """
@@ -49,6 +50,7 @@ import torch_cache as tc  # noqa: E402  (Tools, Redis, Daemon: no torch imported
 CHILD = r'''
 import hashlib, json, os, sys, time
 t_start = time.time()
+how = "ptxcache.pth" if "ptxcache.jax" in sys.modules else None
 if os.environ.get("JC_PKG") == "1":
     import ptxcache.jax
     how = ptxcache.jax.install_on_import()
@@ -141,7 +143,16 @@ def env_for(work, tools, jax_dir=None, daemon=None):
     if jax_dir:
         env["JAX_COMPILATION_CACHE_DIR"] = jax_dir
     if daemon is not None:
-        env.update(JC_PKG="1", PTXCACHE_SOCKET=daemon.sock, PTXCACHE_BIN=tools.cli,
+        # The package's one switch, read by ptxcache.pth at the
+        # interpreter's start, as a user's job has it (else the call).
+        base, enabled = tc.pth_base(work, tools)
+        if enabled:
+            env["PTXCACHE_JIT"] = "1"
+            if base:
+                env["PYTHONUSERBASE"] = base
+        else:
+            env["JC_PKG"] = "1"
+        env.update(PTXCACHE_SOCKET=daemon.sock, PTXCACHE_BIN=tools.cli,
                    PTXCACHE_AUTOSTART="0", XDG_CACHE_HOME=os.path.join(work, "xdg"),
                    PYTHONPATH=tools.python_dir + (os.pathsep + env["PYTHONPATH"]
                                                   if env.get("PYTHONPATH") else ""))
