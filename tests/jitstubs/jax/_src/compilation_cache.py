@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # jax/_src/compilation_cache.py (0.11): the functions compiler.py calls,
 # as 0.11 has them (compression: zlib; the directory cache: one file a
 # key, standing in for LRUCache).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # jax/_src/compilation_cache_interface.py (0.11), as it is.
 from __future__ import annotations
 

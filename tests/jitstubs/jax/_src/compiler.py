@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # jax/_src/compiler.py (0.11): compile_or_get_cached() and the cache read,
 # compile and write it does, with 0.11's rules (a key only where the cache
 # is used; no write from a process other than 0, nor of a compile quicker

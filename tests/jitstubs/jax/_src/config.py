@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # jax/_src/config.py (0.11): the options the compilation cache reads, each
 # from its JAX_* environment variable at import, then config.update().
 import os

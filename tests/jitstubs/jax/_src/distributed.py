@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # jax/_src/distributed.py (0.11): the process's place in a multi-process job.
 import os
 

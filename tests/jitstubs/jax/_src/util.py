@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # jax/_src/util.py (0.11): the base of CacheInterface.
 import abc
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Stand-in for XLA's GPU client (not JAX's code): a compile is counted (a
 # file in $JAXSTUB_MARKS), takes $JAXSTUB_SLEEP seconds, fails for the
 # modules named in $JAXSTUB_FAIL; an executable is bytes of its module's.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # jax/_src/interpreters/pxla.py (0.11): _cached_compilation() calls the
 # compiler through its module attribute, positionally.
 
