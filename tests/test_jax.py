@@ -224,3 +224,25 @@ def test_jax_another_uid_sees_nothing():
             assert r3["results"]["jit_f"][0] == "hit", r3
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_jax_a_quick_compile_is_stored_unless_the_user_set_a_minimum():
+    """JAX stores only compiles of a second and more by default; with the
+    daemon every compile is stored (a fresh process then compiles nothing),
+    unless the user set the minimum: then JAX's rule, the user's value."""
+    tmp = tempfile.mkdtemp(prefix="ptxcache-jax-")
+    try:
+        with Daemon(workers=1) as d:
+            need_artifacts(d)
+            env = jenv(tmp, d.socket)
+            del env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]
+            first, _ = result(start(env, "jit_small"))
+            second, _ = result(start(env, "jit_small"))
+            assert first["results"]["jit_small"][0] == "compiled", first
+            assert second["results"]["jit_small"] == ["hit", first["results"]["jit_small"][1]], second
+            env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "100"
+            for _ in range(2):
+                r, _ = result(start(env, "jit_other"))
+                assert r["results"]["jit_other"][0] == "compiled", r
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

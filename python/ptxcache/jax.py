@@ -13,9 +13,9 @@ _get_cache(backend).get(key); on a miss _compile_and_write_cache()
 compiles and _cache_write() stores the entry through
 put_executable_and_time() -> .put(key, value), unless JAX decides not to:
 the process is not process 0 of a multi-process job, the compile took
-less than jax_persistent_cache_min_compile_time_secs (JAX's default 1 s,
-left as it is: JAX's own judgement of what is worth storing, and the
-local-directory anchor uses it too), or the entry is smaller than
+less than jax_persistent_cache_min_compile_time_secs (JAX's default 1 s;
+install() sets 0 where the user left it: _store_every_compile()), or the
+entry is smaller than
 jax_persistent_cache_min_entry_size_bytes (0). _get_cache() returns the
 module's ``_cache`` whenever it is set and only builds JAX's own directory
 cache (_initialize_cache(), which needs jax_compilation_cache_dir) while
@@ -72,6 +72,8 @@ TESTED_JAX; each is looked up, never assumed):
 - jax._src.compilation_cache_interface.CacheInterface (a base class: get,
   put, _path);
 - jax._src.config.compilation_cache_dir.value (read);
+  .persistent_cache_min_compile_time_secs.value (read) and
+  .config.update() of that option (to 0, where it is JAX's default);
 - jax._src.distributed.global_state.process_id (read);
 - jax.version.__version__ (read).
 """
@@ -318,7 +320,34 @@ def install(compiler: Any = None) -> dict[str, str]:
         if not hasattr(f, "__ptxcache_wraps__"):
             compiler.compile_or_get_cached = _wrap(f)
         _set_cache(cc)
+        _store_every_compile()
         return installed()
+
+
+# JAX's option and its variable: the shortest compile worth storing.
+MIN_TIME = "jax_persistent_cache_min_compile_time_secs"
+MIN_TIME_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
+JAX_MIN_TIME_DEFAULT = 1.0
+
+
+def _store_every_compile() -> None:
+    """JAX stores only compiles of a second and more by default: a
+    directory's entry costs a file, and a small compile is quicker than
+    reading it back from a slow disk. A daemon's entry costs a request:
+    every compile is worth keeping, so that a fresh process compiles
+    nothing the fleet has (a 12-layer decoder's warm process compiled 10
+    of its 13 computations again under JAX's default). So the option is
+    set to 0 where the user left it at JAX's default and did not set its
+    variable; a value of the user's is kept."""
+    cfg = sys.modules.get("jax._src.config")
+    state = getattr(cfg, MIN_TIME[len("jax_"):], None)
+    if MIN_TIME_ENV in os.environ or getattr(state, "value", None) != JAX_MIN_TIME_DEFAULT:
+        return
+    try:
+        cfg.config.update(MIN_TIME, 0.0)
+    except Exception:
+        log.info("ptxcache: cannot set %s; JAX keeps compiles of %s s and more", MIN_TIME,
+                 JAX_MIN_TIME_DEFAULT, exc_info=True)
 
 
 class _ImportHook(importlib.abc.MetaPathFinder):
