@@ -139,7 +139,13 @@ def log(*a):
 def env_for(work, tools, jax_dir=None, daemon=None):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PTXCACHE_", "JAX_COMPILATION", "JAX_PERSISTENT"))}
-    env["PYTHONUNBUFFERED"] = "1"
+    # Every run alike: memory taken as needed (four processes share the
+    # GPU), and XLA's deterministic reductions and scatters, without which
+    # two processes running one executable differ in their last bits (JAX's
+    # own warm directory against its cold run did, in every run), and an
+    # output could not be compared with its producer's.
+    env.update(PYTHONUNBUFFERED="1", XLA_PYTHON_CLIENT_PREALLOCATE="false",
+               XLA_FLAGS="--xla_gpu_deterministic_ops=true")
     if jax_dir:
         env["JAX_COMPILATION_CACHE_DIR"] = jax_dir
     if daemon is not None:
