@@ -78,7 +78,8 @@ How:
   cuDeviceGetAttribute 75/76 (compute capability), cuDriverGetVersion)
   plus the kernel module's version from /proc/driver/nvidia/version. The
   driver, not /proc alone: /proc gives neither the compute capability nor
-  the CUDA version. In a child process (sys.executable), bounded by 10 s:
+  the CUDA version. In a child process (sys.executable), bounded by 10 s, run by the thread
+  that materializes (never on the program's own start):
   cuInit in this process would leave CUDA unusable in its forked children;
   the answer is passed to child processes in PTXCACHE_GPU_IDENTITY_PROBED
   (with the CUDA_VISIBLE_DEVICES it was probed under). With neither GPU nor
@@ -732,6 +733,10 @@ def enable() -> dict[str, Any]:
     return status()
 
 
+# Where a plan's identity takes the GPU's part, once the fill thread knows it.
+GPU = "{gpu}"
+
+
 def _enable() -> None:
     off = _off()
     rows: dict[str, dict[str, Any]] = {}
@@ -739,13 +744,6 @@ def _enable() -> None:
     if off is True:
         _state["off"] = "%s=%s" % (ENV_OFF, os.environ.get(ENV_OFF))
         return
-    gpu: list[Any] = []
-
-    def the_gpu() -> tuple[str | None, str]:
-        if not gpu:
-            gpu.extend(gpu_identity())
-        return gpu[0], gpu[1]
-
     plans: list[tuple[str, str, str, bool, bool, tuple, str | None]] = []
     for name, k in KINDS.items():
         row = rows[name] = {"served": False, "module": k.get("module")}
@@ -762,12 +760,7 @@ def _enable() -> None:
         if tool is None:
             row["why"] = "not installed (no metadata for %s)" % " or ".join(k["dists"])
             continue
-        g, src = the_gpu()
-        if g is None:
-            row["why"] = "no identity: %s, and %s is not set" % (src, ENV_GPU)
-            continue
-        plans.append((name, root, "%s;%s" % (tool, g), k["units"], k["scan"], k["temp"],
-                      k["module"]))
+        plans.append((name, root, tool + ";" + GPU, k["units"], k["scan"], k["temp"], k["module"]))
     decl, bad = _declared(os.environ.get(ENV_DIRS, ""))
     for item in bad:
         log.warning("ptxcache: %s: '%s' is not NAME=/PATH[:EXTRA][@MODULE]", ENV_DIRS, item)
@@ -776,15 +769,8 @@ def _enable() -> None:
         if name in off:
             row["why"] = "off (%s)" % ENV_OFF
             continue
-        g, src = the_gpu()
-        if g is None:
-            row["why"] = "no identity: %s, and %s is not set" % (src, ENV_GPU)
-            continue
-        plans.append((name, path, "%s;declared=%s" % (g, extra), False, False, (), module))
+        plans.append((name, path, GPU + ";declared=" + extra, False, False, (), module))
     if not plans:
-        why = sorted({r["why"] for r in rows.values() if r.get("why", "").startswith("no id")})
-        if why:
-            log.info("ptxcache: no JIT directory served: %s", why[0])
         return
     dirs: list[_Dir] = []
     for name, root, ident, units, scan, temp, module in plans:
@@ -794,7 +780,7 @@ def _enable() -> None:
             log.info("ptxcache: JIT directory %s (%s) not served: %s", name, root, why)
             continue
         d = _Dir(name, root, ident, units, scan, temp, module)
-        rows[name].update(served=True, identity=ident, path=root)
+        rows[name].update(served=True, path=root)
         dirs.append(d)
     if not dirs:
         return
@@ -817,6 +803,20 @@ def _enable() -> None:
     _state.update(dirs=dirs, store=st, watcher=watcher, gate=gate)
 
     def fill() -> None:
+        # The GPU's part of the identity here, off the program's start: the
+        # driver's probe is a process of its own (gpu_identity()).
+        g, src = gpu_identity()
+        for d in dirs:
+            if g is None:
+                rows[d.name].update(served=False, why="no identity: %s, and %s is not set"
+                                    % (src, ENV_GPU))
+                d.ready.set()
+                continue
+            d.identity = d.identity.replace(GPU, g, 1)
+            rows[d.name]["identity"] = d.identity
+        if g is None:
+            log.info("ptxcache: no JIT directory served: %s, and %s is not set", src, ENV_GPU)
+            return
         for d in dirs:
             try:
                 d.materialize(st, budget)
