@@ -95,7 +95,7 @@ after = len([f for f in os.listdir(d) if f.endswith(".cubin")])
 st = None
 if "ptxcache.jitdirs" in sys.modules:
     st = sys.modules["ptxcache.jitdirs"].status()["dirs"].get("cupy")
-print(json.dumps({"total_s": t_end - t0, "enable_s": t_enable - t0, "import_s": t_import - t_enable,
+print(json.dumps({"t0": t0, "t_end": t_end, "total_s": t_end - t0, "enable_s": t_enable - t0, "import_s": t_import - t_enable,
                   "kernels_s": t_end - t_import, "digest": h.hexdigest(), "files_before": before,
                   "files_after": after, "new_files": after - before, "jitdirs": st,
                   "cupy": cp.__version__}))
@@ -127,12 +127,15 @@ def run(work, tag, cache_dir, daemon=None, tools=None, pth=None, timeout=300):
     if p.returncode != 0 or not lines:
         return {"tag": tag, "error": (p.stderr or p.stdout)[-3000:], "rc": p.returncode}
     r = json.loads(lines[-1])
-    r.update(tag=tag, wall_s=wall)
+    # Before the script's first line (the interpreter, ptxcache.pth) and
+    # after its last (the exit: atexit work, threads).
+    r.update(tag=tag, wall_s=wall, pre_s=r["t0"] - t0, exit_s=t0 + wall - r["t_end"])
     if daemon is not None:
         r["daemon"] = {k: v for k, v in daemon.stats().items()
                        if k.startswith(("artifact", "l2_hits", "l2_misses", "l2_writes"))}
-    log("%-9s %6.2f s (import %.2f s, kernels %.2f s) new files %s digest %s" % (
-        tag, r["wall_s"], r["import_s"], r["kernels_s"], r["new_files"], r["digest"][:12]))
+    log("%-9s %6.2f s (start %.2f s, import %.2f s, kernels %.2f s, exit %.2f s) new files %s "
+        "digest %s" % (tag, r["wall_s"], r["pre_s"], r["import_s"], r["kernels_s"], r["exit_s"],
+                       r["new_files"], r["digest"][:12]))
     return r
 
 
