@@ -108,12 +108,23 @@ def test_jitdirs_node_b_finds_node_a_files_before_it_compiles():
                 ra, _ = stand(env_for(tmp, a.socket, ha), tool, "m", 12)
                 assert ra["compiles"] == 12 and ra["status"]["dirs"][tool]["served"], ra
                 settle(a)
+                # A program of node B that never imports the tool leaves its
+                # directory alone: no fetch, no probe.
+                sub = ".cupy/kernel_cache" if tool == "cupy" else ".deep_gemm/cache"
+                r = subprocess.run([sys.executable, "-c", "from ptxcache import jitdirs; "
+                                    "import json, threading; s = jitdirs.enable(); "
+                                    "[t.join() for t in threading.enumerate() "
+                                    "if t.name.startswith('ptxcache-jitdirs-fill')]; "
+                                    "print(json.dumps(s))"],
+                                   env=env_for(tmp, b.socket, hb), capture_output=True,
+                                   text=True, timeout=60)
+                assert r.returncode == 0 and json.loads(r.stdout)["dirs"][tool]["served"], r
+                assert files(os.path.join(hb, sub)) == {}, files(os.path.join(hb, sub))
                 rb, err = stand(env_for(tmp, b.socket, hb), tool, "m", 12)
                 # B's fresh process found A's files in place before its JIT
                 # looked: it compiled nothing; the outputs and bytes are A's.
                 assert (rb["compiles"], rb["hits"]) == (0, 12), (rb, err)
                 assert rb["digest"] == ra["digest"]
-                sub = ".cupy/kernel_cache" if tool == "cupy" else ".deep_gemm/cache"
                 fa, fb = files(os.path.join(ha, sub)), files(os.path.join(hb, sub))
                 assert fa == fb and len(fa) == (12 if tool == "cupy" else 24), (fa, fb)
                 assert rb["status"]["dirs"][tool]["materialized"] == 12, rb["status"]

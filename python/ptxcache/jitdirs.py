@@ -38,17 +38,18 @@ How:
   the other's files are re-published by the next process that compiles
   them on a node that lacks them (a lost entry is wasted work, never a
   wrong file). A path's first entry in the log wins.
-- Materialize (a background thread started at enable(), which the import
-  hook of the tool's module waits for, bounded by PTXCACHE_JIT_WAIT_S,
-  30 s): the log read, the files missing from the directory fetched in
+- Materialize (a background thread started when the import of the tool's
+  module begins, which that import waits for, bounded by
+  PTXCACHE_JIT_WAIT_S, 30 s; a declared directory without a module, at
+  enable(), which waits for it): the GPU's identity probed, the log read, the files missing from the directory fetched in
   parallel, each written to `.ptxcache-*` in its own directory, fsync'd,
   its mode set, then hard-linked to its name (link() never replaces: a
   file already there stays, and a failure leaves no partial file; rename
   where the file system has no hard links, after a check) and the
   temporary name removed; a unit directory (deep_gemm) is built whole as
-  `.ptxcache-*` and renamed into place when absent. Why both: starting at
-  enable() overlaps the fetch with the program's other imports; waiting in
-  the tool's import means the JIT's first lookup sees everything that
+  `.ptxcache-*` and renamed into place when absent. Why at the import: a
+  program that never imports the tool pays nothing for it (no probe, no
+  fetch); waiting in the tool's import means the JIT's first lookup sees everything that
   arrived, so a fresh process on another node compiles nothing the fleet
   has. Where the wait times out, a file that arrives later is at worst a
   compile the JIT did for nothing (the tool's name is the hash of its key:
@@ -519,6 +520,7 @@ class _Watcher:
         self.stop = threading.Event()
         self.dirty: set[_Dir] = set()
         self.thread: threading.Thread | None = None
+        self.lock = threading.Lock()
 
     def add(self, d: _Dir, rel: str) -> bool:
         if len(self.wds) >= MAX_WATCHES:
@@ -546,8 +548,11 @@ class _Watcher:
                 self.add_tree(d, r)
 
     def start(self) -> None:
-        self.thread = threading.Thread(target=self._run, name="ptxcache-jitdirs", daemon=True)
-        self.thread.start()
+        with self.lock:
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="ptxcache-jitdirs",
+                                               daemon=True)
+                self.thread.start()
 
     def _run(self) -> None:
         last = time.monotonic()
@@ -646,6 +651,8 @@ class _Gate(importlib.abc.MetaPathFinder):
     def __init__(self) -> None:
         self.waits: dict[str, list[_Dir]] = {}
         self.deadline = 30.0
+        self.start: Any = None      # enable()'s start_fill(dirs)
+        self.started: set[str] = set()
 
     def _wait(self, name: str) -> None:
         end = time.monotonic() + self.deadline
@@ -658,6 +665,9 @@ class _Gate(importlib.abc.MetaPathFinder):
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
         if name not in self.waits:
             return None
+        if name not in self.started:
+            self.started.add(name)
+            self.start(self.waits[name])
         spec = None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -802,11 +812,14 @@ def _enable() -> None:
             log.info("ptxcache: JIT directories not published (no inotify: %s)", e)
     _state.update(dirs=dirs, store=st, watcher=watcher, gate=gate)
 
-    def fill() -> None:
+    def fill(batch: list[_Dir]) -> None:
         # The GPU's part of the identity here, off the program's start: the
         # driver's probe is a process of its own (gpu_identity()).
-        g, src = gpu_identity()
-        for d in dirs:
+        with _lock:
+            if "gpu" not in _state:
+                _state["gpu"] = gpu_identity()
+        g, src = _state["gpu"]
+        for d in batch:
             if g is None:
                 rows[d.name].update(served=False, why="no identity: %s, and %s is not set"
                                     % (src, ENV_GPU))
@@ -817,7 +830,7 @@ def _enable() -> None:
         if g is None:
             log.info("ptxcache: no JIT directory served: %s, and %s is not set", src, ENV_GPU)
             return
-        for d in dirs:
+        for d in batch:
             try:
                 d.materialize(st, budget)
             except Exception as e:
@@ -835,16 +848,28 @@ def _enable() -> None:
         if watcher is not None:
             watcher.start()
 
-    t = threading.Thread(target=fill, name="ptxcache-jitdirs-fill", daemon=True)
-    t.start()
-    _state["filler"] = t
+    def start_fill(batch: list[_Dir]) -> None:
+        t = threading.Thread(target=fill, args=(batch,), name="ptxcache-jitdirs-fill", daemon=True)
+        t.start()
+        _state["fillers"].append(t)
+
+    # A tool's directory is filled once its module's import begins (the
+    # gate), so a program that never imports it pays nothing for it; a
+    # declared directory without a module, now, and enable() waits for it.
+    _state["fillers"] = []
+    gate.start = start_fill
     atexit.register(_at_exit)
-    if any(d.module is None for d in dirs):
-        wait(gate.deadline)
+    now = [d for d in dirs if d.module is None]
+    if now:
+        start_fill(now)
+        end = time.monotonic() + gate.deadline
+        for d in now:
+            d.ready.wait(max(0.0, end - time.monotonic()))
 
 
 def wait(timeout: float = 30.0) -> bool:
-    """Wait until every served directory is materialized; True if so."""
+    """Wait until every served directory is materialized (a tool's, once
+    its module's import began); True if so."""
     end = time.monotonic() + timeout
     for d in _state.get("dirs", []):
         if not d.ready.wait(max(0.0, end - time.monotonic())):
@@ -853,8 +878,7 @@ def wait(timeout: float = 30.0) -> bool:
 
 
 def _at_exit() -> None:
-    t = _state.get("filler")
-    if t is not None:
+    for t in _state.get("fillers", []):
         t.join(2.0)
     w = _state.get("watcher")
     if w is not None:
