@@ -218,10 +218,11 @@ def test_jitdirs_directory_not_writable_is_skipped_with_one_line():
             bad = os.path.join(blocker, "cache")       # under a file: cannot exist
             e = env_for(tmp, d.socket, os.path.join(tmp, "h"), JITIDX_DIR=bad,
                         PTXCACHE_JIT_DIRS="mine=%s@jitidx" % bad)
+            # What the directory is is found when its module is imported.
             r = subprocess.run([sys.executable, "-c",
                                 "import json, logging; logging.basicConfig(level=logging.INFO); "
-                                "from ptxcache import jitdirs; "
-                                "print(json.dumps(jitdirs.enable()))"],
+                                "from ptxcache import jitdirs; jitdirs.enable(); import jitidx; "
+                                "print(json.dumps(jitdirs.status()))"],
                                env=e, capture_output=True, text=True, timeout=60)
             assert r.returncode == 0, r.stderr
             st = json.loads(r.stdout)
@@ -234,8 +235,8 @@ def test_jitdirs_directory_not_writable_is_skipped_with_one_line():
             e2["PATH"] = os.environ.get("PATH", "")
             r2 = subprocess.run([sys.executable, "-c",
                                  "import json, logging; logging.basicConfig(level=logging.INFO); "
-                                "from ptxcache import jitdirs; "
-                                 "print(json.dumps(jitdirs.enable()))"],
+                                 "from ptxcache import jitdirs; jitdirs.enable(); "
+                                 "import cupy, deep_gemm; print(json.dumps(jitdirs.status()))"],
                                 env=e2, capture_output=True, text=True, timeout=60)
             assert r2.returncode == 0, r2.stderr
             st2 = json.loads(r2.stdout)

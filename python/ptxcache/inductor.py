@@ -67,7 +67,6 @@ are made only when PyTorch is imported.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import logging
 import sys
 import threading
@@ -294,7 +293,7 @@ _AFTER_IMPORT: dict[str, Any] = {MODULE: lambda m: install(m),
                                  torch_key.MODULE: lambda m: torch_key.install(m)}
 
 
-class _ImportHook(importlib.abc.MetaPathFinder):
+class _ImportHook:
     """Calls install() right after torch._inductor.remote_cache is first
     imported, before anything can create a remote cache, and
     ptxcache.autotune's install() right after triton_heuristics is (the

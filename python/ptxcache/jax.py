@@ -82,7 +82,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
-import importlib.abc
 import logging
 import os
 import sys
@@ -350,7 +349,7 @@ def _store_every_compile() -> None:
                  JAX_MIN_TIME_DEFAULT, exc_info=True)
 
 
-class _ImportHook(importlib.abc.MetaPathFinder):
+class _ImportHook:
     """Calls install() right after jax._src.compiler is first imported
     (before JAX can compile anything): the standard library's import
     machinery, as ptxcache.inductor's hook does for PyTorch."""

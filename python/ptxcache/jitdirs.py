@@ -109,8 +109,6 @@ import ctypes
 import errno
 import fnmatch
 import hashlib
-import importlib.abc
-import importlib.metadata
 import json
 import logging
 import os
@@ -264,6 +262,7 @@ def _nvml() -> dict[str, Any] | None:
 
 
 def _tool_version(dists: tuple[str, ...]) -> str | None:
+    import importlib.metadata    # here: 30 ms of every process's start otherwise
     for d in dists:
         try:
             return "%s=%s" % (d, importlib.metadata.version(d))
@@ -292,6 +291,7 @@ class _Dir:
         self.counts = {"materialized": 0, "present": 0, "published": 0, "segments_read": 0,
                        "segments_written": 0, "refused": 0, "fetch_misses": 0}
         self.why = ""
+        self.dists: tuple[str, ...] = ()     # a tool's distributions; () declared
 
     # ---- the manifest log ----------------------------------------------------
 
@@ -697,7 +697,7 @@ class _Watcher:
 
 # ---- the import hook -------------------------------------------------------
 
-class _Gate(importlib.abc.MetaPathFinder):
+class _Gate:
     """Holds the import of a served tool's top-level module until its
     directory is materialized (or the deadline passes). The wait runs in
     the module's exec_module, not in find_spec: the import system holds
@@ -798,8 +798,9 @@ def enable() -> dict[str, Any]:
     return status()
 
 
-# Where a plan's identity takes the GPU's part, once the fill thread knows it.
-GPU = "{gpu}"
+# Where a plan's identity takes the tool's version and the GPU's part, once
+# the thread that fills it knows them.
+TOOL, GPU = "{tool}", "{gpu}"
 
 
 def _enable() -> None:
@@ -809,7 +810,10 @@ def _enable() -> None:
     if off is True:
         _state["off"] = "%s=%s" % (ENV_OFF, os.environ.get(ENV_OFF))
         return
-    plans: list[tuple[str, str, str, bool, bool, tuple, str | None]] = []
+    # (name, root, identity template, units, scan, temp, module, dists):
+    # whether the tool is installed, its version, the GPU's part and whether
+    # the directory can be written are found by the thread that fills it.
+    plans: list[tuple[str, str, str, bool, bool, tuple, str | None, tuple]] = []
     for name, k in KINDS.items():
         row = rows[name] = {"served": False, "module": k.get("module")}
         if name in off:
@@ -821,11 +825,8 @@ def _enable() -> None:
         base = os.environ.get(k["env"]) or os.path.expanduser(k["default"])
         root = os.path.join(base, k["sub"]) if k["sub"] else base
         row["path"] = root
-        tool = _tool_version(k["dists"])
-        if tool is None:
-            row["why"] = "not installed (no metadata for %s)" % " or ".join(k["dists"])
-            continue
-        plans.append((name, root, tool + ";" + GPU, k["units"], k["scan"], k["temp"], k["module"]))
+        plans.append((name, root, TOOL + ";" + GPU, k["units"], k["scan"], k["temp"], k["module"],
+                      k["dists"]))
     decl, bad = _declared(os.environ.get(ENV_DIRS, ""))
     for item in bad:
         log.warning("ptxcache: %s: '%s' is not NAME=/PATH[:EXTRA][@MODULE]", ENV_DIRS, item)
@@ -834,21 +835,16 @@ def _enable() -> None:
         if name in off:
             row["why"] = "off (%s)" % ENV_OFF
             continue
-        plans.append((name, path, GPU + ";declared=" + extra, False, False, (), module))
+        plans.append((name, path, GPU + ";declared=" + extra, False, False, (), module, ()))
     if not plans:
         return
     dirs: list[_Dir] = []
-    for name, root, ident, units, scan, temp, module in plans:
-        why = _writable(root)
-        if why:
-            rows[name]["why"] = "%s: %s" % (root, why)
-            log.info("ptxcache: JIT directory %s (%s) not served: %s", name, root, why)
-            continue
+    for name, root, ident, units, scan, temp, module, dists in plans:
         d = _Dir(name, root, ident, units, scan, temp, module)
-        rows[name].update(served=True, path=root)
+        d.dists = dists
+        rows[name].update(served=True, path=root, identity="found when %s is imported"
+                          % module if module else "being found")
         dirs.append(d)
-    if not dirs:
-        return
     st = ArtifactStore(wait_ms=_env_int("PTXCACHE_JIT_LEASE_WAIT_MS", 5000))
     max_file = _env_int("PTXCACHE_JIT_FILE_MAX", 64 << 20)
     budget = [_env_int("PTXCACHE_JIT_FETCH_MAX", 4 << 30)]
@@ -874,18 +870,27 @@ def _enable() -> None:
             if "gpu" not in _state:
                 _state["gpu"] = gpu_identity()
         g, src = _state["gpu"]
+        ok = []
         for d in batch:
-            if g is None:
-                rows[d.name].update(served=False, why="no identity: %s, and %s is not set"
-                                    % (src, ENV_GPU))
+            tool = _tool_version(d.dists) if d.dists else ""
+            why = ("not installed (no metadata for %s)" % " or ".join(d.dists) if tool is None
+                   else "no identity: %s, and %s is not set" % (src, ENV_GPU) if g is None
+                   else _writable(d.root))
+            if why:
+                rows[d.name].pop("identity", None)
+                rows[d.name].update(served=False, why=why if tool is None or g is None
+                                    else "%s: %s" % (d.root, why))
+                if tool is not None and g is not None:
+                    log.info("ptxcache: JIT directory %s (%s) not served: %s", d.name, d.root, why)
                 d.ready.set()
                 continue
-            d.identity = d.identity.replace(GPU, g, 1)
+            d.identity = d.identity.replace(TOOL, tool or "", 1).replace(GPU, g, 1)
             rows[d.name]["identity"] = d.identity
-        if g is None:
+            ok.append(d)
+        if g is None and not _state.get("gpu_logged"):
+            _state["gpu_logged"] = True
             log.info("ptxcache: no JIT directory served: %s, and %s is not set", src, ENV_GPU)
-            return
-        for d in batch:
+        for d in ok:
             try:
                 d.materialize(st, budget)
             except Exception as e:
