@@ -104,15 +104,25 @@ if _scale is not None:
     th.CachingAutotuner._dynamic_scale_rblock = _counted_scale
 else:
     scaled = None
-# Every kernel's autotuner, for the config each ran with (a warm output
+# The config each kernel ran with, noted at its launches (a warm output
 # that differs from its producer's: which kernels ran another config?).
-import weakref
-tuners = weakref.WeakSet()
-_init = th.CachingAutotuner.__init__
-def _noted_init(self, *a, **k):
-    _init(self, *a, **k)
-    tuners.add(self)
-th.CachingAutotuner.__init__ = _noted_init
+# At run(), not __init__: a warm process's autotuners come unpickled from
+# Inductor's bundle, and __init__ never runs for them.
+ran, seen = {}, set()
+_run = th.CachingAutotuner.run
+def _noted_run(self, *a, **k):
+    r = _run(self, *a, **k)
+    if id(self) in seen:        # its first launch chose its config
+        return r
+    seen.add(id(self))
+    try:
+        name = (getattr(self, "inductor_meta", None) or {}).get("kernel_name") or self.fn.__name__
+        ls = getattr(self, "launchers", None) or []
+        ran.setdefault(name, set()).add(" | ".join(sorted(str(getattr(l, "config", "?")) for l in ls)))
+    except Exception:
+        pass
+    return r
+th.CachingAutotuner.run = _noted_run
 # The kernels this process timed its configs of (a warm process that times
 # again may choose another config, and a reduction's bits with it).
 benchmarked = []
@@ -124,12 +134,7 @@ def _noted_bench(self, *a, **k):
 if _bench is not None:
     th.CachingAutotuner.benchmark_all_configs = _noted_bench
 def kernel_configs():
-    out = {}
-    for t in list(tuners):
-        name = (getattr(t, "inductor_meta", None) or {}).get("kernel_name") or getattr(t.fn, "__name__", "?")
-        ls = getattr(t, "launchers", None) or []
-        out.setdefault(name, []).append(" | ".join(sorted(str(getattr(l, "config", "?")) for l in ls)))
-    return {k: sorted(v) for k, v in out.items()}
+    return {k: sorted(v) for k, v in ran.items()}
 prof = None
 if os.environ.get("TC_PROFILE") == "1":
     import cProfile
