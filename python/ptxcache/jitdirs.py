@@ -262,7 +262,7 @@ def _nvml() -> dict[str, Any] | None:
 
 
 def _tool_version(dists: tuple[str, ...]) -> str | None:
-    import importlib.metadata    # here: 30 ms of every process's start otherwise
+    import importlib.metadata    # here (and in _Gate): 30 ms of every process's start otherwise
     for d in dists:
         try:
             return "%s=%s" % (d, importlib.metadata.version(d))
@@ -722,6 +722,10 @@ class _Gate:
             return None
         if name not in self.started:
             self.started.add(name)
+            # What the filling thread imports, imported here: this thread
+            # holds the import system's lock, which an import of that
+            # thread's would wait on where this one waits in find_spec.
+            import importlib.metadata  # noqa: F401
             self.start(self.waits[name])
         spec = None
         for finder in sys.meta_path:
