@@ -30,7 +30,10 @@ already, and installs the Inductor backends (ptxcache.inductor) now or the
 moment PyTorch imports its remote_cache module (and ptxcache.autotune, the
 moment it imports triton_heuristics; ptxcache.pgo, a job id for Dynamo's
 profile of dynamic shapes where the user set none, the moment it imports
-torch.compiler.config). It never imports PyTorch or Triton itself.
+torch.compiler.config; ptxcache.bytecode and ptxcache.torch_key, the
+moments it imports their modules), and starts ptxcache.prefetch's thread,
+which fetches the entries the job's last process used while PyTorch
+imports. It never imports PyTorch or Triton itself.
 """
 from __future__ import annotations
 
