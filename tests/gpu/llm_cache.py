@@ -636,7 +636,9 @@ def main():
     ap.add_argument("--mode", default="default")
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--lens", default="128,256,384")
-    ap.add_argument("--train-len", type=int, default=256)
+    ap.add_argument("--train-len", type=int, default=None,
+                    help="the training step's length (default: the middle of --lens, so that "
+                         "one length given is one shape)")
     ap.add_argument("--phases", default="infer,train", help="infer, train, or both")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--runs", default="pkg-warm,pkg-l2",
@@ -654,6 +656,9 @@ def main():
     ap.add_argument("--sources", action="store_true")
     ap.add_argument("--report", nargs="*", help="print the table of these results.json")
     args = ap.parse_args()
+    if args.train_len is None:
+        lens = [int(x) for x in args.lens.split(",")]
+        args.train_len = lens[len(lens) // 2]
     if args.report:
         merged = {}
         for p in args.report:
