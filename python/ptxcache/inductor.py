@@ -73,6 +73,7 @@ import threading
 from typing import Any
 
 from . import autotune, bytecode, pgo, torch_key, triton_key
+from .hooks import wrapped_spec
 from .artifacts import ArtifactStore, store
 
 __all__ = ["InductorArtifacts", "CACHES", "install", "installed", "install_on_import",
@@ -307,19 +308,8 @@ class _ImportHook:
         then = self.pending.get(fullname)
         if then is None:
             return None
-        spec = None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        run = spec.loader.exec_module
 
-        def exec_module(module: Any) -> None:
-            run(module)
+        def after(module: Any) -> None:
             self.pending.pop(fullname, None)
             if not self.pending:
                 _remove_hook()
@@ -328,8 +318,7 @@ class _ImportHook:
             except Exception:
                 log.warning("ptxcache: cannot install into %s", fullname, exc_info=True)
 
-        spec.loader.exec_module = exec_module   # this module's own loader object
-        return spec
+        return wrapped_spec(self, fullname, path, target, after=after)
 
 
 _hook: _ImportHook | None = None

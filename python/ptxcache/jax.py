@@ -89,6 +89,7 @@ import threading
 from typing import Any
 
 from .artifacts import ArtifactStore, store
+from .hooks import wrapped_spec
 
 __all__ = ["JaxArtifacts", "install", "installed", "install_on_import", "TESTED_JAX",
            "MODULE", "NAMESPACE", "ENV_SWITCH"]
@@ -357,27 +358,15 @@ class _ImportHook:
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname != MODULE:
             return None
-        spec = None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        run = spec.loader.exec_module
 
-        def exec_module(module: Any) -> None:
-            run(module)
+        def after(module: Any) -> None:
             _remove_hook()
             try:
                 install(module)
             except Exception:
                 log.warning("ptxcache: cannot install into %s", fullname, exc_info=True)
 
-        spec.loader.exec_module = exec_module   # this module's own loader object
-        return spec
+        return wrapped_spec(self, fullname, path, target, after=after)
 
 
 _hook: _ImportHook | None = None

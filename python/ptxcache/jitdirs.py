@@ -122,6 +122,7 @@ import time
 from typing import Any
 
 from .artifacts import ArtifactStore
+from .hooks import wrapped_spec
 
 __all__ = ["enable", "status", "wait", "KINDS", "NS_FILE", "NS_MANIFEST", "gpu_identity"]
 
@@ -727,24 +728,7 @@ class _Gate:
             # thread's would wait on where this one waits in find_spec.
             import importlib.metadata  # noqa: F401
             self.start(self.waits[name])
-        spec = None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                break
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            self._wait(name)    # rare (a namespace package): waits under the lock
-            return spec
-        run = spec.loader.exec_module
-
-        def exec_module(module: Any) -> None:
-            self._wait(name)
-            run(module)
-
-        spec.loader.exec_module = exec_module   # this module's own loader object
-        return spec
+        return wrapped_spec(self, name, path, target, before=lambda: self._wait(name))
 
 
 # ---- enable / status --------------------------------------------------------
