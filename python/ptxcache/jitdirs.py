@@ -311,7 +311,7 @@ class _Dir:
                 return
             if (isinstance(path, str) and _safe_rel(path) and isinstance(e, list) and len(e) == 3
                     and isinstance(e[0], str) and len(e[0]) == 64 and isinstance(e[1], int)
-                    and isinstance(e[2], int)):
+                    and e[1] >= 0 and isinstance(e[2], int)):
                 self.known.setdefault(path, e)
 
     def read_log(self, st: ArtifactStore) -> None:
