@@ -210,8 +210,13 @@ def test_deb_package_installs_serves_and_purges():
         st = json.loads(r.stdout)
         assert st["daemon"]["reachable"] and st["daemon"]["artifacts"], st["daemon"]
         assert st["package"]["pth_installed"] and st["package"]["msgpack"].startswith("msgpack"), st
-        r = run(["/usr/bin/python3", "-c", "import os; print(os.environ.get('TRITON_CACHE_MANAGER'), "
-                 "os.environ.get('TRITON_PTXAS_PATH'))"], env=dict(py, PTXCACHE_TORCH="1"), cwd="/")
+        # (The hook turns the torch part on as the import of triton begins:
+        # a stand-in's, an empty package in the working directory.)
+        os.makedirs(os.path.join(tmp, "stand", "triton"))
+        open(os.path.join(tmp, "stand", "triton", "__init__.py"), "w").close()
+        r = run(["/usr/bin/python3", "-c", "import os, triton; print(os.environ.get('TRITON_CACHE_MANAGER'), "
+                 "os.environ.get('TRITON_PTXAS_PATH'))"], env=dict(py, PTXCACHE_TORCH="1"),
+                cwd=os.path.join(tmp, "stand"))
         assert r.stdout.split() == ["triton.runtime.cache:RemoteCacheManager",
                                     "/usr/lib/ptxcache/ptxas"], r.stdout + r.stderr
         daemon.terminate()

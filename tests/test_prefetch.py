@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """ptxcache.prefetch against the real daemon, in real processes started as
-a job is (PTXCACHE_TORCH=1 and ptxcache.pth: enable() at interpreter start):
+a job is (PTXCACHE_TORCH=1 and ptxcache.pth: the torch part, prefetch
+included, turned on as the import of torch begins; the stand-in's here):
 a job's second process finds its entries fetched ahead and asks the daemon
 for none of them itself; the record's bound; another tenant's scope; a
 daemon killed mid-prefetch; a key asked for while its batch is on the wire.
@@ -37,6 +38,7 @@ NS = "inductor-fx"
 JOB = r"""
 import json, logging, os, sys, time
 logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+import torch  # noqa: F401 - what turns the package's torch part on
 from ptxcache.artifacts import store
 from ptxcache import prefetch
 n, size = int(os.environ["PF_N"]), int(os.environ.get("PF_SIZE", "64"))

@@ -904,6 +904,49 @@ def test_python_refusing_daemon_is_a_miss_with_one_warning():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def test_python_switch_costs_a_process_that_imports_no_jit_nothing():
+    """PTXCACHE_JIT=1 and ptxcache.pth: a process that imports no JIT gets
+    the hook's finder and nothing else (no part imported, no thread, no
+    variable set, no warning with no daemon); the import of each JIT
+    begins by turning its part on, and PTXCACHE_TORCH=1 alone turns on
+    the torch part only."""
+    from ptxcache import jit, jitdirs
+    assert set(jit.PARTS["jitdirs"][3]) == {k["module"] for k in jitdirs.KINDS.values() if k["served"]}
+    tmp = tempfile.mkdtemp(prefix="ptxcache-py-")
+    probe = ("import json, os, sys, threading\n{imp}\n"
+             "print(json.dumps({{'mods': sorted(m for m in sys.modules if m.startswith('ptxcache')),"
+             " 'threads': threading.active_count(),"
+             " 'triton': os.environ.get('TRITON_CACHE_MANAGER')}}))")
+    try:
+        env = clean_env(tmp, os.path.join(tmp, "no-daemon.sock"), PTXCACHE_JIT="1",
+                        PYTHONUSERBASE=pth_site(tmp), PTXCACHE_GPU_IDENTITY="test-gpu",
+                        CUPY_CACHE_DIR=os.path.join(tmp, "cupy"))
+        env["PYTHONPATH"] += os.pathsep + os.path.join(STUBS, "jitdirs")
+
+        def run(imp, **extra):
+            r = subprocess.run([sys.executable, "-c", probe.format(imp=imp)], env=dict(env, **extra),
+                               capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+            return json.loads(r.stdout.splitlines()[-1]), r.stderr
+
+        got, err = run("")
+        assert got == {"mods": ["ptxcache", "ptxcache._autoload", "ptxcache.errors", "ptxcache.jit"],
+                       "threads": 1, "triton": None}, got
+        assert err == "", err
+        got, _ = run("import torch")
+        assert {"ptxcache.torch", "ptxcache.prefetch"} <= set(got["mods"]), got
+        assert "ptxcache.jitdirs" not in got["mods"] and got["triton"] == TRITON_ENV["TRITON_CACHE_MANAGER"], got
+        # (The stand-in has no installed metadata: its directory is found
+        # not served, but its import waited for that answer.)
+        got, _ = run("import cupy\nfrom ptxcache import jitdirs\n"
+                     "assert jitdirs.status()['dirs']['cupy']['ready'], jitdirs.status()")
+        assert "ptxcache.jitdirs" in got["mods"] and "ptxcache.torch" not in got["mods"], got
+        got, _ = run("import cupy, torch", PTXCACHE_JIT="0", PTXCACHE_TORCH="1")
+        assert "ptxcache.torch" in got["mods"] and "ptxcache.jitdirs" not in got["mods"], got
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 # ---- status --------------------------------------------------------------------------------
 
 def test_python_status_says_what_is_wired():

@@ -167,6 +167,7 @@ def _pgo_job() -> dict[str, Any]:
 
 
 def status(do_import: bool) -> dict[str, Any]:
+    jit.turn_on_waiting()       # as a program that imports its JIT has them
     out: dict[str, Any] = {"package": {"version": __version__, "file": os.path.dirname(__file__),
                                        "msgpack": wire.codec_name(),
                                        "pth_installed": ptorch.pth_installed()},

@@ -1,20 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
 """Run at interpreter start-up by ptxcache.pth when PTXCACHE_JIT or
-PTXCACHE_TORCH is set (and not "0"): ptxcache.jit.enable() (every JIT) or
-ptxcache.torch.enable() (Triton's and Inductor's caches alone), neither of
-which imports a JIT. A failure here is logged, never raised: it would stop
-every Python program on the machine from starting."""
-import os
+PTXCACHE_TORCH is set (and not "0"): ptxcache.jit.enable_on_import() for
+every JIT, or for Triton's and Inductor's caches alone. It imports neither
+a JIT nor a part of this package: each part is turned on when its JIT's
+import begins. A failure here is logged, never raised: it would stop every
+Python program on the machine from starting."""
 
 
 def run() -> None:
     try:
-        if os.environ.get("PTXCACHE_JIT", "0") not in ("", "0"):
-            from . import jit
-            jit.enable()
-        else:
-            from . import torch as _torch
-            _torch.enable()
+        from . import jit
+        jit.enable_on_import() if jit.on() else jit.enable_on_import(("torch",))
     except Exception:  # pragma: no cover - a broken install must not break Python
         import logging
         logging.getLogger("ptxcache").warning("ptxcache: enabling failed", exc_info=True)

@@ -39,9 +39,10 @@ How:
   them on a node that lacks them (a lost entry is wasted work, never a
   wrong file). A path's first entry in the log wins.
 - Materialize (a background thread started when the import of the tool's
-  module begins, which that import waits for, bounded by
-  PTXCACHE_JIT_WAIT_S, 30 s; a declared directory without a module, at
-  enable(), which waits for it): the GPU's identity probed, the log read, the files missing from the directory fetched in
+  module begins, which that import waits for once the module's own code
+  has run, so the two overlap, bounded by PTXCACHE_JIT_WAIT_S, 30 s; a
+  declared directory without a module, at enable(), which waits for it):
+  the GPU's identity probed, the log read, the files missing from the directory fetched in
   parallel, each written to `.ptxcache-*` in its own directory, fsync'd,
   its mode set, then hard-linked to its name (link() never replaces: a
   file already there stays, and a failure leaves no partial file; rename
@@ -263,7 +264,7 @@ def _nvml() -> dict[str, Any] | None:
 
 
 def _tool_version(dists: tuple[str, ...]) -> str | None:
-    import importlib.metadata    # here (and in _Gate): 30 ms of every process's start otherwise
+    import importlib.metadata    # here, in the filling thread: 30 ms of a start otherwise
     for d in dists:
         try:
             return "%s=%s" % (d, importlib.metadata.version(d))
@@ -699,10 +700,15 @@ class _Watcher:
 # ---- the import hook -------------------------------------------------------
 
 class _Gate:
-    """Holds the import of a served tool's top-level module until its
-    directory is materialized (or the deadline passes). The wait runs in
-    the module's exec_module, not in find_spec: the import system holds
-    its global lock around find_spec, and the filling thread imports too."""
+    """Starts filling a served tool's directory when the import of its
+    top-level module begins, and holds that import, once the module's code
+    has run, until the directory is materialized (or the deadline passes):
+    the tool's import and the fetch overlap, and no kernel of the tool's is
+    looked up before its files are in place (none is during its import).
+    The wait runs in the module's exec_module, not in find_spec: the import
+    system holds its global lock around find_spec, and the filling thread
+    imports too. A tool that is a namespace package (no exec_module) is
+    not held."""
 
     def __init__(self) -> None:
         self.waits: dict[str, list[_Dir]] = {}
@@ -723,12 +729,8 @@ class _Gate:
             return None
         if name not in self.started:
             self.started.add(name)
-            # What the filling thread imports, imported here: this thread
-            # holds the import system's lock, which an import of that
-            # thread's would wait on where this one waits in find_spec.
-            import importlib.metadata  # noqa: F401
             self.start(self.waits[name])
-        return wrapped_spec(self, name, path, target, before=lambda: self._wait(name))
+        return wrapped_spec(self, name, path, target, after=lambda _module: self._wait(name))
 
 
 # ---- enable / status --------------------------------------------------------

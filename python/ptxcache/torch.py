@@ -9,9 +9,9 @@ or, for a job whose code cannot change, the environment alone:
 
     PTXCACHE_TORCH=1 python3 train.py
 
-(the ``ptxcache.pth`` file installed with the package runs enable() at
-start-up in every Python process that has PTXCACHE_TORCH set, compile
-workers included; it imports nothing of PyTorch's).
+(the ``ptxcache.pth`` file installed with the package runs enable() in
+every Python process that has PTXCACHE_TORCH set, compile workers
+included, as the import of torch or triton begins: ptxcache.jit).
 
 enable() sets, in this process's environment (so compile workers inherit
 them), each of these that is not set already (a value you set wins, so

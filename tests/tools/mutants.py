@@ -498,6 +498,12 @@ MUTANTS: List[Mutant] = [
     Mutant("py-jitdirs-index-published", "Python: a mutable index file (numba's .nbi) is published",
            "python/ptxcache/*.py", 'NEVER = ("*.nbi", ', 'NEVER = (',
            ("test_jitdirs.test_jitdirs_declared_directory_is_served_and_its_index_is_not",)),
+    Mutant("py-jit-parts-at-start", "Python: the switch imports every part in every process, JIT or not",
+           "python/ptxcache/*.py", "if any(m in sys.modules for m in modules) or \\", "if True or \\",
+           ("test_python.test_python_switch_costs_a_process_that_imports_no_jit_nothing",)),
+    Mutant("py-jitdirs-import-not-held", "Python: a tool's import returns before its directory is filled",
+           "python/ptxcache/*.py", "after=lambda _module: self._wait(name))", "after=None)",
+           ("test_jitdirs.test_jitdirs_node_b_finds_node_a_files_before_it_compiles",)),
     # What a review found (lease hand-off, failing disks, descriptors run
     # out, hostile Redis replies, a hostile daemon's descriptors).
     Mutant("handoff-own-waits", "a lease handed on leaves its new holder's other gets waiting on it",
