@@ -42,9 +42,14 @@ How:
   module begins, which that import waits for once the module's own code
   has run, so the two overlap, bounded by PTXCACHE_JIT_WAIT_S, 30 s; a
   declared directory without a module, at enable(), which waits for it):
-  the GPU's identity probed, the log read, the files missing from the directory fetched in
-  parallel, each written to `.ptxcache-*` in its own directory, fsync'd,
-  its mode set, then hard-linked to its name (link() never replaces: a
+  the GPU's identity probed, the log read, the files missing from the
+  directory fetched (batches of up to 256 files and 32 MiB, one request
+  each, on up to 8 connections), each written to `.ptxcache-*` in its own
+  directory, its mode set, fsync'd where the tool syncs its own files
+  (DeepGEMM, a declared directory; not CuPy, which neither syncs its files
+  nor trusts them: a cubin whose md5 does not match is compiled again,
+  so a file a power loss left empty costs one compile, as CuPy's own
+  would, and never a wrong kernel), then hard-linked to its name (link() never replaces: a
   file already there stays, and a failure leaves no partial file; rename
   where the file system has no hard links, after a check) and the
   temporary name removed; a unit directory (deep_gemm) is built whole as
@@ -105,7 +110,6 @@ How:
 from __future__ import annotations
 
 import atexit
-import concurrent.futures
 import ctypes
 import errno
 import fnmatch
@@ -116,7 +120,6 @@ import os
 import re
 import select
 import struct
-import subprocess
 import sys
 import threading
 import time
@@ -139,6 +142,7 @@ MAX_ENTRIES = 20000
 MAX_SEGMENTS = 2048
 SEGMENT_FILES = 512
 FETCH_THREADS = 8
+BATCH_FILES, BATCH_BYTES = 256, 32 << 20
 NEVER = ("*.nbi", "*.lock", ".ninja_log", ".ninja_deps", ".ptxcache-*", "*.tmp", "*.tmp.*")
 
 # kind -> how the tool keeps its directory (see the table above).
@@ -146,10 +150,10 @@ KINDS: dict[str, dict[str, Any]] = {
     "cupy": {"env": "CUPY_CACHE_DIR", "default": "~/.cupy/kernel_cache", "sub": "",
              "dists": ("cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x", "cupy"),
              "module": "cupy", "units": False, "scan": True, "temp": ("tmp*", "*.cu"),
-             "served": True},
+             "sync": False, "served": True},
     "deep_gemm": {"env": "DG_JIT_CACHE_DIR", "default": "~/.deep_gemm", "sub": "cache",
                   "dists": ("deep_gemm", "deep-gemm"), "module": "deep_gemm", "units": True,
-                  "scan": True, "temp": (), "served": True},
+                  "scan": True, "temp": (), "sync": True, "served": True},
     "numba-cuda": {"env": "NUMBA_CACHE_DIR", "module": "numba", "served": False,
                    "why": "a mutable index (.nbi) names numbered data files (.nbc) that mean "
                           "what that one index says, stamped with the source file's mtime"},
@@ -208,6 +212,7 @@ def gpu_identity() -> tuple[str | None, str]:
     how = "NVML"
     if ans is None:
         how = "the CUDA driver"
+        import subprocess   # here: a thread's, off the tool's import
         try:
             r = subprocess.run([sys.executable, "-I", "-c", _PROBE], capture_output=True,
                                text=True, timeout=10)
@@ -264,7 +269,33 @@ def _nvml() -> dict[str, Any] | None:
 
 
 def _tool_version(dists: tuple[str, ...]) -> str | None:
-    import importlib.metadata    # here, in the filling thread: 30 ms of a start otherwise
+    """"<dist>=<version>" of the first of dists installed on sys.path, as
+    importlib.metadata.version() finds it: the `<name>-<version>.dist-info`
+    directory's METADATA read directly (importlib.metadata's import and
+    search are 20 to 30 ms), else importlib.metadata itself (egg-info, a
+    zip)."""
+    want = {re.sub(r"[-_.]+", "_", d).lower(): d for d in dists}
+    for base in sys.path:
+        try:
+            names = os.listdir(base or ".")
+        except OSError:
+            continue
+        for name in names:
+            if not name.endswith(".dist-info"):
+                continue
+            d = want.get(re.sub(r"[-_.]+", "_", name[:-10].rsplit("-", 1)[0]).lower())
+            if d is None:
+                continue
+            try:
+                with open(os.path.join(base, name, "METADATA"), encoding="utf-8") as f:
+                    for line in f:
+                        if not line.strip():
+                            break
+                        if line.startswith("Version:"):
+                            return "%s=%s" % (d, line[8:].strip())
+            except OSError:
+                pass
+    import importlib.metadata
     for d in dists:
         try:
             return "%s=%s" % (d, importlib.metadata.version(d))
@@ -294,6 +325,7 @@ class _Dir:
                        "segments_written": 0, "refused": 0, "fetch_misses": 0}
         self.why = ""
         self.dists: tuple[str, ...] = ()     # a tool's distributions; () declared
+        self.sync = True                      # files fsync'd before their link (KINDS)
 
     # ---- the manifest log ----------------------------------------------------
 
@@ -371,16 +403,38 @@ class _Dir:
                     continue
                 budget[0] -= size
             todo.append((unit, paths))
-        if not todo:
+        # Units in batches of at most BATCH_FILES files and BATCH_BYTES
+        # (one trip each: 63 small cubins are one request, not 63), the
+        # batches on FETCH_THREADS connections.
+        batches: list[list[tuple[str, list[str]]]] = [[]]
+        files = size = 0
+        for unit, paths in todo:
+            n, b = len(paths), sum(self.known[p][1] for p in paths)
+            if batches[-1] and (files + n > BATCH_FILES or size + b > BATCH_BYTES):
+                batches.append([])
+                files = size = 0
+            batches[-1].append((unit, paths))
+            files, size = files + n, size + b
+        if len(batches) == 1:
+            self._fetch(st, batches[0])
             return
-        with concurrent.futures.ThreadPoolExecutor(FETCH_THREADS) as ex:
-            for _ in ex.map(lambda t: self._one_unit(st, *t), todo):
+        import concurrent.futures
+        with concurrent.futures.ThreadPoolExecutor(min(FETCH_THREADS, len(batches))) as ex:
+            for _ in ex.map(lambda b: self._fetch(st, b), batches):
                 pass
 
-    def _one_unit(self, st: ArtifactStore, unit: str, paths: list[str]) -> None:
+    def _fetch(self, st: ArtifactStore, units: list[tuple[str, list[str]]]) -> None:
+        try:
+            got = st.get_many(NS_FILE, sorted({self.known[p][0] for _u, ps in units for p in ps}))
+        except Exception as e:      # never into the program
+            log.debug("ptxcache: jit dir %s: %s", self.name, e)
+            return
+        for unit, paths in units:
+            self._one_unit(unit, paths, got)
+
+    def _one_unit(self, unit: str, paths: list[str], got: dict[str, bytes]) -> None:
         try:
             shas = sorted({self.known[p][0] for p in paths})
-            got = st.get_many(NS_FILE, shas)
             data = {}
             for s in shas:
                 v = got.get(s)
@@ -393,7 +447,7 @@ class _Dir:
             else:
                 p = paths[0]
                 if _write_new(os.path.join(self.root, p), data[self.known[p][0]],
-                              self.known[p][2]):
+                              self.known[p][2], self.sync):
                     self.ours.add(p)
                     self.counts["materialized"] += 1
         except Exception as e:      # never into the program
@@ -408,7 +462,7 @@ class _Dir:
                 rel = p.split("/", 1)[1]
                 dst = os.path.join(tmp, rel)
                 os.makedirs(os.path.dirname(dst), exist_ok=True)
-                _write_fd(dst, v, self.known[p][2])
+                _write_fd(dst, v, self.known[p][2], self.sync)
             _fsync_dir(tmp)
             if os.path.lexists(final):
                 return
@@ -469,8 +523,8 @@ class _Dir:
                 if n > MAX_ENTRIES:
                     return
                 r = os.path.relpath(os.path.join(dp, fn), self.root)
-                if self.units and "/" not in r:
-                    continue
+                if (self.units and "/" not in r) or r in self.ours or r in self.known:
+                    continue    # what the manifest has is not read and hashed again
                 self.publish_file(st, r, max_file)
 
 
@@ -485,24 +539,25 @@ def _is_reg(mode: int) -> bool:
     return stat.S_ISREG(mode)
 
 
-def _write_fd(path: str, data: bytes, mode: int) -> None:
+def _write_fd(path: str, data: bytes, mode: int, sync: bool = True) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
         os.fchmod(fd, mode & 0o777 or 0o644)
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def _write_new(final: str, data: bytes, mode: int) -> bool:
+def _write_new(final: str, data: bytes, mode: int, sync: bool = True) -> bool:
     """final created whole with data, never replacing a file there."""
     d = os.path.dirname(final)
     os.makedirs(d, exist_ok=True)
     tmp = os.path.join(d, ".ptxcache-%d-%s" % (os.getpid(), os.urandom(6).hex()))
-    _write_fd(tmp, data, mode)
+    _write_fd(tmp, data, mode, sync)
     try:
         try:
             os.link(tmp, final)
@@ -832,6 +887,7 @@ def _enable() -> None:
     for name, root, ident, units, scan, temp, module, dists in plans:
         d = _Dir(name, root, ident, units, scan, temp, module)
         d.dists = dists
+        d.sync = KINDS.get(name, {}).get("sync", True) if dists else True
         rows[name].update(served=True, path=root, identity="found when %s is imported"
                           % module if module else "being found")
         dirs.append(d)
