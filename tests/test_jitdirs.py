@@ -128,7 +128,24 @@ def test_jitdirs_node_b_finds_node_a_files_before_it_compiles():
                 fa, fb = files(os.path.join(ha, sub)), files(os.path.join(hb, sub))
                 assert fa == fb and len(fa) == (12 if tool == "cupy" else 24), (fa, fb)
                 assert rb["status"]["dirs"][tool]["materialized"] == 12, rb["status"]
+                assert rb["status"]["dirs"][tool]["fetches"] == 1, rb["status"]   # one request
             assert b.stats()["artifact_l2_hits"] > 0
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_jitdirs_many_files_come_in_few_requests():
+    """300 files: two requests (BATCH_FILES 256 a request), every file in
+    place before the tool's import returns."""
+    tmp = tempfile.mkdtemp(prefix="ptxcache-jitdirs-")
+    try:
+        with Daemon(workers=1) as d:
+            ra, _ = stand(env_for(tmp, d.socket, os.path.join(tmp, "a")), "cupy", "m", 300)
+            assert ra["compiles"] == 300, ra
+            rb, _ = stand(env_for(tmp, d.socket, os.path.join(tmp, "b")), "cupy", "m", 300)
+            row = rb["status"]["dirs"]["cupy"]
+            assert (rb["compiles"], row["materialized"], row["fetches"]) == (0, 300, 2), rb
+            assert rb["digest"] == ra["digest"] and len(rb["seen"]) == 300, rb
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -322,7 +322,7 @@ class _Dir:
         self.lock = threading.Lock()
         self.ready = threading.Event()
         self.counts = {"materialized": 0, "present": 0, "published": 0, "segments_read": 0,
-                       "segments_written": 0, "refused": 0, "fetch_misses": 0}
+                       "segments_written": 0, "refused": 0, "fetch_misses": 0, "fetches": 0}
         self.why = ""
         self.dists: tuple[str, ...] = ()     # a tool's distributions; () declared
         self.sync = True                      # files fsync'd before their link (KINDS)
@@ -424,6 +424,7 @@ class _Dir:
                 pass
 
     def _fetch(self, st: ArtifactStore, units: list[tuple[str, list[str]]]) -> None:
+        self.counts["fetches"] += 1
         try:
             got = st.get_many(NS_FILE, sorted({self.known[p][0] for _u, ps in units for p in ps}))
         except Exception as e:      # never into the program
