@@ -85,7 +85,19 @@ def test_a_batch_that_meets_a_full_disk_is_redone_put_by_put_and_each_is_stored(
     its own room (store.c's retry), and only then answered: every put is
     answered "stored" and every one is there after (none answered for a
     savepoint that the full disk took back, none evicted by its
-    batch-mates' room: the oldest entries go)."""
+    batch-mates' room: the oldest entries go). Whether the loop reads a
+    write's four puts in one turn is the scheduler's: where the disk was
+    first full under a put read alone (about one run in five on 2 cores),
+    that run's puts are checked and the test runs again on a fresh disk."""
+    for _attempt in range(6):
+        if _fill_in_batches():
+            return
+    raise AssertionError("in 6 runs the disk was never first full in a batch's commit")
+
+
+def _fill_in_batches():
+    """One run of the test above on a fresh disk; False where the disk was
+    first full under a put alone (its puts all stored, nothing else said)."""
     with tmpfs(DISK) as mnt:
         with Daemon(workers=1, cache_dir=os.path.join(mnt, "cache"),
                     extra=["--max-size", "0", "--artifact-share", "100"]) as d:
@@ -105,8 +117,9 @@ def test_a_batch_that_meets_a_full_disk_is_redone_put_by_put_and_each_is_stored(
             for key, (ftype, body) in zip(sent[0], answers(raw, sent[0])):
                 assert ftype == PUT | 0x80 and body.get("stored"), (key, body)
             raw.close()
+            if "entries one by one" not in d.logtext():
+                return False
             # The disk was first full in a batch's commit, redone put by put.
-            assert "entries one by one" in d.logtext(), d.logtext()
             with Client(d.socket) as c:
                 for key, v in list(done.items()) + list(sent[0].items()):
                     assert c.artifact_get("full", key).value == v, key
@@ -116,6 +129,7 @@ def test_a_batch_that_meets_a_full_disk_is_redone_put_by_put_and_each_is_stored(
             assert s["artifact_put_commits"] < s["artifact_puts"], s
             r = d.cli("verify")
             assert r.returncode == 0, r.stdout
+            return True
 
 
 def test_a_full_disk_whose_wal_outgrew_its_reserve_still_answers_every_put():
