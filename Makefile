@@ -284,6 +284,7 @@ bench: deps
 	@PTXCACHE_BUILD=$(B) python3 bench/large.py --build $(B) --out $(B)/bench
 	@PTXCACHE_BUILD=$(B) python3 bench/puts.py --build $(B) --count 2000
 	@PTXCACHE_BUILD=$(B) python3 bench/fleet.py --build $(B) --out $(B)/bench
+	@PTXCACHE_BUILD=$(B) python3 bench/jitdirs.py --build $(B) --out $(B)/bench
 	@python3 bench/against.py --build $(B) $(if $(BASE),--base $(BASE)) $(if $(QUICK),,--full)
 
 # This tree's daemon against an earlier commit's (bench/against.py): BASE
