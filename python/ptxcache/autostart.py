@@ -17,9 +17,7 @@ turns it off.
 from __future__ import annotations
 
 import os
-import subprocess
 
-from . import front
 from .errors import ConnectError
 
 __all__ = ["enabled", "own_socket", "node_socket", "log_path", "start", "IDLE_EXIT_S"]
@@ -68,6 +66,8 @@ def start(timeout: float = 60.0) -> tuple[str, str]:
     """Make sure a daemon answers for this user: (how, socket), how being
     "own" or "node" (one answered already) or "started". Raises
     ConnectError naming what failed."""
+    import subprocess           # here: every client imports this module, few start a daemon
+    from . import front
     binary, how = front.find_ptxcache_binary()
     if not binary:
         raise ConnectError("no daemon answers, and none can be started: %s" % how)
