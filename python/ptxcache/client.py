@@ -36,6 +36,7 @@ import struct
 import threading
 import time
 import weakref
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:      # typing: 5 ms of an import; the names are annotations only
     from typing import Any, Iterable

@@ -13,6 +13,7 @@ the module is patched but its own loader object's exec_module.
 from __future__ import annotations
 
 import sys
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:      # typing: 5 ms of an import; the names are annotations only
     from typing import Any, Callable

@@ -49,10 +49,10 @@ How:
   (DeepGEMM, a declared directory; not CuPy, which neither syncs its files
   nor trusts them: a cubin whose md5 does not match is compiled again,
   so a file a power loss left empty costs one compile, as CuPy's own
-  would, and never a wrong kernel), then hard-linked to its name (link() never replaces: a
-  file already there stays, and a failure leaves no partial file; rename
-  where the file system has no hard links, after a check) and the
-  temporary name removed; a unit directory (deep_gemm) is built whole as
+  would, and never a wrong kernel), then hard-linked to its name (link()
+  never replaces: a file already there stays, and a failure leaves no
+  partial file; rename where the file system has no hard links, after a
+  check) and the temporary name removed; a unit directory (deep_gemm) is built whole as
   `.ptxcache-*` and renamed into place when absent. Why at the import: a
   program that never imports the tool pays nothing for it (no probe, no
   fetch); waiting in the tool's import means the JIT's first lookup sees everything that
@@ -113,8 +113,8 @@ import atexit
 import ctypes
 import errno
 import fnmatch
-import itertools
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -124,6 +124,7 @@ import struct
 import sys
 import threading
 import time
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:      # typing: 5 ms of an import; the names are annotations only
     from typing import Any

@@ -13,6 +13,7 @@ Nothing here does I/O.
 from __future__ import annotations
 
 import struct
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:      # typing: 5 ms of an import; the names are annotations only
     from typing import Any
