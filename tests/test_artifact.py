@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 import time
 
-from harness import CLI, SANITIZED, Daemon, Raw, Skip, frame, mp_pack, mp_unpack
+from harness import CLI, Daemon, Raw, Skip, frame, mp_pack, mp_unpack
 from redis_fixture import RedisServer
 from sysutil import cli_as, make_reachable, tmpfs
 
@@ -503,17 +503,12 @@ def test_artifacts_of_1_to_100_mb_cross_nodes_on_the_defaults():
     got, exact, on another, with no timeout and no breaker opening."""
     if os.geteuid() != 0:
         raise Skip("needs root to make the socket reachable")
-    # Under the sanitizers (make check-asan, two tests at once on 2 cores)
-    # a 40 MB SET's reply once came after more than the default 50 ms of
-    # silence: there the bound is a second; the release build keeps the
-    # defaults.
-    extra = ["--l2-timeout-ms", "1000"] if SANITIZED else []
     for tcp in (False, True):
         r = RedisServer(tcp=tcp)
         tmp = tempfile.mkdtemp()
         url = r.tcp_url() if tcp else r.url
         try:
-            with _node(r, tmp, "a", url, extra) as a, _node(r, tmp, "b", url, extra) as b:
+            with _node(r, tmp, "a", url) as a, _node(r, tmp, "b", url) as b:
                 sizes = [1, 8, 40, 100] if not tcp else [8, 40]
                 for mb in sizes:
                     value = os.urandom(mb << 20)
