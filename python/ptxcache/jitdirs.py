@@ -326,6 +326,10 @@ class _Dir:
         self.ready = threading.Event()
         self.counts = {"materialized": 0, "present": 0, "published": 0, "segments_read": 0,
                        "segments_written": 0, "refused": 0, "fetch_misses": 0, "fetches": 0}
+        # Where a process's fill went, in ms (status()): the identity
+        # found, the log read, the files fetched and written, and how long
+        # the tool's import was held after its own code had run.
+        self.ms = {"identity": 0.0, "log": 0.0, "fetch": 0.0, "write": 0.0, "held": 0.0}
         self.why = ""
         self.dists: tuple[str, ...] = ()     # a tool's distributions; () declared
         self.sync = True                      # files fsync'd before their link (KINDS)
@@ -388,7 +392,9 @@ class _Dir:
     # ---- materialize ---------------------------------------------------------
 
     def materialize(self, st: ArtifactStore, budget: list[int]) -> None:
+        t0 = time.monotonic()
         self.read_log(st)
+        self.ms["log"] += (time.monotonic() - t0) * 1000
         groups: dict[str, list[str]] = {}
         for path in self.known:
             unit = path.split("/", 1)[0] if self.units else path
@@ -426,13 +432,17 @@ class _Dir:
 
     def _fetch(self, st: ArtifactStore, units: list[tuple[str, list[str]]]) -> None:
         self.counts["fetches"] += 1
+        t0 = time.monotonic()
         try:
             got = st.get_many(NS_FILE, sorted({self.known[p][0] for _u, ps in units for p in ps}))
         except Exception as e:      # never into the program
             log.debug("ptxcache: jit dir %s: %s", self.name, e)
             return
+        t1 = time.monotonic()
         for unit, paths in units:
             self._one_unit(unit, paths, got)
+        self.ms["fetch"] += (t1 - t0) * 1000
+        self.ms["write"] += (time.monotonic() - t1) * 1000
 
     def _one_unit(self, unit: str, paths: list[str], got: dict[str, bytes]) -> None:
         try:
@@ -787,9 +797,12 @@ class _Gate:
         self.started: set[str] = set()
 
     def _wait(self, name: str) -> None:
-        end = time.monotonic() + self.deadline
+        t0 = time.monotonic()
+        end = t0 + self.deadline
         for d in self.waits.pop(name, []):
-            if not d.ready.wait(max(0.0, end - time.monotonic())):
+            ok = d.ready.wait(max(0.0, end - time.monotonic()))
+            d.ms["held"] = (time.monotonic() - t0) * 1000
+            if not ok:
                 log.info("ptxcache: %s imported before its JIT directory %s was filled "
                          "(%.0f s)", name, d.root, self.deadline)
                 break
@@ -850,11 +863,13 @@ def enable() -> dict[str, Any]:
     with _lock:
         if _state.get("enabled"):
             return status()
+        t0 = time.monotonic()
         try:
             _enable()
         except Exception as e:      # never into the program
             log.warning("ptxcache: JIT directories not served: %s", e)
             _state.update(enabled=True, error=str(e))
+        _state["enable_ms"] = round((time.monotonic() - t0) * 1000, 1)
     return status()
 
 
@@ -927,6 +942,7 @@ def _enable() -> None:
     def fill(batch: list[_Dir]) -> None:
         # The GPU's part of the identity here, off the program's start: the
         # driver's probe is a process of its own (gpu_identity()).
+        t0 = time.monotonic()
         with _lock:
             if "gpu" not in _state:
                 _state["gpu"] = gpu_identity()
@@ -934,6 +950,7 @@ def _enable() -> None:
         ok = []
         for d in batch:
             tool = _tool_version(d.dists) if d.dists else ""
+            d.ms["identity"] = (time.monotonic() - t0) * 1000
             why = ("not installed (no metadata for %s)" % " or ".join(d.dists) if tool is None
                    else "no identity: %s, and %s is not set" % (src, ENV_GPU) if g is None
                    else _writable(d.root))
@@ -1008,13 +1025,14 @@ def _at_exit() -> None:
 
 
 def status() -> dict[str, Any]:
-    """{enabled, off?, dirs: {name: {served, path, identity | why, counts}}}."""
+    """{enabled, off?, dirs: {name: {served, path, identity | why, counts, ms}}}."""
     rows = {k: dict(v) for k, v in _state.get("rows", {}).items()}
     for d in _state.get("dirs", []):
         rows[d.name].update(d.counts, ready=d.ready.is_set(), entries=len(d.known),
-                            mutable=sorted(d.mutable))
+                            mutable=sorted(d.mutable),
+                            ms={k: round(v, 1) for k, v in d.ms.items()})
     out: dict[str, Any] = {"enabled": bool(_state.get("enabled")), "dirs": rows}
-    for k in ("off", "error"):
+    for k in ("off", "error", "enable_ms"):
         if k in _state:
             out[k] = _state[k]
     return out

@@ -94,7 +94,10 @@ t_end = time.time()
 after = len([f for f in os.listdir(d) if f.endswith(".cubin")])
 st = None
 if "ptxcache.jitdirs" in sys.modules:
-    st = sys.modules["ptxcache.jitdirs"].status()["dirs"].get("cupy")
+    s = sys.modules["ptxcache.jitdirs"].status()
+    st = s["dirs"].get("cupy")
+    if st is not None:
+        st["enable_ms"] = s.get("enable_ms")
 print(json.dumps({"t0": t0, "t_end": t_end, "total_s": t_end - t0, "enable_s": t_enable - t0, "import_s": t_import - t_enable,
                   "kernels_s": t_end - t_import, "digest": h.hexdigest(), "files_before": before,
                   "files_after": after, "new_files": after - before, "jitdirs": st,
@@ -133,9 +136,12 @@ def run(work, tag, cache_dir, daemon=None, tools=None, pth=None, timeout=300):
     if daemon is not None:
         r["daemon"] = {k: v for k, v in daemon.stats().items()
                        if k.startswith(("artifact", "l2_hits", "l2_misses", "l2_writes"))}
+    ms = (r.get("jitdirs") or {}).get("ms")
     log("%-9s %6.2f s (start %.2f s, import %.2f s, kernels %.2f s, exit %.2f s) new files %s "
-        "digest %s" % (tag, r["wall_s"], r["pre_s"], r["import_s"], r["kernels_s"], r["exit_s"],
-                       r["new_files"], r["digest"][:12]))
+        "digest %s%s" % (tag, r["wall_s"], r["pre_s"], r["import_s"], r["kernels_s"], r["exit_s"],
+                         r["new_files"], r["digest"][:12],
+                         "; fill ms: enable %s, %s" % (r["jitdirs"].get("enable_ms"), ", ".join(
+                             "%s %.0f" % kv for kv in ms.items())) if ms else ""))
     return r
 
 
