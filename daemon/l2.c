@@ -116,6 +116,12 @@
 #define L2_CHUNK (1 << 20)
 #define L2_WINDOW_BYTES (4 << 20)
 #define L2_RAMP 2                       /* chunks sent per reply, at most */
+/* A put's commands may find their connection silent this long (or
+ * l2-timeout-ms, if longer): no request waits on a put, and a Redis that
+ * stops for a moment while it stores a chunk (a loaded node's scheduler,
+ * its own fork for a save) would otherwise cost the fleet the value. A
+ * get's and a claim's bound stays l2-timeout-ms: a compile waits on them. */
+#define L2_PUT_SILENCE_MS 1000
 
 /* ---- transfers: a value whole, or its chunks and manifest --------------- */
 
@@ -244,6 +250,16 @@ static void fail(struct l2_xfer *x, const char *why)
 
 static const struct l2_xfer_ops xfer_ops = { xfer_step, xfer_unref };
 
+/* How long op's connection may be silent (L2_PUT_SILENCE_MS). */
+static int64_t silence_ms(const struct l2_conf *conf, enum op op)
+{
+	int64_t ms = conf->command_timeout_ms;
+
+	if ((op == OP_SET || op == OP_SET_CHUNK) && ms < L2_PUT_SILENCE_MS)
+		ms = L2_PUT_SILENCE_MS;
+	return ms;
+}
+
 /* Send one command of x; a failure to send ends x. */
 static void send_op(struct l2_xfer *x, enum op op, uint32_t chunk, int argc,
 		    const char **argv, const size_t *argvlen)
@@ -266,7 +282,7 @@ static void send_op(struct l2_xfer *x, enum op op, uint32_t chunk, int argc,
 	cmd->fail = OUT_ERROR;
 	cmd->probe = x->probe;          /* the first command is the probe */
 	x->probe = 0;
-	send_cmd(x->l2, cmd, argc, argv, argvlen, x->conf->command_timeout_ms);
+	send_cmd(x->l2, cmd, argc, argv, argvlen, silence_ms(x->conf, op));
 }
 
 /* The record's bytes in chunk i: their offset and length. */

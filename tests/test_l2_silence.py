@@ -8,7 +8,8 @@ as a timeout of the silence detector (not of the 10 s cap on every
 command, L2_CMD_MAX_MS: the counter `overruns` tells the two apart) in a
 small multiple of the timeout; one stall is one failure, and the breaker
 opens only after five in a row (L2_TRIP); a server that trickles bytes,
-never silent for the timeout, is ended by the cap. The proxy is a
+never silent for the timeout, is ended by the cap; a put, which nothing
+waits on, outlasts a pause of Redis (DEBUG SLEEP) that ends a get. The proxy is a
 Python process on a shared machine: where it went quiet itself for the
 timeout, a timeout is right and the transfer is tried again; a timeout
 while its bytes kept moving is a failure."""
@@ -274,6 +275,46 @@ def test_l2_a_trickle_never_silent_for_the_timeout_still_ends():
         finally:
             d.close()
             proxy.close()
+
+
+def test_a_put_outlasts_a_pause_of_redis_that_would_end_a_get():
+    """No request waits on a put, so its connection may be silent for
+    L2_PUT_SILENCE_MS (1 s; l2.c) where a get's may be for l2-timeout-ms
+    (50 ms): a Redis that stops for a moment (DEBUG SLEEP, as one starved
+    of the CPU on a loaded node) while a large value goes in loses it no
+    more; a get in the same pause ends as a timeout, and a put in a pause
+    past the bound ends too."""
+    with RedisServer() as r:
+        d = Drive(r.url, r.tmp)
+        try:
+            data = os.urandom(8 << 20)      # 8 chunks, two windows
+            ends = ("writes", "timeouts", "errors")
+
+            def put_in_pause(key: str, pause_s: float) -> Dict[str, int]:
+                c0 = d.counters()
+                sleeper = r.sleep(pause_s)
+                d.put(key, data)
+                c = d.wait(lambda c: sum(c[n] - c0[n] for n in ends) >= 1, "the put",
+                           tries=1000, ms=20)
+                sleeper.join()
+                return {n: c[n] - c0[n] for n in ends}
+            assert put_in_pause(KEY, 0.3) == {"writes": 1, "timeouts": 0, "errors": 0}
+            out = os.path.join(r.tmp, "got")
+            assert d.get(KEY, out)[0] == "hit"
+            with open(out, "rb") as f:
+                assert f.read() == data
+            # The get's bound is the short one.
+            c0 = d.counters()
+            sleeper = r.sleep(0.3)
+            assert d.get(KEY)[0] == "miss"
+            sleeper.join()
+            assert d.counters()["timeouts"] == c0["timeouts"] + 1, d.counters()
+            # A put's bound is a bound: silent for a whole period of it
+            # (its timer armed again once after the last bytes moved).
+            got = put_in_pause("ab" * 32, 3)
+            assert got == {"writes": 0, "timeouts": 1, "errors": 0}, (got, d.counters())
+        finally:
+            d.close()
 
 
 def test_a_tier_get_nobody_waits_for_any_more_stops_fetching_its_chunks():
