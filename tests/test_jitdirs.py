@@ -146,6 +146,10 @@ def test_jitdirs_many_files_come_in_few_requests():
             row = rb["status"]["dirs"]["cupy"]
             assert (rb["compiles"], row["materialized"], row["fetches"]) == (0, 300, 2), rb
             assert rb["digest"] == ra["digest"] and len(rb["seen"]) == 300, rb
+            # Where the fill went is said (status()'s ms): 300 files fetched
+            # and written take time, a node that had them fetched nothing.
+            assert row["ms"]["fetch"] > 0 and row["ms"]["write"] > 0, row["ms"]
+            assert ra["status"]["dirs"]["cupy"]["ms"]["fetch"] == 0, ra["status"]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
