@@ -7,12 +7,20 @@ tempfile.NamedTemporaryFile(dir=cache_dir, delete=False) and moved into
 place with shutil.move; a file whose md5 does not match is recompiled.
 The "compile" is a deterministic function of the source (sha256 chain),
 large when the source asks (`#big`). JITSTAND_CRASH_AT=<n>: the n-th
-compile writes half its temporary file and the process kills itself."""
+compile writes half its temporary file and the process kills itself.
+JITSTAND_IMPORT_MS=<n>: the import runs Python for about n ms first, as
+CuPy's own import does (about 0.4 s on an H100 host), holding the
+interpreter's lock a fill beside it needs (bench/jitdirs.py)."""
 import hashlib
 import os
 import shutil
 import signal
 import tempfile
+import time
+
+_busy = time.perf_counter() + int(os.environ.get("JITSTAND_IMPORT_MS", "0")) / 1000
+while time.perf_counter() < _busy:
+    sum(range(1000))
 
 STATS = {"compiles": 0, "hits": 0}
 
