@@ -87,6 +87,13 @@ $(SYSROOT)/.done: mk/sysroot.sh mk/debs.sh
 	@echo "  SYSROOT $(SYSROOT)"
 	$(Q)mk/sysroot.sh $(ARCH) $(SYSROOT)
 endif
+else
+# The dynamic builds link with ld.lld where it is installed (mk/deps.sh
+# installs Debian's lld): the daemon, LLVM inside, in 2.6 s instead of
+# 11.9 s with ld.bfd on 2 cores, and make check-mutants relinks it for most
+# mutants. The static and cross builds keep the toolchain's linker.
+LD_LLD      := $(shell command -v ld.lld 2>/dev/null)
+LDFLAGS     += $(if $(LD_LLD),-fuse-ld=lld)
 endif
 
 PROTO_SRC  := proto/buf.c proto/frame.c proto/msg.c proto/ptxas_args.c proto/llc_args.c

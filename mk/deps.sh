@@ -10,7 +10,7 @@ PKGS="llvm-22 llvm-22-dev llvm-22-tools libsqlite3-dev libevent-dev libmsgpack-d
 libzstd-dev libxxhash-dev libseccomp-dev libssl-dev libjson-c-dev libhiredis-dev redis-server pkg-config python3 sqlite3
 python3-msgpack zstd systemd debhelper dh-python dpkg-dev lintian python3-venv python3-pip
 python3-build binutils debootstrap qemu-user-static gcc-aarch64-linux-gnu
-g++-aarch64-linux-gnu umoci python3-yaml"  # zstd: unpacks tests/corpus; systemd: systemd-analyze,
+g++-aarch64-linux-gnu umoci python3-yaml lld"  # zstd: unpacks tests/corpus; systemd: systemd-analyze,
 # systemd-socket-activate for tests/test_systemd.py; debhelper, dh-python, dpkg-dev,
 # lintian: make deb and tests/test_deb.py; python3-msgpack: the Python package's
 # codec (python/ptxcache; tests/test_python.py compares it with its own);
@@ -22,7 +22,8 @@ g++-aarch64-linux-gnu umoci python3-yaml"  # zstd: unpacks tests/corpus; systemd
 # umoci: make image writes the OCI image from scratch with it (layout,
 # layer, config), tests/test_image.py unpacks it; python3-yaml:
 # tests/test_kubernetes.py parses deploy/kubernetes/ (Debian ships no
-# validator against Kubernetes' schemas)
+# validator against Kubernetes' schemas); lld: the dynamic builds link
+# with it (the Makefile), a quarter of ld.bfd's time for the daemon
 [ "${1:-}" = bench ] && PKGS="python3-matplotlib"
 [ "${1:-}" = fuzz ] && PKGS="clang libclang-rt-14-dev"  # make fuzz: libFuzzer
 # `mk/deps.sh podman`: what tests/test_image.py needs to run the image under
