@@ -23,7 +23,7 @@ g++-aarch64-linux-gnu umoci python3-yaml lld"  # zstd: unpacks tests/corpus; sys
 # layer, config), tests/test_image.py unpacks it; python3-yaml:
 # tests/test_kubernetes.py parses deploy/kubernetes/ (Debian ships no
 # validator against Kubernetes' schemas); lld: the dynamic builds link
-# with it (the Makefile), a quarter of ld.bfd's time for the daemon
+# the daemons with it (the Makefile), a quarter of ld.bfd's time
 [ "${1:-}" = bench ] && PKGS="python3-matplotlib"
 [ "${1:-}" = fuzz ] && PKGS="clang libclang-rt-14-dev"  # make fuzz: libFuzzer
 # `mk/deps.sh podman`: what tests/test_image.py needs to run the image under
