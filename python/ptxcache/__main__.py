@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-from . import __version__, autostart, front, inductor, jax as pjax, jit, jitdirs, pgo
+from . import __version__, autostart, front, inductor, jax as pjax, jit, jitdirs, pgo, prefetch
 from . import torch as ptorch, triton as ptriton, wire
 from .client import Client, socket_and_source, version_of
 from .errors import PtxcacheError, Unsupported
@@ -167,6 +167,8 @@ def _pgo_job() -> dict[str, Any]:
 
 
 def status(do_import: bool) -> dict[str, Any]:
+    # This process is no job: it fetches and records no entries of its own.
+    os.environ[prefetch.ENV] = "0"
     jit.turn_on_waiting()       # as a program that imports its JIT has them
     out: dict[str, Any] = {"package": {"version": __version__, "file": os.path.dirname(__file__),
                                        "msgpack": wire.codec_name(),
