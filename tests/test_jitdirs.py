@@ -150,6 +150,11 @@ def test_jitdirs_many_files_come_in_few_requests():
             # and written take time, a node that had them fetched nothing.
             assert row["ms"]["fetch"] > 0 and row["ms"]["write"] > 0, row["ms"]
             assert ra["status"]["dirs"]["cupy"]["ms"]["fetch"] == 0, ra["status"]
+            # A directory that has them all fetches nothing.
+            rc, _ = stand(env_for(tmp, d.socket, os.path.join(tmp, "b")), "cupy", "m", 300)
+            row = rc["status"]["dirs"]["cupy"]
+            assert (rc["compiles"], row["present"], row["materialized"], row["fetches"]) == \
+                (0, 300, 0, 0), rc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -401,9 +401,14 @@ class _Dir:
             if self.units and "/" not in path:
                 continue
             groups.setdefault(unit, []).append(path)
+        try:    # one call for the directory's names, not one per unit
+            there: set[str] | None = set(os.listdir(self.root))
+        except OSError:
+            there = None
         todo = []
         for unit, paths in sorted(groups.items()):
-            if os.path.lexists(os.path.join(self.root, unit)):
+            if (unit in there if there is not None and "/" not in unit
+                    else os.path.lexists(os.path.join(self.root, unit))):
                 self.counts["present"] += 1
                 continue
             size = sum(self.known[p][1] for p in paths)
