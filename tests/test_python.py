@@ -992,7 +992,6 @@ def test_python_status_says_what_is_wired():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-
 def test_python_status_is_no_job_and_prefetches_nothing():
     """`python3 -m ptxcache status` turns the waiting parts on to say what
     a program gets, but is no job: it starts no prefetch of its own (no
@@ -1013,12 +1012,13 @@ def test_python_status_is_no_job_and_prefetches_nothing():
             assert s["inductor"]["caches"]["RemoteFxGraphCache"]["wired"], s["inductor"]
             assert "ptxcache-prefetch" not in r.stdout.split("THREADS")[-1], r.stdout[-300:]
             # A program with the same switch does prefetch (the test's premise).
-            job = subprocess.run([sys.executable, "-c", "import atexit, threading, torch\n"
+            job = subprocess.run([sys.executable, "-c", "import threading, torch\n"
                                   "print(sorted(t.name for t in threading.enumerate()))"],
                                  env=env, capture_output=True, text=True, timeout=60)
             assert "ptxcache-prefetch" in job.stdout, (job.stdout, job.stderr)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
 
 def test_python_a_value_the_daemon_refuses_is_not_stored_and_not_an_outage():
     """Over artifact-max-value: that put is not stored, its lease is given
