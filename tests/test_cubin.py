@@ -14,7 +14,7 @@ import tempfile
 import threading
 
 from harness import (CLI, TRITON_FLAGS, Daemon, Raw, Skip, corpus, frame,
-                     llc, mp_pack, sanitizers_take_a_third, triton_kernels)
+                     llc, mp_pack, corpus_third, triton_kernels)
 
 CUDA_GUESS = [os.environ.get("PTXCACHE_PTXAS", ""),
               os.path.join(os.environ.get("CUDA_HOME", "/nonexistent"), "bin", "ptxas"),
@@ -76,12 +76,12 @@ def triton_call(ptxas, env, src, tmp, extra=()):
 
 
 def test_cubin_triton_corpus_byte_identical_then_hits():
-    """Every Triton PTX file of the corpus, called the way Triton calls
+    """Triton PTX files of the corpus, called the way Triton calls
     ptxas: the front's cubin and log are the real ptxas's, byte for byte;
-    a repeat is a hit for every kernel, with no assembler run (under the
-    sanitizers, a third of the corpus)."""
+    a repeat is a hit for every kernel, with no assembler run (a third of
+    the corpus; PTXCACHE_CORPUS_FULL=1: all)."""
     real = real_ptxas()
-    kernels = sanitizers_take_a_third(triton_ptx())
+    kernels = corpus_third(triton_ptx())
     with Daemon(workers=2) as d, tempfile.TemporaryDirectory() as t:
         front = Front(t, d.socket)
 

@@ -16,7 +16,7 @@ import tempfile
 import time
 
 from harness import (CLI, LLC, ROOT, SANITIZED, Daemon, Raw, Skip, frame, input_path, mp_pack,
-                     mp_unpack, sanitizers_take_a_third, small_ir)
+                     mp_unpack, corpus_third, small_ir)
 
 # Every invocation must be answered within this (no hangs); far above any
 # of these compiles, far below the client's own 300 s.
@@ -324,7 +324,7 @@ def differential(full):
     with Daemon(workers=2) as d, tempfile.TemporaryDirectory() as t:
         vadd = write_inputs(t)
         runs, noptions = invocations(full)
-        runs = sanitizers_take_a_third(runs)
+        runs = corpus_third(runs)
         bad, llc_hangs, llc_unstable = [], [], []
         for args, inp in runs:
             files = [vadd if inp == "vadd.ll" else inp]
@@ -365,8 +365,8 @@ def differential(full):
 def test_differential_llc_command_lines():
     """Several hundred llc command lines, generated from llc's own option
     list: the same exit status or signal, stdout and output file bytes,
-    each within the bound. PTXCACHE_LLC_DIFF_FULL=1 runs every option;
-    the sanitizers, a third of the command lines."""
+    each within the bound: a third of them (PTXCACHE_CORPUS_FULL=1: all);
+    PTXCACHE_LLC_DIFF_FULL=1 generates one for every option."""
     differential(bool(os.environ.get("PTXCACHE_LLC_DIFF_FULL")))
 
 
